@@ -1,0 +1,423 @@
+"""The one timing harness and the one memory measurement; every timing stage uses them.
+
+Timing follows the chapter's method: warm up first, then run the implementations
+interleaved in rounds (A B C A B C ...) so that drift (frequency, other load, page
+cache) hits all alike; report the median, the IQR over all timings and the spread
+between round medians, and flag a case whose rounds disagree as ``noisy`` instead of
+printing one number as if it were stable.
+
+CPU timings use ``torch.utils.benchmark.Timer`` with the thread count pinned, without
+the extra untimed calls ``Timer.timeit`` adds before each block (our warm-up already
+ran, and they would triple the time of the slow cases). CUDA timings use CUDA events with a
+synchronize, or ``triton.testing.do_bench`` when Triton is importable (that one flushes
+L2 before every call, so it measures a cold cache; the ``method`` string says which).
+
+Peak extra memory is what ``fn`` allocated beyond what existed before it (the inputs
+are excluded): on CPU from the profiler's allocation trace, on CUDA from
+``max_memory_allocated``. An out-of-memory failure is a status (``oom``), not a crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import resource
+import statistics
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DEVICES = ("cpu", "cuda")
+_PROC_STATUS = Path("/proc/self/status")
+_PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+_MAX_CALLS_PER_TIMING = 1_000_000
+_OOM_TEXTS = ("can't allocate memory", "out of memory", "defaultcpuallocator")
+
+Progress = Callable[[int, int, str], object] | None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The timings of one case. Times are per call, in milliseconds.
+
+    ``round_spread`` is max/min - 1 over the round medians; ``noisy`` says it exceeded
+    the threshold. A case that failed has ``status`` "oom" or "error: <msg>" and NaN times
+    (nothing was measured, so no number is given). ``calls_per_timing`` is how many calls
+    one timing averaged over (chosen in the warm-up from ``min_run_s``).
+    """
+
+    median_ms: float
+    iqr_ms: float
+    n_timings: int
+    round_medians_ms: tuple[float, ...]
+    round_spread: float
+    noisy: bool
+    method: str
+    status: str
+    calls_per_timing: int = 1
+
+    def as_row(self) -> dict:
+        """The timing columns of prefill.csv / decode.csv (docs/contracts.md)."""
+        return {
+            "median_ms": self.median_ms,
+            "iqr_ms": self.iqr_ms,
+            "n_timings": self.n_timings,
+            "round_spread": self.round_spread,
+            "noisy": self.noisy,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Peak bytes allocated during a call beyond what was allocated before it.
+
+    ``rss_hwm_delta_bytes`` is the process resident high-water mark's rise during the
+    call, a cross-check from the operating system (None where it cannot be read). The
+    mark can only rise; where it could not be reset first it reads 0 whenever the call
+    stayed below an earlier peak, so it is a lower bound, never the measurement.
+    """
+
+    peak_extra_bytes: int
+    method: str
+    rss_hwm_delta_bytes: int | None
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True when ``exc`` is an out-of-memory failure (CPU or CUDA, typed or by message)."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXTS)
+
+
+def _failure_status(exc: Exception) -> str:
+    if is_oom(exc):
+        return "oom"
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    return f"error: {type(exc).__name__}: {first_line}"[:300]
+
+
+def _check_device(device: str) -> str:
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not supported; expected one of {list(DEVICES)}")
+    return device
+
+
+def _check_count(name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
+
+
+# --------------------------------------------------------------------------- timing
+
+
+class _CpuClock:
+    """Times one case with torch's Timer, thread count pinned."""
+
+    method = "torch.utils.benchmark.Timer"
+
+    def __init__(self, fn: Callable[[], object], threads: int):
+        from torch.utils.benchmark import Timer
+
+        self._timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
+        self._threads = threads
+
+    def seconds_per_call(self, number: int) -> float:
+        # Timer.timeit(number) first runs max(number // 100, 2) untimed calls; our own
+        # warm-up already ran, so for the slow cases that would triple the stage's time.
+        # Timer._timeit is the same measurement without them (torch 2.x); fall back if gone.
+        from torch.utils.benchmark.utils.common import set_torch_threads
+
+        timeit_only = getattr(self._timer, "_timeit", None)
+        if timeit_only is None:
+            return self._timer.timeit(number).times[0]
+        with set_torch_threads(self._threads):
+            return timeit_only(number) / number
+
+
+class _CudaClock:
+    """Times one case on the GPU: do_bench (cold L2) if Triton is there, else CUDA events."""
+
+    def __init__(self, fn: Callable[[], object], threads: int, min_run_s: float):
+        self._fn = fn
+        self._threads = threads
+        self._rep_ms = max(min_run_s * 1e3, 1.0)
+        try:
+            from triton.testing import do_bench
+        except ImportError:
+            do_bench = None
+        self._do_bench = do_bench
+        self.method = ("triton.testing.do_bench (cold L2)" if do_bench
+                       else "cuda-events (warm L2, not flushed)")
+
+    def seconds_per_call(self, number: int) -> float:
+        """Per-call seconds; with do_bench ``number`` is unused (it picks its own count)."""
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self._threads)  # host-side work (launches) uses them too
+        try:
+            return self._time(number)
+        finally:
+            torch.set_num_threads(previous)
+
+    def _time(self, number: int) -> float:
+        if self._do_bench is not None:
+            # do_bench repeats for about rep ms, flushing L2 before each call; median of those
+            return self._do_bench(self._fn, warmup=0, rep=self._rep_ms,
+                                  return_mode="median") / 1e3
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(number):
+            self._fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / number
+
+
+def _calls_per_timing(seconds_per_call: float, min_run_s: float) -> int:
+    """Enough calls that one timing lasts >= min_run_s (µs-scale decode calls need many)."""
+    wanted = math.ceil(min_run_s / max(seconds_per_call, 1e-9))
+    return max(1, min(wanted, _MAX_CALLS_PER_TIMING))
+
+
+def _warm_up(clock, warmup: int, min_run_s: float) -> tuple[int | None, str]:
+    """Run the warm-up calls; return (calls per timing, status), None when it failed."""
+    try:
+        for _ in range(warmup):
+            seconds = clock.seconds_per_call(1)
+    except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
+        return None, _failure_status(exc)
+    return _calls_per_timing(seconds, min_run_s), "ok"
+
+
+def _summarise(per_round_ms: list[list[float]], method: str, number: int,
+               noisy_threshold: float) -> Timing:
+    timings = [t for round_ms in per_round_ms for t in round_ms]
+    round_medians = tuple(statistics.median(r) for r in per_round_ms)
+    q25, _, q75 = (statistics.quantiles(timings, n=4, method="inclusive")
+                   if len(timings) > 1 else (timings[0],) * 3)
+    spread = max(round_medians) / max(min(round_medians), 1e-12) - 1.0
+    return Timing(statistics.median(timings), q75 - q25, len(timings), round_medians,
+                  spread, spread > noisy_threshold, method, "ok", number)
+
+
+def _failed(method: str, status: str, n_timings: int = 0, number: int = 0) -> Timing:
+    nan = float("nan")
+    return Timing(nan, nan, n_timings, (), nan, False, method, status, number)
+
+
+def _check_timing_args(cases, device, threads, rounds, timings_per_round, warmup,
+                       noisy_threshold, min_run_s) -> None:
+    _check_device(device)
+    if not cases:
+        raise ValueError("cases is empty: pass at least one {label: callable}")
+    for label, fn in cases.items():
+        if not callable(fn):
+            raise ValueError(f"cases[{label!r}]={fn!r} is not callable")
+    _check_count("threads", threads, 1)
+    _check_count("rounds", rounds, 1)
+    _check_count("timings_per_round", timings_per_round, 1)
+    _check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
+    if not noisy_threshold > 0:
+        raise ValueError(f"noisy_threshold={noisy_threshold!r} must be > 0 (e.g. 0.10)")
+    if not min_run_s >= 0:
+        raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
+
+
+def time_interleaved(
+    cases: Mapping[str, Callable[[], object]],
+    *,
+    device: str = "cpu",
+    threads: int,
+    rounds: int = 3,
+    timings_per_round: int = 5,
+    warmup: int = 1,
+    noisy_threshold: float = 0.10,
+    min_run_s: float = 0.002,
+    progress: Progress = None,
+) -> dict[str, Timing]:
+    """Time every case, interleaved: for each round, for each slot, A B C A B C ...
+
+    Args:
+        cases: label -> zero-argument callable doing the work (inputs bound already).
+        device: "cpu" or "cuda".
+        threads: intra-op threads while timing (set and restored around each timing).
+        rounds, timings_per_round: rounds x timings per case; spread is between rounds.
+        warmup: untimed calls per case before any timing; a case whose warm-up fails is
+            reported "oom"/"error: ..." and left out of the rounds, the others go on.
+        noisy_threshold: a case is ``noisy`` when round_spread exceeds it.
+        min_run_s: calls per timing are chosen once, in the warm-up, so that one timing
+            lasts at least this long; the time reported is per call.
+        progress: called as progress(i, n, label) before each step (1-based), first for the
+            warm-ups (n = number of cases, label "warm-up <case>"), then for the timings
+            (label "round r/R: <case>").
+
+    Returns: label -> Timing, in the order of ``cases``.
+    """
+    _check_timing_args(cases, device, threads, rounds, timings_per_round, warmup,
+                       noisy_threshold, min_run_s)
+    clocks = {label: (_CpuClock(fn, threads) if device == "cpu"
+                      else _CudaClock(fn, threads, min_run_s))
+              for label, fn in cases.items()}
+    results: dict[str, Timing] = {}
+    numbers: dict[str, int] = {}
+    for i, (label, clock) in enumerate(clocks.items(), start=1):
+        if progress:
+            progress(i, len(clocks), f"warm-up {label}")
+        number, status = _warm_up(clock, warmup, min_run_s)
+        if number is None:
+            results[label] = _failed(clock.method, status)
+        else:
+            numbers[label] = number
+    samples_ms = _timed_rounds(clocks, numbers, rounds, timings_per_round, progress, results)
+    for label, per_round in samples_ms.items():
+        results[label] = _summarise(per_round, clocks[label].method, numbers[label],
+                                    noisy_threshold)
+    return {label: results[label] for label in cases}
+
+
+def _timed_rounds(clocks, numbers, rounds, timings_per_round, progress, failed):
+    """The interleaved loop; a case failing mid-way moves from the samples to ``failed``."""
+    samples_ms = {label: [[] for _ in range(rounds)] for label in numbers}
+    n_steps = rounds * timings_per_round * len(numbers)
+    step = 0
+    for r in range(rounds):
+        for _ in range(timings_per_round):
+            for label in list(samples_ms):
+                step += 1
+                if progress:
+                    progress(step, n_steps, f"round {r + 1}/{rounds}: {label}")
+                try:
+                    seconds = clocks[label].seconds_per_call(numbers[label])
+                except Exception as exc:  # noqa: BLE001 - becomes the case's status
+                    done = sum(len(x) for x in samples_ms.pop(label))
+                    failed[label] = _failed(clocks[label].method, _failure_status(exc),
+                                            done, numbers[label])
+                    continue
+                samples_ms[label][r].append(seconds * 1e3)
+    return samples_ms
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def _proc_status_bytes(key: str) -> int | None:
+    """A ``kB`` field of /proc/self/status in bytes (Linux), else None."""
+    try:
+        for line in _PROC_STATUS.read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_rss_high_water() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        _PROC_CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
+    """Max of the running sum of allocations minus frees during ``fn``, from the profiler.
+
+    torch's own profiler parser reads these the same way: ``[memory]`` events of the kineto
+    results, ``nbytes()`` positive for an allocation and negative for a free.
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    host = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
+    events = [e for e in prof.profiler.kineto_results.events()
+              if e.name() == "[memory]" and e.device_type() in host]
+    running = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        running += event.nbytes()
+        peak = max(peak, running)
+    return peak
+
+
+def _cpu_peak_extra(fn: Callable[[], object]) -> MemoryReading:
+    reset = _reset_rss_high_water()
+    hwm_before = _proc_status_bytes("VmHWM")
+    peak = _cpu_allocation_peak_bytes(fn)
+    hwm_after = _proc_status_bytes("VmHWM")
+    delta = None if hwm_before is None or hwm_after is None else hwm_after - hwm_before
+    suffix = "reset before the call" if reset else "not reset: 0 when below an earlier peak"
+    return MemoryReading(peak, f"torch.profiler allocation trace (RSS high-water {suffix})",
+                         delta)
+
+
+def _cuda_peak_extra(fn: Callable[[], object]) -> MemoryReading:
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    return MemoryReading(int(peak), "torch.cuda.max_memory_allocated", None)
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu") -> MemoryReading:
+    """Peak bytes allocated while ``fn()`` runs beyond what was allocated before it.
+
+    The inputs ``fn`` closes over are allocated before, so they are not counted; what
+    ``fn`` returns is counted (it was allocated during the call). Call it after a warm-up
+    (e.g. after ``time_interleaved``) so one-time lazy allocations are not counted.
+    Exceptions from ``fn`` (an out-of-memory included) propagate so the caller can record
+    the status.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn={fn!r} is not callable")
+    if _check_device(device) == "cuda":
+        return _cuda_peak_extra(fn)
+    return _cpu_peak_extra(fn)
+
+
+@contextlib.contextmanager
+def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
+    """Inside the block, allocating more than ``cap_bytes`` beyond current use fails like a
+    real out-of-memory (so an OOM row can be produced on a machine that has the memory).
+
+    CPU: lowers the address-space limit (RLIMIT_AS) to the current VmSize + cap, restored
+    on exit; it caps virtual memory, so threads started inside the block also count.
+    CUDA: ``set_per_process_memory_fraction`` of (reserved + cap) / total, set back to 1.0
+    on exit (torch cannot report the fraction that was set before). None = no cap.
+    """
+    _check_device(device)
+    if cap_bytes is None:
+        yield
+        return
+    _check_count("cap_bytes", cap_bytes, 1)
+    if device == "cuda":
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        fraction = min(1.0, (torch.cuda.memory_reserved() + cap_bytes) / total)
+        torch.cuda.set_per_process_memory_fraction(fraction)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+        return
+    yield from _cpu_address_space_cap(cap_bytes)
+
+
+def _cpu_address_space_cap(cap_bytes: int) -> Iterator[None]:
+    vm_size = _proc_status_bytes("VmSize")
+    if vm_size is None:
+        raise ValueError("memory_cap on CPU needs /proc/self/status (Linux); pass "
+                         "cap_bytes=None on this system")
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    new_soft = vm_size + cap_bytes
+    if hard != resource.RLIM_INFINITY:
+        new_soft = min(new_soft, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (new_soft, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

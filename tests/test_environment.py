@@ -1,0 +1,172 @@
+"""Tests for inferlab.environment: machine id slugs, device choice, fingerprint."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+import torch
+
+from inferlab import environment
+from inferlab.environment import default_device, fingerprint, machine_id, slug_machine
+from inferlab.layout import check_machine
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                   reason="needs a CUDA device; this machine has none")
+TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "notes"}
+BUILD_KEYS = {"torch", "torch_git_version", "torch_cuda", "torch_hip", "cuda_built",
+              "cudnn_version", "flash_attention_compiled", "mem_efficient_attention_compiled",
+              "mkldnn_available", "cpu_capability", "blas_info", "lapack_info"}
+HOST_KEYS = {"python", "python_implementation", "platform", "machine", "cpu_model",
+             "logical_cpus", "cpus_available", "torch_threads", "torch_interop_threads",
+             "parallel_info", "numpy"}
+CUDA_KEYS = {"device_name", "compute_capability", "multiprocessors", "total_memory_bytes",
+             "device_count", "driver_version"}
+
+
+@pytest.fixture(scope="module")
+def cpu_facts() -> dict:
+    return fingerprint("cpu")
+
+
+@pytest.mark.parametrize(("kind", "name", "count", "expected"), [
+    ("cpu", "AMD EPYC", 2, "cpu-amd-epyc-2c"),
+    ("cpu", "Intel(R) Xeon(R) Platinum 8480+", 112, "cpu-intel-xeon-platinum-8480plus-112c"),
+    ("cpu", "AMD EPYC 7B13", 60, "cpu-amd-epyc-7b13-60c"),
+    ("cpu", "Apple M2", 8, "cpu-apple-m2-8c"),
+    ("cpu", "Intel(R) Core(TM) i7-9700K CPU @ 3.60GHz", 8, "cpu-intel-core-i7-9700k-8c"),
+    ("cpu", "AMD Ryzen 9 5950X 16-Core Processor", 32, "cpu-amd-ryzen-9-5950x-32c"),
+    ("cuda", "NVIDIA H200", 1, "cuda-nvidia-h200"),
+    ("cuda", "NVIDIA A100-SXM4-80GB", 1, "cuda-nvidia-a100-sxm4-80gb"),
+    ("cuda", "NVIDIA A100-SXM4-80GB", 8, "cuda-nvidia-a100-sxm4-80gb-x8"),
+])
+def test_slug_machine_on_real_hardware_names(kind, name, count, expected):
+    assert slug_machine(kind, name, count) == expected
+
+
+@pytest.mark.parametrize("count", [1, 3, 1024])
+def test_slug_machine_long_name_stays_a_valid_id(count):
+    name = "Vendor(R) " + " ".join(f"Word{i}" for i in range(40))
+    slug = slug_machine("cpu", name, count)
+    assert len(slug) <= 80
+    assert slug.endswith(f"-{count}c")
+    assert check_machine(slug) == slug
+
+
+@pytest.mark.parametrize(("args", "argument"), [
+    (("gpu", "NVIDIA H200", 1), "kind="),
+    (("cpu", "AMD EPYC", 0), "count="),
+    (("cpu", "AMD EPYC", True), "count="),
+    (("cpu", "(R) (TM)", 2), "name="),
+    (("cuda", "", 1), "name="),
+])
+def test_slug_machine_rejects_bad_input_naming_the_argument(args, argument):
+    with pytest.raises(ValueError, match=argument):
+        slug_machine(*args)
+
+
+def test_machine_id_cpu_names_this_cpu_and_its_available_cpus():
+    n = len(os.sched_getaffinity(0))
+    mid = machine_id("cpu")
+    assert mid == slug_machine("cpu", environment._cpu_model(), n)
+    assert mid.startswith("cpu-") and mid.endswith(f"-{n}c")
+    assert check_machine(mid) == mid
+
+
+@pytest.mark.parametrize("device", ["tpu", "CPU", "cuda:x", ""])
+def test_device_argument_is_checked(device):
+    with pytest.raises(ValueError, match="device="):
+        machine_id(device)
+    with pytest.raises(ValueError, match="device="):
+        fingerprint(device)
+
+
+def test_default_device_follows_torch():
+    assert default_device() == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_fingerprint_is_json_and_has_documented_keys(cpu_facts):
+    again = json.loads(json.dumps(cpu_facts))
+    assert again == cpu_facts
+    assert set(cpu_facts) == TOP_KEYS
+    assert set(cpu_facts["build"]) == BUILD_KEYS
+    assert set(cpu_facts["host"]) == HOST_KEYS
+    assert cpu_facts["cuda"] is None
+
+
+def test_fingerprint_reports_this_torch(cpu_facts):
+    build = cpu_facts["build"]
+    assert build["torch"] == torch.__version__
+    assert build["torch_cuda"] == torch.version.cuda
+    assert build["cuda_built"] == torch.backends.cuda.is_built()
+    assert cpu_facts["host"]["torch_interop_threads"] == torch.get_num_interop_threads()
+    assert cpu_facts["host"]["parallel_info"], "parallel_info summary is empty"
+
+
+def test_fingerprint_reads_threads_at_call_time():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert fingerprint("cpu")["host"]["torch_threads"] == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_fingerprint_holds_no_hostname_or_home(cpu_facts):
+    text = json.dumps(cpu_facts)
+    home = os.path.expanduser("~")
+    if home not in ("", "/"):
+        assert home not in text
+    host = socket.gethostname()
+    if len(host) >= 4:
+        assert host not in text
+
+
+def test_fingerprint_redacts_a_home_path_a_tool_echoes(monkeypatch):
+    home = os.path.expanduser("~")
+    if len(home) < 4:
+        pytest.skip(f"home directory {home!r} is too short to be redacted")
+    monkeypatch.setattr(environment.platform, "platform", lambda: f"Linux ({home}/x)")
+    assert home not in json.dumps(fingerprint("cpu"))
+
+
+def test_fingerprint_survives_collect_env_failure(monkeypatch):
+    from torch.utils import collect_env
+
+    def broken():
+        raise OSError("lscpu vanished")
+
+    monkeypatch.setattr(collect_env, "get_env_info", broken)
+    facts = fingerprint("cpu")
+    assert "lscpu vanished" in facts["collect_env"]["error"]
+    assert facts["build"]["torch"] == torch.__version__
+
+
+def test_fingerprint_time_boxes_collect_env(monkeypatch):
+    from torch.utils import collect_env
+
+    monkeypatch.setattr(collect_env, "get_env_info", lambda: time.sleep(2.0))
+    monkeypatch.setattr(environment, "COLLECT_ENV_TIMEOUT_S", 0.1)
+    start = time.perf_counter()
+    facts = fingerprint("cpu")
+    assert time.perf_counter() - start < 1.5
+    assert "timed out" in facts["collect_env"]["error"]
+
+
+@requires_cuda
+def test_cuda_fingerprint_and_machine_id():
+    facts = fingerprint("cuda")
+    assert set(facts["cuda"]) == CUDA_KEYS
+    assert facts["cuda"]["device_name"] == torch.cuda.get_device_name(0)
+    mid = machine_id("cuda")
+    assert mid.startswith("cuda-") and check_machine(mid) == mid
+
+
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="checks the refusal on a machine without CUDA")
+def test_cuda_fingerprint_refused_without_cuda():
+    with pytest.raises(ValueError, match="device='cuda'"):
+        fingerprint("cuda")
