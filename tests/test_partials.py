@@ -1,0 +1,205 @@
+"""Partials (m, l, o): the merge rule's algebra, agreement with one softmax and with
+PyTorch's own log-sum-exp, masked rows, and split-KV decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inferlab.attention import (
+    Partial,
+    finalize,
+    merge_partials,
+    naive_attention,
+    partial_attention,
+    splitkv_decode,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+F64_TOL = 1e-12
+FP32_TOL = 1e-5
+
+
+def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a.double() - b.double()).abs().max().item()
+
+
+def _partial_over(q, k, v, keys: list[int]) -> Partial:
+    index = torch.tensor(keys, dtype=torch.long)
+    return partial_attention(q, k.index_select(2, index), v.index_select(2, index))
+
+
+def _assert_same_partial(a: Partial, b: Partial, tol: float) -> None:
+    """Same attention state: equal lse (-inf where no key) and equal output."""
+    torch.testing.assert_close(a.lse, b.lse, rtol=0, atol=tol)
+    torch.testing.assert_close(finalize(a), finalize(b), rtol=0, atol=tol)
+
+
+# A partition of the keys into three (possibly empty) groups, drawn key by key.
+partitions = st.lists(st.integers(0, 2), min_size=1, max_size=40)
+
+
+def _groups(labels: list[int]) -> list[list[int]]:
+    return [[j for j, g in enumerate(labels) if g == group] for group in range(3)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(labels=partitions, seed=st.integers(0, 2**31 - 1))
+def test_merge_is_associative(draw_qkv, labels, seed):
+    q, k, v = draw_qkv(torch.Generator().manual_seed(seed), (1, 2, 3, 8), torch.float64,
+                         keys=len(labels))
+    a, b, c = (_partial_over(q, k, v, g) for g in _groups(labels))
+    left = merge_partials(merge_partials(a, b), c)
+    right = merge_partials(a, merge_partials(b, c))
+    _assert_same_partial(left, right, F64_TOL)
+
+
+@settings(max_examples=30, deadline=None)
+@given(labels=partitions, seed=st.integers(0, 2**31 - 1))
+def test_merge_is_commutative(draw_qkv, labels, seed):
+    q, k, v = draw_qkv(torch.Generator().manual_seed(seed), (1, 2, 3, 8), torch.float64,
+                         keys=len(labels))
+    a, b, _ = (_partial_over(q, k, v, g) for g in _groups(labels))
+    _assert_same_partial(merge_partials(a, b), merge_partials(b, a), F64_TOL)
+
+
+@settings(max_examples=30, deadline=None)
+@given(labels=partitions, seed=st.integers(0, 2**31 - 1))
+def test_merged_partition_equals_one_softmax_over_the_union(draw_qkv, labels, seed):
+    q, k, v = draw_qkv(torch.Generator().manual_seed(seed), (1, 2, 3, 8), torch.float64,
+                         keys=len(labels))
+    a, b, c = (_partial_over(q, k, v, g) for g in _groups(labels))
+    merged = merge_partials(merge_partials(a, b), c)
+    assert _max_err(finalize(merged), naive_attention(q, k, v)) <= F64_TOL
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    assert _max_err(merged.lse, torch.logsumexp(scores, dim=-1)) <= F64_TOL
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_empty_partial_is_the_identity(make_qkv, side):
+    q, k, v = make_qkv((2, 3, 5, 16), keys=9)
+    p = partial_attention(q, k, v)
+    empty = partial_attention(q, k[:, :, :0], v[:, :, :0])
+    merged = merge_partials(empty, p) if side == "left" else merge_partials(p, empty)
+    for got, want in zip(merged, p, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_empty_partial_values(make_qkv):
+    q, k, v = make_qkv((1, 2, 4, 8), keys=0)
+    p = partial_attention(q, k, v)
+    assert torch.all(p.m == float("-inf")) and torch.all(p.l == 0) and torch.all(p.o == 0)
+    assert torch.all(p.lse == float("-inf"))
+    merged = merge_partials(p, p)
+    assert not any(torch.isnan(t).any() for t in (*merged, merged.lse, finalize(merged)))
+    assert torch.all(finalize(merged) == 0)
+
+
+def test_lse_agrees_with_pytorch_flash_attention_for_cpu(make_qkv):
+    q, k, v = make_qkv((2, 3, 40, 32), keys=70)
+    out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[:2]
+    p = partial_attention(q, k, v)
+    assert logsumexp.shape == p.lse.shape == (2, 3, 40)
+    assert _max_err(p.lse, logsumexp) <= FP32_TOL
+    assert _max_err(finalize(p), out) <= FP32_TOL
+
+
+def test_fully_masked_rows_give_zero_and_no_nan(rng, make_qkv):
+    q, k, v = make_qkv((1, 2, 6, 8), keys=10)
+    mask = torch.rand(1, 2, 6, 10, generator=rng) < 0.5
+    mask[:, :, 2] = False  # row 2 sees no key at all
+    p = partial_attention(q, k, v, mask=mask)
+    out = finalize(merge_partials(p, partial_attention(q, k, v, mask=mask.clone())))
+    assert not any(torch.isnan(t).any() for t in (*p, p.lse, out))
+    assert torch.all(out[:, :, 2] == 0) and torch.all(p.lse[:, :, 2] == float("-inf"))
+    kept = mask.any(dim=-1).nonzero(as_tuple=True)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=mask)
+    assert _max_err(out[kept], expected[kept]) <= FP32_TOL
+
+
+def test_mask_broadcasts_over_batch_and_heads(make_qkv):
+    q, k, v = make_qkv((2, 3, 4, 8), torch.float64, keys=6)
+    keep = torch.ones(4, 6, dtype=torch.bool).tril()
+    p = partial_attention(q, k, v, mask=keep)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    assert _max_err(finalize(p), expected) <= F64_TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_partial_accumulates_in_float32(make_qkv, dtype):
+    p = partial_attention(*make_qkv((1, 2, 3, 8), dtype, keys=5))
+    assert p.m.dtype == p.l.dtype == p.o.dtype == torch.float32
+
+
+# ---------------------------------------------------------------- split-KV decoding
+
+CACHE_KEYS = 97  # prime, so most split counts cut the cache unevenly
+
+
+@pytest.fixture(scope="module")
+def decode_case(draw_qkv):
+    q, k, v = draw_qkv(torch.Generator().manual_seed(97), (2, 2, 1, 64), keys=CACHE_KEYS)
+    return q, k, v, naive_attention(q.double(), k.double(), v.double())
+
+
+@pytest.mark.parametrize("splits", range(1, 97))
+def test_splitkv_decode_exact_for_every_split_count(decode_case, splits):
+    q, k, v, reference = decode_case
+    out = splitkv_decode(q, k, v, splits)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert _max_err(out, reference) <= FP32_TOL
+
+
+def test_splitkv_one_key_per_chunk(make_qkv):
+    q, k, v = make_qkv((1, 2, 1, 16), torch.float64, keys=CACHE_KEYS)
+    out = splitkv_decode(q, k, v, splits=CACHE_KEYS)
+    assert _max_err(out, naive_attention(q, k, v)) <= F64_TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_splitkv_many_queries_low_precision(make_qkv, dtype):
+    q, k, v = make_qkv((1, 2, 7, 32), dtype, keys=50)
+    out = splitkv_decode(q, k, v, splits=6)
+    reference = naive_attention(q.double(), k.double(), v.double())
+    naive_err = _max_err(naive_attention(q, k, v), reference)
+    assert out.dtype == dtype
+    assert _max_err(out, reference) <= 2 * naive_err + 1e-6
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("splits", [0, -1, CACHE_KEYS + 1, 2.0, True, None])
+def test_bad_splits_raise_naming_the_argument(make_qkv, splits):
+    q, k, v = make_qkv((1, 2, 1, 8), keys=CACHE_KEYS)
+    with pytest.raises(ValueError, match="splits"):
+        splitkv_decode(q, k, v, splits)
+
+
+@pytest.mark.parametrize("mask_case", ["float", "shape", "list"])
+def test_bad_mask_raises_naming_the_argument(make_qkv, mask_case):
+    q, k, v = make_qkv((1, 2, 4, 8), keys=6)
+    mask = {"float": torch.ones(4, 6), "shape": torch.ones(5, 6, dtype=torch.bool),
+            "list": [[True] * 6] * 4}[mask_case]
+    with pytest.raises(ValueError, match="mask"):
+        partial_attention(q, k, v, mask=mask)
+
+
+def test_merge_rejects_mismatched_partials(make_qkv):
+    q, k, v = make_qkv((1, 2, 4, 8), keys=6)
+    a = partial_attention(q, k, v)
+    b = partial_attention(q[:, :, :3], k, v)
+    with pytest.raises(ValueError, match="b"):
+        merge_partials(a, b)
+    with pytest.raises(ValueError, match="a"):
+        merge_partials((a.m, a.l, a.o), a)
+
+
+def test_finalize_rejects_a_plain_tuple(make_qkv):
+    p = partial_attention(*make_qkv((1, 2, 4, 8), keys=6))
+    with pytest.raises(ValueError, match="p"):
+        finalize(tuple(p))
