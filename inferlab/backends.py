@@ -318,9 +318,14 @@ def _dominant_ops(prof: profile, use_device_time: bool) -> str | None:
         totals = on_device if sum(on_device.values()) > 0 else totals
     grand = sum(totals.values())
     if grand <= 0:
+        # Ops too short for the profiler's clock (tiny inputs): rank them by call count.
+        totals = {a.key: a.count for a in averages}
+        grand = sum(totals.values())
+    if grand <= 0:
         return None
     top = sorted(totals, key=totals.get, reverse=True)[:MAX_DOMINANT_OPS]
-    chosen = {name for name in top if totals[name] >= DOMINANT_SHARE * grand}
+    # The largest op always names the work, even when the time is spread thin.
+    chosen = {top[0]} | {name for name in top if totals[name] >= DOMINANT_SHARE * grand}
     first_seen = list(dict.fromkeys(e.name for e in prof.events() if e.name in chosen))
     return "+".join(first_seen) or None
 

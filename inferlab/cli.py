@@ -21,6 +21,7 @@ def _machine(args: argparse.Namespace) -> str:
 
 def _cmd_probe(args: argparse.Namespace) -> int:
     import torch
+
     from inferlab.backends import availability, format_availability
     from inferlab.environment import default_device
 

@@ -56,6 +56,16 @@ def artifact_path(root: Path | str, machine: str, stage: str) -> Path:
     return results_dir(root, machine) / ARTIFACTS[check_stage(stage)]
 
 
+def log_path(root: Path | str, machine: str, stage: str) -> Path:
+    """A stage's log (``stage`` may also be "report"); Snakemake's ``log:`` uses it too."""
+    return Path(root) / "logs" / check_machine(machine) / f"{stage}.log"
+
+
+def benchmark_path(root: Path | str, machine: str, stage: str) -> Path:
+    """Snakemake's ``benchmark:`` file of a rule (wall time, RSS) for one machine."""
+    return Path(root) / "benchmarks" / "out" / check_machine(machine) / f"{stage}.tsv"
+
+
 def sidecar_path(artifact: Path | str) -> Path:
     artifact = Path(artifact)
     return artifact.with_name(artifact.name + SIDECAR_SUFFIX)

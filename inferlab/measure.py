@@ -386,7 +386,10 @@ def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
     real out-of-memory (so an OOM row can be produced on a machine that has the memory).
 
     CPU: lowers the address-space limit (RLIMIT_AS) to the current VmSize + cap, restored
-    on exit; it caps virtual memory, so threads started inside the block also count.
+    on exit; it caps virtual memory, so threads started inside the block also count, and
+    memory the allocator already holds does not: glibc serves allocations below its mmap
+    threshold (up to 32 MiB) from freed heap chunks, so a cap is exact only for tensors
+    larger than that.
     CUDA: ``set_per_process_memory_fraction`` of (reserved + cap) / total, set back to 1.0
     on exit (torch cannot report the fraction that was set before). None = no cap.
     """

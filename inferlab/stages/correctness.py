@@ -1,0 +1,114 @@
+"""correctness -> correctness.csv: the chapter's exactness sweep, every row against float64.
+
+* ``equivalence``: tiled_attention and tiled_attention_fast for each block shape, dtype,
+  causal and score scale, against naive attention in float64 on the *same rounded
+  inputs* (so the error is the algorithm's, not the input cast's), beside the error of
+  naive attention in the same dtype: the yardstick for "within rounding".
+* ``causal_pairs``: block pairs the causal loop computed (TileStats), and the analytic
+  count (traffic.block_pairs, impl "model") at the measured lengths and at a length too
+  long to run here.
+* ``splitkv``: splitkv_decode for each split count (one query against a cache).
+* ``merge_assoc``: |((a.b).c) - (a.(b.c))| for three partials over disjoint key chunks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inferlab.attention import (
+    finalize,
+    merge_partials,
+    naive_attention,
+    partial_attention,
+    splitkv_decode,
+    tiled_attention,
+    tiled_attention_fast,
+)
+from inferlab.config import CorrectnessParams
+from inferlab.stages import max_abs_err, random_qkv, table, torch_dtype
+from inferlab.traffic import block_pairs
+
+TILED = {"tiled": tiled_attention, "tiled_fast": tiled_attention_fast}
+
+
+def _inputs(shape, dtype: str, scale: float, ctx, keys: int | None = None):
+    """q, k, v in ``dtype`` (queries scaled) and their exact float64 copies."""
+    q, k, v = random_qkv(shape, "float32", ctx.device, ctx.seed, keys=keys)
+    low = tuple(t.to(torch_dtype(dtype)) for t in (q * scale, k, v))
+    return low, tuple(t.to(torch.float64) for t in low)
+
+
+def equivalence_rows(params: CorrectnessParams, ctx) -> list[dict]:
+    points = [(T, dtype, causal, scale) for T in params.lengths for dtype in params.dtypes
+              for causal in params.causal for scale in params.score_scales]
+    rows = []
+    for i, (T, dtype, causal, scale) in enumerate(points, start=1):
+        ctx.progress(i, len(points), f"equivalence T={T} {dtype} causal={causal} scale={scale}")
+        (q, k, v), exact = _inputs((1, params.heads, T, params.d), dtype, scale, ctx)
+        ref = naive_attention(*exact, causal=causal)
+        base = {"check": "equivalence", "T": T, "heads": params.heads, "d": params.d,
+                "dtype": dtype, "causal": causal, "score_scale": scale, "status": "ok",
+                "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v, causal), ref)}
+        for impl, fn in TILED.items():
+            for block_q, block_k in params.blocks:
+                out, stats = fn(q, k, v, causal, block_q, block_k)
+                rows.append({**base, "impl": impl, "block_q": block_q, "block_k": block_k,
+                             "max_abs_err": max_abs_err(out, ref),
+                             "computed_pairs": stats.computed_pairs,
+                             "total_pairs": stats.total_pairs,
+                             "pair_fraction": stats.fraction})
+    return rows
+
+
+def causal_pair_rows(params: CorrectnessParams, equivalence: list[dict]) -> list[dict]:
+    """Counted pairs (one row per length and block shape) and the model's counts."""
+    keys = ("T", "heads", "d", "block_q", "block_k", "causal", "computed_pairs",
+            "total_pairs", "pair_fraction")
+    counted = {(r["T"], r["block_q"], r["block_k"]): {k: r[k] for k in keys}
+               for r in equivalence if r["causal"] and r["impl"] == "tiled"}
+    rows = [{"check": "causal_pairs", "impl": "tiled", "status": "ok", **r}
+            for r in counted.values()]
+    for T in sorted({*params.lengths, params.pair_model_T}):
+        for block in params.pair_model_blocks:
+            computed, total = block_pairs(T, T, block, block, True)
+            rows.append({"check": "causal_pairs", "impl": "model", "T": T, "block_q": block,
+                         "block_k": block, "causal": True, "computed_pairs": computed,
+                         "total_pairs": total, "pair_fraction": computed / total,
+                         "status": "ok"})
+    return rows
+
+
+def splitkv_rows(params: CorrectnessParams, ctx) -> list[dict]:
+    rows = []
+    cache_len = params.splitkv_cache_len
+    for i, dtype in enumerate(params.dtypes, start=1):
+        ctx.progress(i, len(params.dtypes), f"split-KV and merge, {cache_len} keys, {dtype}")
+        (q, k, v), exact = _inputs((1, params.heads, 1, params.d), dtype, 1.0, ctx,
+                                   keys=cache_len)
+        ref = naive_attention(*exact)
+        base = {"T": cache_len, "heads": params.heads, "d": params.d, "dtype": dtype,
+                "causal": False, "score_scale": 1.0, "status": "ok",
+                "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v), ref)}
+        for splits in params.splits:
+            if splits <= cache_len:
+                out = splitkv_decode(q, k, v, splits)
+                rows.append({**base, "check": "splitkv", "impl": "splitkv", "splits": splits,
+                             "max_abs_err": max_abs_err(out, ref)})
+        rows.append({**base, "check": "merge_assoc", "impl": "merge_partials", "splits": 3,
+                     "max_abs_err": merge_associativity_err(q, k, v)})
+    return rows
+
+
+def merge_associativity_err(q, k, v) -> float:
+    """max |finalize((a.b).c) - finalize(a.(b.c))| over three disjoint key chunks."""
+    a, b, c = (partial_attention(q, kc, vc) for kc, vc in
+               zip(k.tensor_split(3, dim=2), v.tensor_split(3, dim=2), strict=True))
+    left = finalize(merge_partials(merge_partials(a, b), c))
+    right = finalize(merge_partials(a, merge_partials(b, c)))
+    return max_abs_err(left, right)
+
+
+def run(params: CorrectnessParams, ctx):
+    equivalence = equivalence_rows(params, ctx)
+    rows = equivalence + causal_pair_rows(params, equivalence) + splitkv_rows(params, ctx)
+    return table("correctness", rows)

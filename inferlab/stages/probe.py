@@ -1,0 +1,79 @@
+"""probe -> probe.json: where the work runs, which SDPA backends run here (and why the
+others do not), and the machine's measured ceilings.
+
+Ceilings are what later stages divide by: a large copy's bandwidth (bytes read plus bytes
+written per second, the decode floor's bandwidth) and a square matmul's rate per dtype
+(the prefill rows' fraction of the matmul ceiling). Both are timed with the one harness,
+interleaved, so they share the conditions of the run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inferlab.backends import availability
+from inferlab.config import ProbeParams
+from inferlab.environment import fingerprint
+from inferlab.measure import time_interleaved
+from inferlab.stages import (
+    harness_progress,
+    random_qkv,
+    timing_options,
+    timing_row,
+    torch_dtype,
+)
+
+MIB = 1 << 20
+
+
+def availability_rows(params: ProbeParams, ctx) -> list[dict]:
+    """One row per dtype x causal x backend at the representative (1, H, T, D) shape."""
+    rows = []
+    points = [(dtype, causal) for dtype in params.dtypes for causal in params.causal]
+    for i, (dtype, causal) in enumerate(points, start=1):
+        ctx.progress(i, len(points), f"availability {dtype} causal={causal}")
+        q, k, v = random_qkv((1, params.heads, params.tokens, params.d), dtype, ctx.device,
+                             ctx.seed)
+        rows += [status.as_dict() for status in availability(q, k, v, causal=causal)]
+    return rows
+
+
+def _ceiling_cases(params: ProbeParams, device: str) -> dict:
+    """{label: fn}: one large copy and one n x n matmul per dtype, outputs preallocated."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    src = torch.rand(params.copy_mib * MIB // 4, generator=gen).to(device)
+    dst = torch.empty_like(src)
+    cases = {"copy": lambda: dst.copy_(src)}
+    n = params.matmul_size
+    for dtype in params.dtypes:
+        a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype)) for _ in "ab")
+        c = torch.empty_like(a)
+        cases[f"matmul {dtype}"] = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
+    return cases
+
+
+def ceilings(params: ProbeParams, ctx) -> dict:
+    """Copy bandwidth (GB/s) and matmul rate per dtype (GFLOP/s); None where it failed."""
+    cases = _ceiling_cases(params, ctx.device)
+    progress = harness_progress(ctx, 1, 1, "ceilings", params.timing.rounds)
+    timings = time_interleaved(cases, progress=progress, **timing_options(params.timing, ctx))
+    copy_bytes = params.copy_mib * MIB
+    n = params.matmul_size
+
+    def rate(label: str, amount: float) -> float | None:
+        t = timings[label]
+        return amount / (t.median_ms * 1e-3) / 1e9 if t.status == "ok" else None
+
+    return {
+        "copy_gbs": rate("copy", 2 * copy_bytes),  # a copy reads and writes every byte
+        "matmul_gflops": {dtype: rate(f"matmul {dtype}", 2 * n**3) for dtype in params.dtypes},
+        "copy_bytes": copy_bytes,
+        "matmul_size": n,
+        "method": next(iter(timings.values())).method,
+        "timings": {label: timing_row(t) for label, t in timings.items()},
+    }
+
+
+def run(params: ProbeParams, ctx) -> dict:
+    return {"environment": fingerprint(ctx.device), "availability": availability_rows(params, ctx),
+            "ceilings": ceilings(params, ctx)}
