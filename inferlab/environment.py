@@ -22,8 +22,6 @@ import subprocess
 import threading
 from typing import Any
 
-import torch
-
 from inferlab.layout import check_machine
 
 # torch.utils.collect_env shells out (pip, lscpu, nvidia-smi); it is not allowed to
@@ -44,14 +42,30 @@ _MAX_MACHINE_CHARS = 80
 
 
 def default_device() -> str:
-    """``"cuda"`` when PyTorch sees a CUDA device, else ``"cpu"``."""
+    """``"cuda"`` when PyTorch sees a CUDA device, else ``"cpu"``.
+
+    A machine with no GPU driver at all (no NVIDIA driver, no ROCm device node) is a CPU
+    machine without asking torch: importing it costs seconds that a no-op
+    ``snakemake`` run (which resolves the machine id) should not pay.
+    """
+    if not (os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/kfd")
+            or shutil.which("nvidia-smi")):
+        return "cpu"
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _torch_sees_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _check_device(device: str) -> str:
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise ValueError(f"device={device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'")
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not _torch_sees_cuda():
         raise ValueError(f"device={device!r} but torch.cuda.is_available() is False here; "
                          "use 'cpu'")
     return device
@@ -100,6 +114,8 @@ def machine_id(device: str) -> str:
     """Stable lowercase slug of the hardware behind ``device`` (see ``slug_machine``)."""
     device = _check_device(device)
     if device.startswith("cuda"):
+        import torch
+
         index = torch.device(device).index or 0
         return slug_machine("cuda", torch.cuda.get_device_name(index), torch.cuda.device_count())
     return slug_machine("cpu", _cpu_model(), _cpus_available())
@@ -141,6 +157,7 @@ def _collect_env() -> dict[str, Any]:
 
 
 def _cuda_facts(device: str) -> dict[str, Any]:
+    import torch
     index = torch.device(device).index or 0
     props = torch.cuda.get_device_properties(index)
     return {
@@ -155,6 +172,7 @@ def _cuda_facts(device: str) -> dict[str, Any]:
 
 def _build_facts() -> dict[str, Any]:
     """What this PyTorch binary was built with, in PyTorch's own words."""
+    import torch
     cuda_backends = torch.backends.cuda
     flash = getattr(cuda_backends, "is_flash_attention_available", None)
     show = torch.__config__.show()
@@ -177,6 +195,7 @@ def _build_facts() -> dict[str, Any]:
 
 
 def _host_facts() -> dict[str, Any]:
+    import torch
     try:
         import numpy
         numpy_version: str | None = numpy.__version__
