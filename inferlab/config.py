@@ -96,6 +96,7 @@ class DecodeParams:
 @dataclass(frozen=True)
 class TrafficParams:
     block_q_model: int
+    model_lengths: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -275,7 +276,9 @@ def stage_params(config: Config, stage: str):
     if stage == "decode":
         return DecodeParams(**_device_block(raw, "decode", device), timing=timing)
     if stage == "traffic":
-        return TrafficParams(**raw["traffic"])
+        traffic = raw["traffic"]
+        return TrafficParams(block_q_model=traffic["block_q_model"],
+                             model_lengths=tuple(traffic["model_lengths"]))
     return ClaimsParams()
 
 

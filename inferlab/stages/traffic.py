@@ -1,6 +1,8 @@
 """traffic -> traffic.csv: the traffic model's naive/fused ratio beside the measured
 naive/fused time ratio from prefill.csv, and the query tile the measured ratio implies
-(the chapter's exercise 3).
+(the chapter's exercise 3). At the configured ``model_lengths`` that prefill did not
+measure (the chapter's 1,024-8,192 tokens on a small CPU run) a model-only row is written,
+its measured columns empty, so the model's predictions are checkable everywhere.
 
 "Fused" is the fastest SDPA backend that ran with a fused kernel (flash, efficient or
 cudnn; ``sdpa_math`` is the unfused composite and never counts); ``fused_impl`` names
@@ -63,8 +65,20 @@ def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
             "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split, "note": note}
 
 
+def model_row(T: int, d: int, causal: bool, params: TrafficParams) -> dict:
+    """The model's prediction at a length prefill did not measure: nothing measured beside it."""
+    return {"T": T, "d": d, "causal": causal, "dtype": None,
+            "block_q_model": params.block_q_model,
+            "model_ratio": traffic_ratio(T, d, params.block_q_model, causal=causal),
+            "note": "model only: prefill did not measure this length here"}
+
+
 def run(params: TrafficParams, ctx):
     prefill = pd.read_csv(ctx.inputs["prefill"])
     rows = [point_row(group, int(T), int(d), bool(causal), dtype, params, ctx.device)
             for (T, d, causal, dtype), group in prefill.groupby(["T", "d", "causal", "dtype"])]
+    measured = {(row["T"], row["d"]) for row in rows}
+    rows += [model_row(T, int(d), bool(causal), params)
+             for T in params.model_lengths for d in sorted(set(prefill["d"]))
+             for causal in (False, True) if (T, int(d)) not in measured]
     return table("traffic", rows)
