@@ -241,8 +241,12 @@ def _private_strings() -> list[str]:
     return sorted({s for s in found if s and len(s) >= 4 and s != "/"}, key=len, reverse=True)
 
 
-def fingerprint(device: str) -> dict[str, Any]:
+def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
     """JSON-serialisable facts about the software and hardware ``device`` runs on.
+
+    ``collect_env=False`` skips ``torch.utils.collect_env`` (it shells out and costs about
+    a second): the pipeline records it once, in probe.json, and the lighter fingerprint in
+    every artifact's provenance.
 
     Keys: ``device``, ``build`` (torch version, CUDA/cuDNN build, flash compiled in,
     BLAS), ``host`` (Python, platform, CPU model, CPUs, thread counts, parallel info,
@@ -263,7 +267,8 @@ def fingerprint(device: str) -> dict[str, Any]:
         "build": _build_facts(),
         "host": _host_facts(),
         "cuda": cuda,
-        "collect_env": _collect_env(),
-        "notes": notes,
+        "collect_env": _collect_env() if collect_env else None,
+        "notes": notes if collect_env else
+        [*notes, "collect_env: not collected here; probe.json's environment has it"],
     }
     return _scrub(facts, _private_strings())

@@ -242,7 +242,8 @@ def run_stage(stage: str, config: Config, root: Path | str, machine: str, comman
     entry = write_artifact(
         root, machine, stage, content, config=params_dict(params),
         code_files=[root / f for f in STAGE_CODE[stage]], inputs=list(ctx.inputs.values()),
-        seed=config.seed, command=command, environment=fingerprint(config.device))
+        seed=config.seed, command=command,
+        environment=fingerprint(config.device, collect_env=False))
     log(f"[{stage}] wrote {entry['path']} (version {entry['version']}) in "
         f"{time.perf_counter() - started:.1f} s")
     return entry
