@@ -69,6 +69,28 @@ def harness_progress(ctx, i: int, n: int, point: str, rounds: int):
     return report
 
 
+def rows_over_points(ctx, points: list, describe, rounds: int, point_rows) -> list[dict]:
+    """Rows of every point, with "point i of n" progress: ``point_rows(point, progress)``
+    gives one point's rows; ``describe(point)`` names it in the progress line."""
+    rows = []
+    for i, point in enumerate(points, start=1):
+        progress = harness_progress(ctx, i, len(points), describe(point), rounds)
+        rows += point_rows(point, progress)
+    return rows
+
+
+def timed_rows(timings: dict, meta: dict, when_ok) -> list[dict]:
+    """One row per timed case: its ``meta`` fields, the harness's timing columns and
+    status, and for a case that timed ok the fields ``when_ok(label, timing)`` adds."""
+    rows = []
+    for label, timing in timings.items():
+        row = {**meta[label], **timing.as_row(), "status": timing.status}
+        if timing.status == "ok":
+            row.update(when_ok(label, timing))
+        rows.append(row)
+    return rows
+
+
 def ratio_or_none(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, or None when either is missing, NaN or the denominator 0."""
     if numerator is None or denominator is None:

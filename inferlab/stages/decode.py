@@ -11,37 +11,33 @@ timed in one interleaved ``measure.time_interleaved`` call.
 from __future__ import annotations
 
 from inferlab.attention import splitkv_decode
-from inferlab.backends import availability, kernel_that_ran, run_sdpa
+from inferlab.backends import kernel_that_ran
 from inferlab.config import DecodeParams
 from inferlab.measure import time_interleaved
 from inferlab.stages import (
-    harness_progress,
     random_qkv,
     ratio_or_none,
     read_ceilings,
+    rows_over_points,
     table,
+    timed_rows,
     timing_options,
     torch_dtype,
 )
-from inferlab.stages.prefill import unavailable_status
+from inferlab.stages.prefill import sdpa_cases
 from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
 
 
 def _cases(params: DecodeParams, q, k, v) -> tuple[dict, dict, list]:
     """({label: fn}, {label: row fields}, [rows of backends that cannot run here])."""
-    cases, meta, unavailable = {}, {}, []
+    cases, meta = {}, {}
     for splits in params.splits:
         if splits <= k.shape[2]:  # a split needs at least one key
             cases[f"splitkv splits={splits}"] = lambda s=splits: splitkv_decode(q, k, v, s)
             meta[f"splitkv splits={splits}"] = {"impl": "splitkv", "splits": splits}
-    for status in availability(q, k, v, causal=False):
-        if status.backend in params.backends:
-            label = f"sdpa_{status.backend}"
-            if status.ran:
-                cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, False)
-                meta[label] = {"impl": label, "kernel": status.op}
-            else:
-                unavailable.append({"impl": label, "status": unavailable_status(status)})
+    sdpa, sdpa_meta, unavailable = sdpa_cases(q, k, v, False, params.backends)
+    cases.update(sdpa)
+    meta.update(sdpa_meta)
     return cases, meta, unavailable
 
 
@@ -56,16 +52,16 @@ def point_rows(params: DecodeParams, ctx, cache_len: int, batch: int, dtype: str
     base = {"cache_len": cache_len, "batch": batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}
     cases, meta, unavailable = _cases(params, q, k, v)
-    rows = []
     timings = time_interleaved(cases, progress=progress,
                                **timing_options(params.timing, ctx)) if cases else {}
-    for label, timing in timings.items():
-        row = {**meta[label], **timing.as_row(), "status": timing.status}
-        if timing.status == "ok":
-            row["achieved_gbs"] = cache_bytes / (timing.median_ms * 1e-3) / 1e9
-            row["frac_copy_ceiling"] = ratio_or_none(row["achieved_gbs"], copy_gbs)
-            row["kernel"] = row.get("kernel") or kernel_that_ran(cases[label])
-        rows.append(row)
+
+    def when_ok(label, timing) -> dict:
+        achieved_gbs = cache_bytes / (timing.median_ms * 1e-3) / 1e9
+        return {"achieved_gbs": achieved_gbs,
+                "frac_copy_ceiling": ratio_or_none(achieved_gbs, copy_gbs),
+                "kernel": meta[label].get("kernel") or kernel_that_ran(cases[label])}
+
+    rows = timed_rows(timings, meta, when_ok)
     return [{**base, **row} for row in rows + unavailable]
 
 
@@ -73,9 +69,7 @@ def run(params: DecodeParams, ctx):
     copy_gbs = read_ceilings(ctx.inputs["probe"])["copy_gbs"]
     points = [(n, b, dtype) for n in params.cache_lens for b in params.batches
               for dtype in params.dtypes]
-    rows = []
-    for i, (cache_len, batch, dtype) in enumerate(points, start=1):
-        name = f"cache={cache_len} batch={batch} {dtype}"
-        progress = harness_progress(ctx, i, len(points), name, params.timing.rounds)
-        rows += point_rows(params, ctx, cache_len, batch, dtype, copy_gbs, progress)
+    rows = rows_over_points(
+        ctx, points, lambda p: f"cache={p[0]} batch={p[1]} {p[2]}", params.timing.rounds,
+        lambda p, progress: point_rows(params, ctx, *p, copy_gbs, progress))
     return table("decode", rows)

@@ -21,11 +21,12 @@ from inferlab.backends import availability, kernel_that_ran, run_sdpa
 from inferlab.config import PrefillParams
 from inferlab.measure import is_oom, memory_cap, peak_extra_bytes, time_interleaved
 from inferlab.stages import (
-    harness_progress,
     random_qkv,
     ratio_or_none,
     read_ceilings,
+    rows_over_points,
     table,
+    timed_rows,
     timing_options,
 )
 
@@ -50,15 +51,25 @@ def _cases(params: PrefillParams, q, k, v, causal: bool) -> tuple[dict, dict, li
                 cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
                 meta[label] = {"impl": impl, "block_q": b, "block_k": b}
     if "sdpa" in params.implementations:
-        for status in availability(q, k, v, causal=causal):
-            if status.backend not in params.backends:
-                continue
-            label = f"sdpa_{status.backend}"
-            if not status.ran:
-                unavailable.append({"impl": label, "status": unavailable_status(status)})
-                continue
-            cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)
-            meta[label] = {"impl": label, "kernel": status.op}
+        sdpa, sdpa_meta, unavailable = sdpa_cases(q, k, v, causal, params.backends)
+        cases.update(sdpa)
+        meta.update(sdpa_meta)
+    return cases, meta, unavailable
+
+
+def sdpa_cases(q, k, v, causal: bool, backends) -> tuple[dict, dict, list]:
+    """SDPA forced to each of ``backends`` that runs here ({label: fn}, {label: fields}),
+    and a row for each that does not (its PyTorch reason, or oom)."""
+    cases, meta, unavailable = {}, {}, []
+    for status in availability(q, k, v, causal=causal):
+        if status.backend not in backends:
+            continue
+        label = f"sdpa_{status.backend}"
+        if not status.ran:
+            unavailable.append({"impl": label, "status": unavailable_status(status)})
+            continue
+        cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)
+        meta[label] = {"impl": label, "kernel": status.op}
     return cases, meta, unavailable
 
 
@@ -104,17 +115,16 @@ def point_rows(params: PrefillParams, ctx, T: int, dtype: str, causal: bool,
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
     cases, meta, unavailable = _cases(params, q, k, v, causal)
     cases = {label: _capped(fn, cap, ctx.device) for label, fn in cases.items()}
-    rows = []
     timings = time_interleaved(cases, progress=progress,
                                **timing_options(params.timing, ctx)) if cases else {}
-    for label, timing in timings.items():
-        row = {**meta[label], **timing.as_row(), "status": timing.status}
-        if timing.status == "ok":
-            row.update(_memory_and_kernel(cases[label], meta[label].get("kernel"), ctx.device))
-            seconds = timing.median_ms * 1e-3
-            row["achieved_gflops"] = base["flops"] / seconds / 1e9
-            row["frac_matmul_ceiling"] = ratio_or_none(row["achieved_gflops"], matmul_gflops)
-        rows.append(row)
+
+    def when_ok(label, timing) -> dict:
+        fields = _memory_and_kernel(cases[label], meta[label].get("kernel"), ctx.device)
+        fields["achieved_gflops"] = base["flops"] / (timing.median_ms * 1e-3) / 1e9
+        fields["frac_matmul_ceiling"] = ratio_or_none(fields["achieved_gflops"], matmul_gflops)
+        return fields
+
+    rows = timed_rows(timings, meta, when_ok)
     return [{**base, **row} for row in rows + unavailable]
 
 
@@ -122,9 +132,8 @@ def run(params: PrefillParams, ctx):
     ceilings = read_ceilings(ctx.inputs["probe"])["matmul_gflops"]
     points = [(T, dtype, causal) for T in params.lengths for dtype in params.dtypes
               for causal in params.causal]
-    rows = []
-    for i, (T, dtype, causal) in enumerate(points, start=1):
-        name = f"T={T} {dtype} {'causal' if causal else 'full'}"
-        progress = harness_progress(ctx, i, len(points), name, params.timing.rounds)
-        rows += point_rows(params, ctx, T, dtype, causal, ceilings.get(dtype), progress)
+    rows = rows_over_points(
+        ctx, points, lambda p: f"T={p[0]} {p[1]} {'causal' if p[2] else 'full'}",
+        params.timing.rounds,
+        lambda p, progress: point_rows(params, ctx, *p, ceilings.get(p[1]), progress))
     return table("prefill", rows)
