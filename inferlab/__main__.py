@@ -1,3 +1,5 @@
+"""``python -m inferlab``: the command line (inferlab.cli)."""
+
 import sys
 
 from inferlab.cli import main

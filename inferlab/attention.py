@@ -40,7 +40,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from inferlab.shapes import check_qkv
+
 __all__ = [
+    "TILED",
     "TileStats",
     "Partial",
     "naive_attention",
@@ -58,7 +61,7 @@ __all__ = [
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                   scale: float | None = None, min_keys: int = 1) -> float:
     """Validate q, k, v, causal and scale for every entry point; return the scale to use."""
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if q.shape[2] < 1 or q.shape[3] < 1:
         raise ValueError(f"q must have at least one query and D >= 1; got {tuple(q.shape)}")
     if k.shape[2] < min_keys:
@@ -71,26 +74,6 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
                          f"T_q={q.shape[2]}, T_k={k.shape[2]}. Alignment of a rectangular "
                          "causal mask is ambiguous (SDPA: top-left), so it is refused")
     return _check_scale(scale, q.shape[3])
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
-    """4-D floating tensors (B, H, T, D) sharing dtype, device, B, H and D; k, v same T."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, Tensor) or t.dim() != 4:
-            shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a 4-D tensor (B, H, T, D); got {shape}")
-        if not t.dtype.is_floating_point:
-            raise ValueError(f"{name} must have a floating dtype; got {t.dtype}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name} is {t.dtype} on {t.device} but q is {q.dtype} on "
-                             f"{q.device}; q, k and v must share dtype and device")
-        for axis, label in ((0, "batch B"), (1, "heads H"), (3, "head dim D")):
-            if t.shape[axis] != q.shape[axis]:
-                raise ValueError(f"{name} has {label}={t.shape[axis]} but q has "
-                                 f"{q.shape[axis]}; shapes are (B, H, T, D)")
-    if k.shape[2] != v.shape[2]:
-        raise ValueError(f"k has {k.shape[2]} keys but v has {v.shape[2]}; they must match")
 
 
 def _check_scale(scale: float | None, head_dim: int) -> float:
@@ -281,6 +264,10 @@ def _fast_query_tile(q_tile: Tensor, k3: Tensor, v3: Tensor, q0: int, causal: bo
         acc.mul_(correction.unsqueeze(-1)).baddbmm_(p, v3[:, k0:k1])
         m_i, m_new = m_new, m_i
     return acc.div_(l_i.unsqueeze(-1)), computed, total
+
+
+# The two plain-PyTorch tilings by the name rows and configs give them.
+TILED = {"tiled": tiled_attention, "tiled_fast": tiled_attention_fast}
 
 
 # --------------------------------------------------------------------------- partials

@@ -35,6 +35,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
+from inferlab.shapes import check_qkv
+
 # Our names, in the order the table prints them -> PyTorch's enum.
 BACKENDS: dict[str, SDPBackend] = {
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -43,7 +45,9 @@ BACKENDS: dict[str, SDPBackend] = {
     "math": SDPBackend.MATH,
 }
 LIMIT_KINDS = ("build", "hardware", "input")
-REASON_SOURCES = ("pytorch", "inferlab")
+# "The fused kernel" of the chapter: the SDPA backends that never write the score matrix
+# (math is the unfused composite). Rows timing one of them carry fused_sdpa = True.
+FUSED_SDPA = ("flash", "efficient", "cudnn")
 
 # torch.backends.cuda functions that answer "can this backend run these tensors?".
 _CUDA_CHECKS = {
@@ -132,16 +136,6 @@ def _check_backend(backend: str) -> SDPBackend:
     return BACKENDS[backend]
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name} must be a 4-D tensor (B, H, T, D); got {got}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device; got q={q.device}, k={k.device}, "
-                         f"v={v.device}")
-
-
 def run_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str,
              causal: bool = False) -> torch.Tensor:
     """``scaled_dot_product_attention`` forced to one backend; raises if it cannot run.
@@ -149,7 +143,7 @@ def run_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str,
     q: (B, H, T_q, D), k: (B, H, T_k, D), v: (B, H, T_k, D_v) -> (B, H, T_q, D_v).
     """
     sdp_backend = _check_backend(backend)
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v, strict=False)
     with sdpa_kernel([sdp_backend]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
@@ -280,7 +274,7 @@ def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     q: (B, H, T_q, D), k: (B, H, T_k, D), v: (B, H, T_k, D_v), all on one device.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v, strict=False)
     context = {"dtype": str(q.dtype).removeprefix("torch."), "causal": bool(causal),
                "shape": tuple(q.shape), "device": str(q.device)}
     rows = []
@@ -290,6 +284,35 @@ def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         rows.append(BackendStatus(backend, check.can_run, ran, check.reason,
                                   check.reason_source, check.limit_kind, op, error, **context))
     return rows
+
+
+def sdpa_cases(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               backends: Iterable[str]) -> tuple[dict, dict, list]:
+    """SDPA forced to each of ``backends`` that runs on these inputs: ({label: fn},
+    {label: row fields with the ATen op that ran}, [a row for each that does not, with
+    PyTorch's reason or "oom"]). Labels are "sdpa_<backend>", the rows' ``impl``."""
+    cases, meta, refused = {}, {}, []
+    for status in availability(q, k, v, causal=causal):
+        if status.backend not in backends:
+            continue
+        label = f"sdpa_{status.backend}"
+        if status.ran:
+            cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)
+            meta[label] = {"impl": label, "kernel": status.op,
+                           "fused_sdpa": status.backend in FUSED_SDPA}
+        else:
+            refused.append({"impl": label, "fused_sdpa": status.backend in FUSED_SDPA,
+                            "status": _refusal_status(status)})
+    return cases, meta, refused
+
+
+def _refusal_status(status: BackendStatus) -> str:
+    """'oom' when forcing the backend ran out of memory, else 'unavailable: <reason>'."""
+    from inferlab.memory import is_oom
+
+    if status.error and is_oom(RuntimeError(status.error)):
+        return "oom"
+    return f"unavailable: {status.reason or status.error or 'refused without a reason'}"
 
 
 def _depth(event: Any) -> int:

@@ -1,7 +1,10 @@
 """Command line: ``python -m inferlab <command>`` (also installed as ``inferlab``).
 
-The CLI only parses arguments and hands them to the module that owns the work;
-it holds no logic of its own.
+The CLI only parses arguments and hands them to the module that owns the work. Every
+command that works on one results key finds it as the Snakefile does: ``--machine``,
+else ``machine:`` in the config (config.yaml, then each ``--configfile``, then each
+``--set``), else the id detected from the hardware; a config that changes the grid
+gives ``machine@grid``. ``--root`` may stand before or after the command.
 """
 
 from __future__ import annotations
@@ -11,12 +14,22 @@ import sys
 from pathlib import Path
 
 
-def _machine(args: argparse.Namespace) -> str:
-    if args.machine:
-        return args.machine
-    from inferlab.environment import default_device, machine_id
+def _config(args: argparse.Namespace):
+    from inferlab.config import load_config, resolve
 
-    return machine_id(default_device())
+    root = Path(args.root)
+    raw = load_config(args.configfile, getattr(args, "set", ()), base=root / "config.yaml")
+    return resolve(raw, machine=args.machine)
+
+
+def _key(args: argparse.Namespace) -> str:
+    """The results key of this command: machine, or machine@grid."""
+    return _config(args).key
+
+
+def _one_key_or_all(args: argparse.Namespace) -> str | None:
+    """The key named by --machine or --configfile, or None for every key."""
+    return _key(args) if args.machine is not None or args.configfile else None
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -35,49 +48,66 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from inferlab.pipeline import cli_stage
+    from inferlab.runner import cli_stage
 
     return cli_stage(args.stage, root=Path(args.root), machine=args.machine,
                      configfiles=args.configfile, overrides=args.set)
 
 
 def _cmd_adopt(args: argparse.Namespace) -> int:
-    from inferlab.pipeline import cli_adopt
+    from inferlab.adopt import cli_adopt
 
-    return cli_adopt(root=Path(args.root), machine=_machine(args))
+    return cli_adopt(root=Path(args.root), machine=args.machine, configfiles=args.configfile)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from inferlab.register import cli_verify
 
-    return cli_verify(root=Path(args.root), machine=args.machine)
+    return cli_verify(root=Path(args.root), key=_one_key_or_all(args))
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
+    from inferlab.pipeline import stage
     from inferlab.register import cli_history
 
-    return cli_history(root=Path(args.root), machine=_machine(args), stage=args.stage)
+    if args.stage is not None:
+        stage(args.stage)
+    return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
-    from inferlab.claims import cli_claims
+    from inferlab.audit import cli_claims
 
     return cli_claims(root=Path(args.root), as_json=args.json)
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from inferlab.claims import cli_audit
+    from inferlab.audit import cli_audit
 
-    return cli_audit(args.claim_id, root=Path(args.root), machine=args.machine,
+    return cli_audit(args.claim_id, root=Path(args.root), key=_one_key_or_all(args),
                      as_json=args.json)
 
 
+def _common() -> argparse.ArgumentParser:
+    """Options every command takes, before or after its name."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--root", default=argparse.SUPPRESS,
+                   help="repository root holding results/ and evidence/ (default: .)")
+    p.add_argument("--machine", default=argparse.SUPPRESS,
+                   help="machine id (default: config's machine:, else detected)")
+    p.add_argument("--configfile", action="append", default=argparse.SUPPRESS,
+                   help="YAML config merged over config.yaml (repeatable), as in Snakemake")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="inferlab", description=__doc__.splitlines()[0])
-    p.add_argument("--root", default=".", help="repository root holding results/ and evidence/")
+    common = _common()
+    p = argparse.ArgumentParser(prog="inferlab", description=__doc__.splitlines()[0],
+                                parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("probe", help="which SDPA backends run here, why the others do not")
+    s = sub.add_parser("probe", parents=[common],
+                       help="which SDPA backends run here, why the others do not")
     s.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     s.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     s.add_argument("--tokens", type=int, default=1024)
@@ -86,35 +116,31 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--causal", action="store_true")
     s.set_defaults(func=_cmd_probe)
 
-    s = sub.add_parser("stage", help="run one pipeline stage without Snakemake")
+    s = sub.add_parser("stage", parents=[common], help="run one pipeline stage without Snakemake")
     s.add_argument("stage", help="probe, correctness, prefill, decode, traffic or claims")
-    s.add_argument("--machine", default=None, help="machine id (default: detected)")
-    s.add_argument("--configfile", action="append", default=[],
-                   help="YAML config merged over config.yaml (repeatable)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config value, e.g. --set prefill.lengths=[512,1024]")
+                   help="override one config value, e.g. --set prefill.cpu.lengths=[512,1024]")
     s.set_defaults(func=_cmd_stage)
 
-    s = sub.add_parser("adopt", help="mark committed results for this machine as current")
-    s.add_argument("--machine", default=None)
+    s = sub.add_parser("adopt", parents=[common],
+                       help="mark committed results for this machine as current")
     s.set_defaults(func=_cmd_adopt)
 
-    s = sub.add_parser("verify", help="re-hash the evidence register(s) and check the chain")
-    s.add_argument("--machine", default=None, help="one machine (default: all)")
+    s = sub.add_parser("verify", parents=[common],
+                       help="re-hash the evidence register(s) and check the chain")
     s.set_defaults(func=_cmd_verify)
 
-    s = sub.add_parser("history", help="list artifact versions in the register")
+    s = sub.add_parser("history", parents=[common], help="list artifact versions in the register")
     s.add_argument("stage", nargs="?", default=None)
-    s.add_argument("--machine", default=None)
     s.set_defaults(func=_cmd_history)
 
-    s = sub.add_parser("claims", help="every claim with its verdict per machine")
+    s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_claims)
 
-    s = sub.add_parser("audit", help="trace one claim to its artifacts, hashes and commands")
+    s = sub.add_parser("audit", parents=[common],
+                       help="trace one claim to its artifacts, hashes and commands")
     s.add_argument("claim_id")
-    s.add_argument("--machine", default=None, help="one machine (default: all)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_audit)
     return p
@@ -122,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for name, default in (("root", "."), ("machine", None), ("configfile", [])):
+        if not hasattr(args, name):
+            setattr(args, name, default)
     try:
         return args.func(args)
     except ValueError as exc:  # bad input: a clear message, no traceback

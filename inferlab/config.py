@@ -1,11 +1,23 @@
 """Configuration: config.yaml (+ config files, + KEY=VALUE overrides) -> validated dict ->
-typed, frozen parameters per stage.
+one effective config per stage.
 
 Configuration flows one way. Snakemake validates the merged config against
 ``schemas/config.schema.json`` with ``snakemake.utils.validate``; this module validates
-against the same file, so ``python -m inferlab stage ...`` without Snakemake accepts and
-refuses exactly the same configs. "auto" values (machine, device, threads) are resolved
-here, once, and the stage gets the ``cpu:`` or ``cuda:`` size block for the device found.
+against the same file, so ``python -m inferlab stage ...`` accepts and refuses exactly
+the same configs. The "auto" values are resolved here, once: the device (cuda when torch
+sees one, else cpu), the machine id and the grid. A section's ``cpu:`` or ``cuda:``
+block, for the device found, is merged over its shared keys.
+
+A stage's *effective config* is the seed, the device and its sections
+(``pipeline.Stage.sections``) resolved for the device. It is the one description of
+what a stage computes: the Snakemake rule's params (its rerun trigger), the provenance's
+``config_sha256`` and what ``inferlab adopt`` compares. Each stage module builds its
+typed parameters from it (``Params.from_config``).
+
+The *grid* names what was computed: ``None`` for the book grid (the effective configs
+that ``config.yaml`` alone gives on this device), else the config's ``grid`` name, or
+``custom-<hash>`` when a config changed the grid without naming it. Results of another
+grid go to ``results/{machine}@{grid}/`` (``inferlab.layout``), never over the book's.
 """
 
 from __future__ import annotations
@@ -13,116 +25,22 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from inferlab.layout import check_machine, check_stage
+from inferlab import layout
+from inferlab.files import sha256_bytes
+from inferlab.pipeline import STAGES, stage
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SCHEMA_PATH = REPO_ROOT / "schemas" / "config.schema.json"
-DEFAULT_CONFIG = REPO_ROOT / "config.yaml"
-
-
-# --------------------------------------------------------------------------- typed params
-
-
-@dataclass(frozen=True)
-class TimingParams:
-    warmup: int
-    rounds: int
-    timings_per_round: int
-    noisy_threshold: float
-    min_run_ms: float
-
-
-@dataclass(frozen=True)
-class ProbeParams:
-    tokens: int
-    heads: int
-    d: int
-    copy_mib: int
-    matmul_size: int
-    dtypes: tuple[str, ...]      # the prefill dtypes: availability is probed for these
-    causal: tuple[bool, ...]
-    timing: TimingParams
-
-
-@dataclass(frozen=True)
-class CorrectnessParams:
-    heads: int
-    d: int
-    lengths: tuple[int, ...]
-    blocks: tuple[tuple[int, int], ...]   # (block_q, block_k)
-    dtypes: tuple[str, ...]
-    causal: tuple[bool, ...]
-    score_scales: tuple[float, ...]
-    splits: tuple[int, ...]
-    splitkv_cache_len: int
-    pair_model_T: int
-    pair_model_blocks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class PrefillParams:
-    batch: int
-    heads: int
-    d: int
-    lengths: tuple[int, ...]
-    dtypes: tuple[str, ...]
-    causal: tuple[bool, ...]
-    implementations: tuple[str, ...]
-    backends: tuple[str, ...]
-    blocks: tuple[int, ...]
-    memory_cap_gib: float | None
-    timing: TimingParams
-
-
-@dataclass(frozen=True)
-class DecodeParams:
-    heads: int
-    d: int
-    cache_lens: tuple[int, ...]
-    batches: tuple[int, ...]
-    dtypes: tuple[str, ...]
-    splits: tuple[int, ...]
-    backends: tuple[str, ...]
-    timing: TimingParams
-
-
-@dataclass(frozen=True)
-class TrafficParams:
-    block_q_model: int
-    model_lengths: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class ClaimsParams:
-    """The claims stage is configured by claims.yaml, not by config.yaml."""
-
-
-@dataclass(frozen=True)
-class Config:
-    """A validated config with its "auto" values resolved."""
-
-    machine: str
-    device: str
-    threads: int
-    seed: int
-    raw: dict[str, Any] = field(compare=False, repr=False)
-
-    def stage_params(self, stage: str):
-        return stage_params(self, stage)
+SCHEMA_PATH = layout.schema_path("config.schema.json")
+DEVICE_BLOCKS = ("cpu", "cuda")
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def _schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -136,6 +54,13 @@ def deep_merge(base: dict, update: dict) -> dict:
     return merged
 
 
+def _yaml(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+
+
 def parse_override(text: str) -> dict:
     """``"prefill.cpu.lengths=[512, 1024]"`` -> ``{"prefill": {"cpu": {"lengths": [512, 1024]}}}``.
 
@@ -146,28 +71,28 @@ def parse_override(text: str) -> dict:
     if not sep or not all(parts):
         raise ValueError(f"override {text!r} is not KEY=VALUE with a dotted KEY "
                          "(e.g. prefill.cpu.lengths=[512,1024])")
-    nested: Any = yaml.safe_load(value) if value.strip() else ""
+    nested: Any = _yaml(value, f"the value of override {text!r}") if value.strip() else ""
     for part in reversed(parts):
         nested = {part: nested}
     return nested
 
 
-def _read_yaml(path: Path | str) -> dict:
+def read_yaml(path: Path | str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = _yaml(path.read_text(encoding="utf-8"), f"config file {str(path)!r}") or {}
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r} must hold a mapping of keys, not "
                          f"{type(data).__name__}")
     return data
 
 
-def load_config(configfiles=(), overrides=(), base: Path | str = DEFAULT_CONFIG) -> dict:
+def load_config(configfiles=(), overrides=(), base: Path | str | None = None) -> dict:
     """config.yaml, then each config file, then each KEY=VALUE override; validated."""
-    raw = _read_yaml(base)
+    raw = read_yaml(layout.CONFIG_FILE if base is None else base)
     for path in configfiles:
-        raw = deep_merge(raw, _read_yaml(path))
+        raw = deep_merge(raw, read_yaml(path))
     for text in overrides:
         raw = deep_merge(raw, parse_override(text))
     return validate_config(raw)
@@ -192,7 +117,8 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
 
 def validate_config(raw: dict) -> dict:
     """Return ``raw`` if it matches the schema; else ValueError naming the key and value."""
-    validator = jsonschema.Draft202012Validator(_schema())
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [line for e in errors for line in _error_lines(e)]
@@ -204,84 +130,102 @@ def validate_config(raw: dict) -> dict:
 
 
 def resolve_device(raw: dict) -> str:
-    if raw["device"] != "auto":
-        if raw["device"] == "cuda":
-            import torch
+    if raw["device"] == "auto":
+        from inferlab.environment import default_device
 
-            if not torch.cuda.is_available():
-                raise ValueError("config key device: 'cuda' but torch.cuda.is_available() is "
-                                 "False here; use device: cpu or auto")
-        return raw["device"]
-    from inferlab.environment import default_device
+        return default_device()
+    if raw["device"] == "cuda":
+        import torch
 
-    return default_device()
+        if not torch.cuda.is_available():
+            raise ValueError("config key device: 'cuda' but torch.cuda.is_available() is "
+                             "False here; use device: cpu or auto")
+    return raw["device"]
 
 
-def resolve_machine(raw: dict, device: str | None = None) -> str:
-    """The machine id: config["machine"], or detected from the device when "auto"."""
+def resolve_machine(raw: dict, device: str, machine: str | None = None) -> str:
+    """``machine`` (a command line's --machine) if given, else config["machine"], else the
+    id detected from the hardware when that is "auto"."""
+    if machine is not None:
+        return layout.check_machine(machine)
     if raw["machine"] != "auto":
-        return check_machine(raw["machine"])
+        return layout.check_machine(raw["machine"])
     from inferlab.environment import machine_id
 
-    return check_machine(machine_id(device or resolve_device(raw)))
+    return layout.check_machine(machine_id(device))
 
 
 def available_cpus() -> int:
+    """The CPUs this process may run on (a container or taskset may allow fewer)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
 
 
+def resolve_threads(raw: dict, cores: int | None = None) -> int:
+    """torch's intra-op threads: config["threads"], or when "auto" the cores Snakemake
+    gave the job (``cores``), or else every CPU this process may use."""
+    if raw["threads"] != "auto":
+        return raw["threads"]
+    return max(1, min(cores, available_cpus())) if cores else available_cpus()
+
+
+def device_block(section: dict, device: str) -> dict:
+    """A config section for ``device``: its ``cpu:``/``cuda:`` block over its shared keys."""
+    shared = {k: v for k, v in section.items() if k not in DEVICE_BLOCKS}
+    return {**shared, **section.get(device, {})}
+
+
+def effective_config(raw: dict, stage_name: str, device: str) -> dict:
+    """What stage ``stage_name`` computes from: seed, device and its sections for the device.
+
+    The same dict is the rule's params, the provenance's config and what adopt compares.
+    """
+    declared = stage(stage_name)
+    return json.loads(json.dumps(
+        {"device": device, "seed": raw["seed"],
+         **{s: device_block(raw[s], device) for s in declared.sections}}))
+
+
+def grid_hash(raw: dict, device: str) -> str:
+    """sha256 of every stage's effective config: what the whole grid computes."""
+    configs = {name: effective_config(raw, name, device) for name in STAGES}
+    return sha256_bytes(json.dumps(configs, sort_keys=True).encode())
+
+
+def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
+    """None when ``raw`` computes the book grid (``default``: config.yaml alone), else the
+    config's ``grid`` name or ``custom-<first 8 hex of the grid hash>``."""
+    default = load_config() if default is None else default
+    here = grid_hash(raw, device)
+    if here == grid_hash(default, device):
+        return None
+    return layout.check_grid(raw.get("grid") or f"custom-{here[:8]}")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated config with its "auto" values resolved."""
+
+    machine: str
+    grid: str | None
+    device: str
+    seed: int
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+    @property
+    def key(self) -> str:
+        """The results key: ``machine``, or ``machine@grid`` off the book grid."""
+        return layout.results_key(self.machine, self.grid)
+
+    def effective(self, stage_name: str) -> dict:
+        return effective_config(self.raw, stage_name, self.device)
+
+
 def resolve(raw: dict, machine: str | None = None) -> Config:
     """Validate ``raw`` and resolve its "auto" values; ``machine`` overrides config["machine"]."""
     raw = validate_config(raw)
     device = resolve_device(raw)
-    threads = available_cpus() if raw["threads"] == "auto" else raw["threads"]
-    machine = check_machine(machine) if machine else resolve_machine(raw, device)
-    return Config(machine=machine, device=device, threads=threads, seed=raw["seed"], raw=raw)
-
-
-# --------------------------------------------------------------------------- per stage
-
-
-def _tuples(block: dict) -> dict:
-    """Lists -> tuples (nested too), so the params are hashable and frozen."""
-    return {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
-            if isinstance(v, list) else v for k, v in block.items()}
-
-
-def _device_block(raw: dict, stage: str, device: str) -> dict:
-    section = raw[stage]
-    shared = {k: v for k, v in section.items() if k not in ("cpu", "cuda")}
-    return _tuples({**shared, **section[device]})
-
-
-def stage_params(config: Config, stage: str):
-    """The typed, frozen parameters of ``stage`` for ``config``'s device."""
-    check_stage(stage)
-    raw, device = config.raw, config.device
-    timing = TimingParams(**raw["timing"])
-    if stage == "probe":
-        prefill = _device_block(raw, "prefill", device)
-        return ProbeParams(**_device_block(raw, "probe", device), dtypes=prefill["dtypes"],
-                           causal=prefill["causal"], timing=timing)
-    if stage == "correctness":
-        block = _device_block(raw, "correctness", device)
-        model = block.pop("pair_model")
-        return CorrectnessParams(**block, pair_model_T=model["T"],
-                                 pair_model_blocks=tuple(model["blocks"]))
-    if stage == "prefill":
-        return PrefillParams(**_device_block(raw, "prefill", device), timing=timing)
-    if stage == "decode":
-        return DecodeParams(**_device_block(raw, "decode", device), timing=timing)
-    if stage == "traffic":
-        traffic = raw["traffic"]
-        return TrafficParams(block_q_model=traffic["block_q_model"],
-                             model_lengths=tuple(traffic["model_lengths"]))
-    return ClaimsParams()
-
-
-def params_dict(params) -> dict:
-    """JSON-ready form of a params dataclass (for the provenance's effective config)."""
-    return json.loads(json.dumps(asdict(params)))
+    return Config(machine=resolve_machine(raw, device, machine), grid=resolve_grid(raw, device),
+                  device=device, seed=raw["seed"], raw=raw)

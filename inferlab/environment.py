@@ -22,8 +22,6 @@ import subprocess
 import threading
 from typing import Any
 
-from inferlab.layout import check_machine
-
 # torch.utils.collect_env shells out (pip, lscpu, nvidia-smi); it is not allowed to
 # hold up or break a fingerprint, so it runs in a thread with this time limit.
 COLLECT_ENV_TIMEOUT_S = 20.0
@@ -88,7 +86,8 @@ def slug_machine(kind: str, name: str, count: int) -> str:
         raise ValueError(f"name={name!r} has no letters or digits to name the hardware by")
     suffix = f"-{count}c" if kind == "cpu" else (f"-x{count}" if count > 1 else "")
     room = _MAX_MACHINE_CHARS - len(kind) - 1 - len(suffix)
-    return check_machine(f"{kind}-{body[:room].rstrip('-.')}{suffix}")
+    # a lowercase slug by construction: what inferlab.layout.check_machine accepts
+    return f"{kind}-{body[:room].rstrip('-.')}{suffix}"
 
 
 def _cpu_model() -> str:
@@ -272,3 +271,12 @@ def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
         [*notes, "collect_env: not collected here; probe.json's environment has it"],
     }
     return _scrub(facts, _private_strings())
+
+
+def hardware(env: dict) -> dict:
+    """The facts of a fingerprint that decide what a timing means: CPU model and vector
+    ISA level (torch's cpu_capability), threads, GPU name. Two results with different
+    ``hardware`` were not measured on the same machine, whatever its id says."""
+    build, host, cuda = env.get("build") or {}, env.get("host") or {}, env.get("cuda") or {}
+    return {"cpu_model": host.get("cpu_model"), "cpu_capability": build.get("cpu_capability"),
+            "gpu": cuda.get("device_name")}

@@ -1,4 +1,4 @@
-"""The one timing harness and the one memory measurement; every timing stage uses them.
+"""The one timing harness; every timing stage uses it.
 
 Timing follows the chapter's method: warm up first, then run the implementations
 interleaved in rounds (A B C A B C ...) so that drift (frequency, other load, page
@@ -12,28 +12,22 @@ ran, and they would triple the time of the slow cases). CUDA timings use CUDA ev
 synchronize, or ``triton.testing.do_bench`` when Triton is importable (that one flushes
 L2 before every call, so it measures a cold cache; the ``method`` string says which).
 
-Peak extra memory is what ``fn`` allocated beyond what existed before it (the inputs
-are excluded): on CPU from the profiler's allocation trace, on CUDA from
-``max_memory_allocated``. An out-of-memory failure is a status (``oom``), not a crash.
+A case that fails is a status, not a crash: ``oom`` (``inferlab.memory.is_oom``) or
+``error: <message>``. Memory is measured by ``inferlab.memory``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import resource
 import statistics
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-DEVICES = ("cpu", "cuda")
-_PROC_STATUS = Path("/proc/self/status")
-_PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+from inferlab.memory import check_device, is_oom
+
 _MAX_CALLS_PER_TIMING = 1_000_000
-_OOM_TEXTS = ("can't allocate memory", "out of memory", "defaultcpuallocator")
 
 Progress = Callable[[int, int, str], object] | None
 
@@ -69,39 +63,11 @@ class Timing:
         }
 
 
-@dataclass(frozen=True)
-class MemoryReading:
-    """Peak bytes allocated during a call beyond what was allocated before it.
-
-    ``rss_hwm_delta_bytes`` is the process resident high-water mark's rise during the
-    call, a cross-check from the operating system (None where it cannot be read). The
-    mark can only rise; where it could not be reset first it reads 0 whenever the call
-    stayed below an earlier peak, so it is a lower bound, never the measurement.
-    """
-
-    peak_extra_bytes: int
-    method: str
-    rss_hwm_delta_bytes: int | None
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True when ``exc`` is an out-of-memory failure (CPU or CUDA, typed or by message)."""
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXTS)
-
-
 def _failure_status(exc: Exception) -> str:
     if is_oom(exc):
         return "oom"
     first_line = (str(exc).strip().splitlines() or [""])[0]
     return f"error: {type(exc).__name__}: {first_line}"[:300]
-
-
-def _check_device(device: str) -> str:
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not supported; expected one of {list(DEVICES)}")
-    return device
 
 
 def _check_count(name: str, value: int, minimum: int) -> None:
@@ -209,7 +175,7 @@ def _failed(method: str, status: str, n_timings: int = 0, number: int = 0) -> Ti
 
 def _check_timing_args(cases, device, threads, rounds, timings_per_round, warmup,
                        noisy_threshold, min_run_s) -> None:
-    _check_device(device)
+    check_device(device)
     if not cases:
         raise ValueError("cases is empty: pass at least one {label: callable}")
     for label, fn in cases.items():
@@ -297,130 +263,3 @@ def _timed_rounds(clocks, numbers, rounds, timings_per_round, progress, failed):
                     continue
                 samples_ms[label][r].append(seconds * 1e3)
     return samples_ms
-
-
-# --------------------------------------------------------------------------- memory
-
-
-def _proc_status_bytes(key: str) -> int | None:
-    """A ``kB`` field of /proc/self/status in bytes (Linux), else None."""
-    try:
-        for line in _PROC_STATUS.read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_rss_high_water() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
-    try:
-        _PROC_CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
-    """Max of the running sum of allocations minus frees during ``fn``, from the profiler.
-
-    torch's own profiler parser reads these the same way: ``[memory]`` events of the kineto
-    results, ``nbytes()`` positive for an allocation and negative for a free.
-    """
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    host = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() in host]
-    running = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        running += event.nbytes()
-        peak = max(peak, running)
-    return peak
-
-
-def _cpu_peak_extra(fn: Callable[[], object]) -> MemoryReading:
-    reset = _reset_rss_high_water()
-    hwm_before = _proc_status_bytes("VmHWM")
-    peak = _cpu_allocation_peak_bytes(fn)
-    hwm_after = _proc_status_bytes("VmHWM")
-    delta = None if hwm_before is None or hwm_after is None else hwm_after - hwm_before
-    suffix = "reset before the call" if reset else "not reset: 0 when below an earlier peak"
-    return MemoryReading(peak, f"torch.profiler allocation trace (RSS high-water {suffix})",
-                         delta)
-
-
-def _cuda_peak_extra(fn: Callable[[], object]) -> MemoryReading:
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    fn()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - before
-    return MemoryReading(int(peak), "torch.cuda.max_memory_allocated", None)
-
-
-def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu") -> MemoryReading:
-    """Peak bytes allocated while ``fn()`` runs beyond what was allocated before it.
-
-    The inputs ``fn`` closes over are allocated before, so they are not counted; what
-    ``fn`` returns is counted (it was allocated during the call). Call it after a warm-up
-    (e.g. after ``time_interleaved``) so one-time lazy allocations are not counted.
-    Exceptions from ``fn`` (an out-of-memory included) propagate so the caller can record
-    the status.
-    """
-    if not callable(fn):
-        raise ValueError(f"fn={fn!r} is not callable")
-    if _check_device(device) == "cuda":
-        return _cuda_peak_extra(fn)
-    return _cpu_peak_extra(fn)
-
-
-@contextlib.contextmanager
-def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
-    """Inside the block, allocating more than ``cap_bytes`` beyond current use fails like a
-    real out-of-memory (so an OOM row can be produced on a machine that has the memory).
-
-    CPU: lowers the address-space limit (RLIMIT_AS) to the current VmSize + cap, restored
-    on exit; it caps virtual memory, so threads started inside the block also count, and
-    memory the allocator already holds does not: glibc serves allocations below its mmap
-    threshold (up to 32 MiB) from freed heap chunks, so a cap is exact only for tensors
-    larger than that.
-    CUDA: ``set_per_process_memory_fraction`` of (reserved + cap) / total, set back to 1.0
-    on exit (torch cannot report the fraction that was set before). None = no cap.
-    """
-    _check_device(device)
-    if cap_bytes is None:
-        yield
-        return
-    _check_count("cap_bytes", cap_bytes, 1)
-    if device == "cuda":
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        fraction = min(1.0, (torch.cuda.memory_reserved() + cap_bytes) / total)
-        torch.cuda.set_per_process_memory_fraction(fraction)
-        try:
-            yield
-        finally:
-            torch.cuda.set_per_process_memory_fraction(1.0)
-        return
-    yield from _cpu_address_space_cap(cap_bytes)
-
-
-def _cpu_address_space_cap(cap_bytes: int) -> Iterator[None]:
-    vm_size = _proc_status_bytes("VmSize")
-    if vm_size is None:
-        raise ValueError("memory_cap on CPU needs /proc/self/status (Linux); pass "
-                         "cap_bytes=None on this system")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    new_soft = vm_size + cap_bytes
-    if hard != resource.RLIM_INFINITY:
-        new_soft = min(new_soft, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (new_soft, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

@@ -1,15 +1,15 @@
-"""The evidence register: append-only, hash-chained, one per machine.
+"""The evidence register: append-only, hash-chained, one per results key (machine, grid).
 
-``evidence/{machine}/register.jsonl`` holds one canonical-JSON entry per line, one per
+``evidence/{key}/register.jsonl`` holds one canonical-JSON entry per line, one per
 artifact version: ``seq, stage, version, path, sha256, sidecar_sha256, provenance,
 prev_hash, entry_hash`` (docs/contracts.md). ``entry_hash`` is the sha256 of the entry
 without it and ``prev_hash`` the previous line's ``entry_hash``, so editing, deleting
 or reordering a line breaks the chain. Every version's artifact and sidecar are kept in
-``evidence/{machine}/objects/<sha256>``, so a number printed from version 3 can still be
+``evidence/{key}/objects/<sha256>``, so a number printed from version 3 can still be
 audited after version 7 exists. The retained sidecar repeats the entry's provenance,
 which anchors even the last line: editing it and recomputing its hash is still caught.
 
-Appends take an exclusive ``flock`` on ``evidence/{machine}/.lock``, so two stages of one
+Appends take an exclusive ``flock`` on ``evidence/{key}/.lock``, so two stages of one
 machine running in parallel (``snakemake --cores 2``) cannot fork the chain. Each line
 goes out in one ``write`` on an ``O_APPEND`` descriptor and is fsynced.
 """
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from inferlab import layout
-from inferlab.provenance import atomic_write, canonical_json, sha256_bytes, sha256_file
+from inferlab.files import atomic_write, canonical_json, durable_append, sha256_bytes, sha256_file
+from inferlab.pipeline import STAGES
 
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = ("seq", "stage", "version", "path", "sha256", "sidecar_sha256", "provenance",
@@ -37,14 +38,14 @@ _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class Problem(NamedTuple):
-    """One finding of ``verify``: which machine, where (file and line or object), what."""
+    """One finding of ``verify``: which results key, where (file and line or object), what."""
 
-    machine: str
+    key: str
     location: str
     message: str
 
     def __str__(self) -> str:
-        return f"{self.machine}: {self.location}: {self.message}"
+        return f"{self.key}: {self.location}: {self.message}"
 
 
 def entry_hash(entry: dict) -> str:
@@ -63,14 +64,14 @@ def _object_location(sha: str) -> str:
 
 
 class Register:
-    """The register of one machine under ``root`` (``evidence/{machine}/``)."""
+    """The register of one results key under ``root`` (``evidence/{key}/``)."""
 
-    def __init__(self, root: Path | str, machine: str):
+    def __init__(self, root: Path | str, key: str):
         self.root = Path(root)
-        self.machine = layout.check_machine(machine)
-        self.dir = layout.evidence_dir(root, machine)
-        self.path = self.dir / layout.REGISTER_FILE
-        self.objects = self.dir / layout.OBJECTS_DIR
+        self.key = layout.check_key(key)  # the results key: machine or machine@grid
+        self.dir = layout.evidence_dir(root, key)
+        self.path = layout.register_path(root, key)
+        self.objects = layout.objects_dir(root, key)
 
     # ---------------------------------------------------------------- reading
 
@@ -94,7 +95,8 @@ class Register:
         """Entries of one stage (all stages when None), oldest first."""
         if stage is None:
             return self.entries()
-        layout.check_stage(stage)
+        if stage not in STAGES:
+            raise ValueError(f"stage={stage!r} is not a stage; expected one of {list(STAGES)}")
         return [e for e in self.entries() if e.get("stage") == stage]
 
     def latest(self, stage: str) -> dict | None:
@@ -108,7 +110,7 @@ class Register:
                 return e
         have = [e.get("version") for e in versions]
         raise ValueError(f"version={version!r} of stage {stage!r} is not in the register of "
-                         f"{self.machine!r}; registered versions: {have or 'none'}")
+                         f"{self.key!r}; registered versions: {have or 'none'}")
 
     def copy_path(self, sha256: str) -> Path:
         """Where the retained copy of the file with this sha256 lives."""
@@ -138,10 +140,11 @@ class Register:
                provenance: dict) -> dict:
         """Append the next version of ``stage``; return the entry as written.
 
-        ``path`` is the artifact's path relative to the root (results/{machine}/...); both
+        ``path`` is the artifact's path relative to the root (results/{key}/...); both
         files must already be retained (``retain``), which is checked.
         """
-        layout.check_stage(stage)
+        if stage not in STAGES:
+            raise ValueError(f"stage={stage!r} is not a stage; expected one of {list(STAGES)}")
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance={provenance!r} must be the sidecar's provenance dict")
         for name, sha in (("sha256", sha256), ("sidecar_sha256", sidecar_sha256)):
@@ -161,16 +164,8 @@ class Register:
                 "prev_hash": entries[-1]["entry_hash"] if entries else GENESIS_HASH,
             }
             entry["entry_hash"] = entry_hash(entry)
-            self._write_line(canonical_json(entry) + b"\n")
+            durable_append(self.path, canonical_json(entry) + b"\n")
         return entry
-
-    def _write_line(self, line: bytes) -> None:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     # ---------------------------------------------------------------- checking
 
@@ -182,7 +177,7 @@ class Register:
         return problems
 
     def _problem(self, location: str, message: str) -> Problem:
-        return Problem(self.machine, location, message)
+        return Problem(self.key, location, message)
 
     def _check_chain(self) -> tuple[list[tuple[int, dict]], list[Problem]]:
         """Parse every line and check hash, link, seq and version; keep the parsable ones."""
@@ -252,10 +247,10 @@ class Register:
         return []
 
     def _check_results(self, entries: list[tuple[int, dict]]) -> list[Problem]:
-        """Each file in results/{machine}/ must be a registered version of its stage."""
+        """Each file in results/{key}/ must be a registered version of its stage."""
         problems = []
-        for stage in layout.STAGES:
-            artifact = layout.artifact_path(self.root, self.machine, stage)
+        for stage in STAGES:
+            artifact = layout.artifact_path(self.root, self.key, stage)
             mine = [e for _, e in entries if e["stage"] == stage]
             for path, field in ((artifact, "sha256"),
                                 (layout.sidecar_path(artifact), "sidecar_sha256")):
@@ -294,8 +289,8 @@ def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter)
         faults.append(f"seq {entry['seq']!r} where {next_seq} was expected: entries deleted "
                       "or reordered")
     stage = entry["stage"]
-    if not isinstance(stage, str) or stage not in layout.ARTIFACTS:
-        faults.append(f"stage {stage!r} is not a stage; expected one of {list(layout.STAGES)}")
+    if not isinstance(stage, str) or stage not in STAGES:
+        faults.append(f"stage {stage!r} is not a stage; expected one of {list(STAGES)}")
     elif entry["version"] != versions[stage] + 1:
         faults.append(f"version {entry['version']!r} of {stage} where {versions[stage] + 1} "
                       "was expected: versions deleted or reordered")
@@ -308,28 +303,13 @@ def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter)
 # -------------------------------------------------------------------- command line
 
 
-def _machines_under(root: Path) -> list[str]:
-    """Machines with an evidence folder or a results folder (results without a register
-    are unverifiable and must show up, not be skipped)."""
-    base = root / "evidence"
-    found = set(layout.machines(root))
-    if base.is_dir():
-        for p in base.iterdir():
-            try:
-                found.add(layout.check_machine(p.name))
-            except ValueError:
-                continue
-    return sorted(found)
-
-
-def cli_verify(root: Path | str, machine: str | None = None) -> int:
+def cli_verify(root: Path | str, key: str | None = None) -> int:
     """``inferlab verify``: 0 when every register checked is clean, else 1."""
     root = Path(root)
-    if machine is not None and not layout.evidence_dir(root, machine).is_dir():
-        print(f"no evidence for machine {machine!r}: {layout.evidence_dir(root, machine)} "
-              "does not exist")
+    if key is not None and not layout.evidence_dir(root, key).is_dir():
+        print(f"no evidence for {key!r}: {layout.evidence_dir(root, key)} does not exist")
         return 1
-    names = [machine] if machine is not None else _machines_under(root)
+    names = [key] if key is not None else layout.evidence_keys(root)
     if not names:
         print(f"nothing to verify: no evidence/ or results/ machines under {root}")
         return 0
@@ -355,13 +335,11 @@ def _history_row(entry: dict) -> tuple[str, ...]:
             str(entry.get("sha256"))[:12], commit, str(entry.get("path")))
 
 
-def cli_history(root: Path | str, machine: str, stage: str | None = None) -> int:
+def cli_history(root: Path | str, key: str, stage: str | None = None) -> int:
     """``inferlab history``: one row per registered version, oldest first."""
-    if stage is not None:
-        layout.check_stage(stage)
-    register = Register(root, machine)
+    register = Register(root, key)
     if not register.path.is_file():
-        print(f"no register for machine {machine!r}: {register.path} does not exist")
+        print(f"no register for {key!r}: {register.path} does not exist")
         return 1
     rows = [("version", "stage", "created_at", "sha256", "commit", "path")]
     rows += [_history_row(e) for e in register.history(stage)]

@@ -11,22 +11,20 @@ provenance footer per machine. A stage a machine did not run says "not measured 
 from __future__ import annotations
 
 import html
-import io
-import json
 import math
-import re
+import traceback
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")  # no display: figures are rendered to SVG text
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from inferlab import claims as cl  # noqa: E402
-from inferlab import layout  # noqa: E402
-from inferlab.register import Register  # noqa: E402
+from inferlab import layout
+from inferlab.audit import integrity, load_evidence, recorded_results
+from inferlab.claims import Claim, load
+from inferlab.figures import decode_figure, prefill_figure, traffic_figure
+from inferlab.pipeline import STAGES
+from inferlab.register import Register
+from inferlab.verdicts import Evidence, format_value
 
 SECTIONS = (("ran", "What ran where"), ("exactness", "Exactness"), ("prefill", "Prefill"),
             ("decode", "Decode"), ("traffic", "Traffic model"), ("claims", "Claims"),
@@ -38,8 +36,6 @@ color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
 th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}.noisy{background:#fff4d6}.nm{color:#777;font-style:italic}
-.v-reproduced{background:#dff3df}.v-not-reproduced{background:#f8dcdc}
-.v-not-measurable-here{background:#eee}.v-not-checkable{background:#dde8f8}
 .prov{border-left:3px solid #ccc;padding-left:.8em;margin:1em 0;font-size:.85em}
 code{font-size:.9em;word-break:break-all}figure{margin:0}svg{max-width:100%;height:auto}
 """
@@ -75,40 +71,26 @@ def table(columns: list[str], rows: list[list[Any]], row_classes: list[str] | No
 
 def not_measured(machine: str, stage: str) -> str:
     return (f"<p class=\"nm\">{esc(machine)}: {NOT_MEASURED} "
-            f"({esc(layout.ARTIFACTS[stage])} is missing: the {esc(stage)} stage did not run)</p>")
-
-
-def svg(fig) -> str:
-    """The figure as inline SVG (no XML prolog, comments or metadata), then closed."""
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight", metadata={"Date": None})
-    plt.close(fig)
-    text = buffer.getvalue()
-    text = text[text.index("<svg"):]
-    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
-    return "<figure>" + re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S) + "</figure>"
-
-
-def _verdict_class(verdict: str) -> str:
-    return "v-" + re.sub(r"[^a-z]+", "-", verdict.lower()).strip("-")
+            f"({esc(STAGES[stage].artifact)} is missing: the {esc(stage)} stage did not run)</p>")
 
 
 # ---------------------------------------------------------------- data
 
 
-def load_machine(root: Path, machine: str) -> dict[str, cl.Artifact]:
-    """stage -> artifact (rows, register entry, provenance) for one machine."""
-    return {stage: cl.load_artifact(root, machine, stage)
-            for stage in layout.STAGES if stage != "claims"}
+def load_machine(root: Path, key: str) -> dict[str, Evidence]:
+    """stage -> artifact (typed data, register entry, provenance) for one results key."""
+    return {stage: load_evidence(root, key, stage) for stage in STAGES if stage != "claims"}
 
 
-def _probe_json(artifact: cl.Artifact) -> dict:
-    return json.loads(artifact.path.read_text(encoding="utf-8")) if artifact.rows is not None \
-        else {}
+def _probe_json(artifact: Evidence) -> dict:
+    return artifact.data if artifact.data is not None else {}
 
 
-def _rows(artifact: cl.Artifact) -> pd.DataFrame | None:
-    return artifact.rows if artifact.rows is not None and not artifact.rows.empty else None
+def _rows(artifact: Evidence) -> pd.DataFrame | None:
+    if artifact.data is None:
+        return None
+    frame = artifact.table.frame
+    return frame if not frame.empty else None
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -118,7 +100,7 @@ def _ok(frame: pd.DataFrame) -> pd.DataFrame:
 def _noisy_flags(frame: pd.DataFrame) -> list[str]:
     if "noisy" not in frame.columns:
         return [""] * len(frame)
-    return ["noisy" if str(v).lower() == "true" else "" for v in frame["noisy"]]
+    return ["noisy" if bool(v) else "" for v in frame["noisy"].fillna(False)]
 
 
 # ---------------------------------------------------------------- sections
@@ -134,10 +116,10 @@ def section_ran(data: dict[str, dict]) -> str:
     for machine, artifacts in data.items():
         probe = artifacts["probe"]
         parts.append(f"<h3>{esc(machine)}</h3>")
-        if probe.rows is None:
+        if probe.data is None:
             parts.append(not_measured(machine, "probe"))
             continue
-        rows = [[r.get(k) for k in keys] for r in probe.rows.to_dict(orient="records")]
+        rows = [[r.get(k) for k in keys] for r in probe.data["availability"]]
         parts.append(table(columns, rows))
         ceilings = _probe_json(probe).get("ceilings") or {}
         parts.append(f"<p>Ceilings measured here: copy {esc(ceilings.get('copy_gbs'))} GB/s; "
@@ -174,47 +156,8 @@ def section_exactness(data: dict[str, dict]) -> str:
     return "".join(parts)
 
 
-def _line_plot(ax, frame: pd.DataFrame, x: str, y: str, label: str, scale: float = 1.0):
-    frame = frame.dropna(subset=[y]).sort_values(x)
-    if frame.empty:
-        return
-    (line,) = ax.plot(frame[x], frame[y] * scale, marker="o", label=label)
-    noisy = frame[[str(v).lower() == "true" for v in frame.get("noisy", [False] * len(frame))]]
-    if not noisy.empty:  # noisy rows: a hollow ring around the point
-        ax.plot(noisy[x], noisy[y] * scale, "o", ms=12, mfc="none", color=line.get_color())
-
-
-def _grid(machines: list[str], rows: int, height: float = 3.2):
-    fig, axes = plt.subplots(rows, len(machines), figsize=(5 * len(machines), height * rows),
-                             squeeze=False, layout="constrained")
-    return fig, axes
-
-
-def prefill_figure(frames: dict[str, pd.DataFrame], column: str, label: str,
-                   scale: float = 1.0) -> str:
-    """``column`` against T, log-log, one line per implementation/dtype/block; a row of
-    panels per causal value, a column per machine; noisy points ringed."""
-    machines = list(frames)
-    fig, axes = _grid(machines, 2)
-    for j, machine in enumerate(machines):
-        frame = _ok(frames[machine])
-        for i, causal in enumerate((False, True)):
-            ax = axes[i][j]
-            part = frame[frame["causal"].astype(str).str.lower() == str(causal).lower()]
-            for key, group in part.groupby(["impl", "dtype", "block_q"], dropna=False):
-                impl, dtype, block = key
-                name = f"{impl} {dtype}" + (f" B={block:g}" if impl.startswith("tiled")
-                                            and not pd.isna(block) else "")
-                _line_plot(ax, group, "T", column, name, scale)
-            ax.set(xscale="log", yscale="log", xlabel="tokens T", ylabel=label,
-                   title=f"{machine}, {'causal' if causal else 'full'}")
-            if ax.has_data():
-                ax.legend(fontsize=6)
-    return svg(fig)
-
-
 def section_prefill(data: dict[str, dict], claims_by_machine: dict[str, dict],
-                    claims: list[cl.Claim]) -> str:
+                    claims: list[Claim]) -> str:
     frames = {m: _rows(a["prefill"]) for m, a in data.items()}
     parts = [not_measured(m, "prefill") for m, f in frames.items() if f is None]
     measured = {m: f for m, f in frames.items() if f is not None}
@@ -225,7 +168,7 @@ def section_prefill(data: dict[str, dict], claims_by_machine: dict[str, dict],
         parts.append(prefill_figure(measured, "peak_extra_bytes", "peak extra memory (MiB)",
                                     2.0**-20))
     parts.append("<h3>The chapter's prefill numbers beside ours</h3>")
-    parts.append(claims_table([c for c in claims if c.check and c.check["stage"] == "prefill"],
+    parts.append(claims_table([c for c in claims if c.check and c.check.stage == "prefill"],
                               claims_by_machine))
     for machine, frame in measured.items():
         parts.append(f"<h3>{esc(machine)}: rows (noisy rows shaded)</h3>")
@@ -234,35 +177,6 @@ def section_prefill(data: dict[str, dict], claims_by_machine: dict[str, dict],
                 if k in frame.columns]
         parts.append(table(keys, frame[keys].values.tolist(), _noisy_flags(frame)))
     return "".join(parts)
-
-
-def decode_figure(frames: dict[str, pd.DataFrame], ceilings: dict[str, float | None]) -> str:
-    """Per machine at batch 1: time and achieved bandwidth against cache length, one line
-    per split count and fused backend; the model's floor and the copy ceiling dashed."""
-    machines = list(frames)
-    fig, axes = _grid(machines, 2)
-    for j, machine in enumerate(machines):
-        frame = _ok(frames[machine])
-        frame = frame[frame["batch"] == frame["batch"].min()]
-        for key, group in frame.groupby(["impl", "splits", "dtype"], dropna=False):
-            impl, splits, dtype = key
-            name = f"{impl} {dtype}" + ("" if pd.isna(splits) or impl != "splitkv"
-                                        else f" splits={splits:g}")
-            _line_plot(axes[0][j], group, "cache_len", "median_ms", name)
-            _line_plot(axes[1][j], group, "cache_len", "achieved_gbs", name)
-        floor = frame.groupby("cache_len")["floor_ms"].min().dropna()
-        if not floor.empty:
-            axes[0][j].plot(floor.index, floor.values, "k--", label="model floor")
-        if ceilings.get(machine):
-            axes[1][j].axhline(ceilings[machine], color="k", ls="--", label="copy ceiling")
-        batch = esc(frame["batch"].min()) if not frame.empty else "—"
-        axes[0][j].set(xscale="log", yscale="log", ylabel="median time (ms)",
-                       title=f"{machine}, batch {batch}")
-        axes[1][j].set(xscale="log", xlabel="cache length (keys)", ylabel="achieved GB/s")
-        for ax in axes[:, j]:
-            if ax.has_data():
-                ax.legend(fontsize=6)
-    return svg(fig)
 
 
 def section_decode(data: dict[str, dict]) -> str:
@@ -280,21 +194,6 @@ def section_decode(data: dict[str, dict]) -> str:
                             "floor_ms", "kernel", "status") if k in frame.columns]
         parts.append(table(keys, frame[keys].values.tolist(), _noisy_flags(frame)))
     return "".join(parts)
-
-
-def traffic_figure(frames: dict[str, pd.DataFrame]) -> str:
-    machines = list(frames)
-    fig, axes = _grid(machines, 1)
-    for j, machine in enumerate(machines):
-        ax = axes[0][j]
-        for key, group in frames[machine].groupby(["causal", "dtype"], dropna=False):
-            mask = "causal" if str(key[0]).lower() == "true" else "full"
-            _line_plot(ax, group, "T", "model_ratio", f"model, {mask}")
-            _line_plot(ax, group, "T", "measured_ratio", f"measured {key[1]}, {mask}")
-        ax.set(xscale="log", xlabel="tokens T", ylabel="naive / fused", title=machine)
-        if ax.has_data():
-            ax.legend(fontsize=6)
-    return svg(fig)
 
 
 def section_traffic(data: dict[str, dict]) -> str:
@@ -325,12 +224,12 @@ def _claim_cell(claim_id: str, machine: str, claims_by_machine: dict[str, dict])
     result = claims_by_machine.get(machine, {}).get(claim_id)
     if result is None:
         return "<span class=\"nm\">claims stage not run</span>"
-    value = cl.format_value(result["value"]) if result["value"] is not None else ""
+    value = format_value(result["value"]) if result["value"] is not None else ""
     return (f"<a href=\"#{esc(_anchor(claim_id, machine))}\">{esc(result['verdict'])}</a>"
             + (f"<br>{esc(value)}" if value else ""))
 
 
-def claims_table(claims: list[cl.Claim], claims_by_machine: dict[str, dict]) -> str:
+def claims_table(claims: list[Claim], claims_by_machine: dict[str, dict]) -> str:
     machines = sorted(claims_by_machine)
     rows = [[c.id, c.sentence, c.chapter_value, c.kind]
             + [_claim_cell(c.id, m, claims_by_machine) for m in machines] for c in claims]
@@ -338,7 +237,7 @@ def claims_table(claims: list[cl.Claim], claims_by_machine: dict[str, dict]) -> 
     return table(["claim", "sentence", "chapter value", "kind"] + machines, rows, raw_columns=raw)
 
 
-def _provenance_block(claim: cl.Claim, machine: str, result: dict, root: Path) -> str:
+def _provenance_block(claim: Claim, machine: str, result: dict, root: Path) -> str:
     artifact = result.get("artifact") or {}
     prov = {}
     if artifact.get("version"):
@@ -347,7 +246,7 @@ def _provenance_block(claim: cl.Claim, machine: str, result: dict, root: Path) -
                                                  artifact["version"])["provenance"]
         except ValueError:
             prov = {}
-    items = [("verdict", result["verdict"]), ("value here", cl.format_value(result["value"])),
+    items = [("verdict", result["verdict"]), ("value here", format_value(result["value"])),
              ("chapter value", claim.chapter_value), ("why", result["reason"]),
              ("artifact", artifact.get("path")), ("version", artifact.get("version")),
              ("sha256", artifact.get("sha256")), ("created at", prov.get("created_at")),
@@ -358,7 +257,7 @@ def _provenance_block(claim: cl.Claim, machine: str, result: dict, root: Path) -
             f"<h4>{esc(claim.id)} on {esc(machine)}</h4><dl>{lines}</dl></div>")
 
 
-def section_claims(claims: list[cl.Claim], claims_by_machine: dict[str, dict],
+def section_claims(claims: list[Claim], claims_by_machine: dict[str, dict],
                    root: Path) -> str:
     parts = ["<p>Verdicts per machine, from each machine's claims.json; a verdict links to "
              "the artifact version and provenance that decided it. Re-check any of them "
@@ -381,7 +280,7 @@ def section_provenance(data: dict[str, dict], root: Path) -> str:
         for stage, artifact in artifacts.items():
             entry, prov = artifact.entry or {}, artifact.provenance
             rows.append([stage, entry.get("version"), entry.get("sha256"),
-                         cl.integrity(root, machine, artifact)["status"],
+                         integrity(root, machine, artifact)["status"],
                          prov.get("created_at"), prov.get("git_commit"), prov.get("git_dirty"),
                          prov.get("command")])
         parts.append(f"<h3>{esc(machine)}</h3>" + table(columns, rows))
@@ -391,23 +290,37 @@ def section_provenance(data: dict[str, dict], root: Path) -> str:
 # ---------------------------------------------------------------- page
 
 
-def render_report(root: Path | str, out_dir: Path | str) -> Path:
-    """Write ``out_dir/index.html`` from every machine under ``root``; return its path."""
-    root, out_dir = Path(root), Path(out_dir)
-    machines = layout.machines(root)
+def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:
+    """Write the report to ``out`` for ``keys`` (default: every results key under ``root``);
+    return its path."""
+    root, path = Path(root), Path(out)
+    machines = layout.keys(root) if keys is None else list(keys)
     data = {m: load_machine(root, m) for m in machines}
-    recorded = cl.recorded_results(root)
-    claims_by_machine = {m: {c["id"]: c for c in r.get("claims", [])} for m, r in recorded.items()}
-    claims = cl.load_claims()
+    recorded = recorded_results(root, machines)
+    claims_by_machine = {m: {c["id"]: c for c in r["claims"]} for m, r in recorded.items()}
+    claims = list(load().claims)
     bodies = {
         "ran": section_ran(data), "exactness": section_exactness(data),
         "prefill": section_prefill(data, claims_by_machine, claims),
         "decode": section_decode(data), "traffic": section_traffic(data),
         "claims": section_claims(claims, claims_by_machine, root),
         "provenance": section_provenance(data, root)}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "index.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(machines, bodies), encoding="utf-8")
+    return path
+
+
+def from_snakemake(smk) -> Path:
+    """Entry point of scripts/report.py: the report of exactly the keys the rule names."""
+    log = Path(smk.log[0])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as f:
+        try:
+            path = render_report(Path.cwd(), Path(smk.output.html), list(smk.params.results_keys))
+        except BaseException:
+            f.write(traceback.format_exc())
+            raise
+        f.write(f"[report] wrote {path} for {', '.join(smk.params.results_keys)}\n")
     return path
 
 

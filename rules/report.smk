@@ -1,17 +1,21 @@
-# report/index.html: every machine side by side. Other machines' claims.json are plain
-# inputs (no rule makes them here); this machine's is made by the claims rule.
+# report/index.html: every results key side by side. Other keys' files are plain inputs
+# (no rule makes them here); this key's are made by the stage rules. Every file the
+# report reads is an input, so a change to any of them reruns it.
 
 
 rule report:
     input:
-        code=stage_code_files("report"),
-        claims=expand("results/{machine}/claims.json", machine=report_machines(MACHINE)),
+        unpack(report_inputs),
     output:
         html=report(
-            "report/index.html", caption="../captions/report.rst", category="Report"
+            layout.report_path(".").as_posix(),
+            caption="../captions/report.rst",
+            category="Report",
         ),
+    params:
+        results_keys=report_keys(),
     log:
-        log_path(".", MACHINE, "report").as_posix(),
+        layout.log_path(".", KEY, "report").as_posix(),
     conda:
         "../envs/inferlab.yaml"
     script:

@@ -1,37 +1,34 @@
 # One rule per stage, named after it (probe, correctness, prefill, decode, traffic,
-# claims); the loop only spares six copies of the same rule. Every rule runs the same glue
-# script, which calls inferlab.pipeline.run_from_snakemake -> inferlab.stages.<rule>.run.
-# input.code: the library files the stage imports (inferlab.pipeline.STAGE_CODE), so a code
-# change reruns exactly the stages that use that code, and those downstream of them.
-# The other inputs are the artifacts the stage reads (inferlab.pipeline.STAGE_INPUTS).
-# Every stage asks for ALL_CORES, which Snakemake scales down to --cores: a timing stage
-# must not share the machine with another stage, even under --cores 2 (workflow.cores
-# itself is undefined under --report and --lint).
+# claims), generated from the declarations in inferlab.pipeline.STAGES: the loop only
+# spares six copies of the same rule. Every rule runs scripts/run_stage.py, which hands
+# the rule's input, output, threads and params to inferlab.runner.
+# input.code is the stage's code (its module's import closure), so a code change reruns
+# exactly the stages that use that code and those downstream of them; params.config is
+# its effective config, so a config change reruns exactly the stages that read it.
 
-for stage in STAGES:
+for name, declared in STAGES.items():
 
     rule:
         name:
-            stage
+            name
         input:
-            code=stage_code_files(stage),
-            **upstream_artifacts(stage, MACHINE),
+            **stage_inputs(name),
         output:
             artifact=report(
-                artifact_path(".", MACHINE, stage).as_posix(),
-                caption=f"../captions/{stage}.rst",
-                category=stage.capitalize(),
+                artifact(name), caption=f"../captions/{name}.rst", category=name.capitalize()
             ),
-            sidecar=sidecar_path(artifact_path(".", MACHINE, stage)).as_posix(),
+            sidecar=sidecar(name),
         params:
-            machine=MACHINE,
-            config=stage_config(config, stage),
-            command=reproduce_command(stage, MACHINE, workflow.config_settings),
+            key=KEY,
+            config=effective_config(config, name, DEVICE),
+            command=reproduce_command(name),
         log:
-            log_path(".", MACHINE, stage).as_posix(),
+            layout.log_path(".", KEY, name).as_posix(),
         benchmark:
-            benchmark_path(".", MACHINE, stage).as_posix()
-        threads: ALL_CORES
+            layout.benchmark_path(".", KEY, name).as_posix()
+        threads: THREADS
+        resources:
+            machine=MACHINE_SLOTS if declared.timed else 1,
         conda:
             "../envs/inferlab.yaml"
         script:

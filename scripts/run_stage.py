@@ -1,7 +1,8 @@
 """Snakemake glue for every stage rule: the rule's name is the stage's name.
 
-All the work is in inferlab.pipeline.run_from_snakemake, which reads snakemake.rule,
-.config, .params (machine, command), .output and .log; nothing else happens here.
+inferlab.runner.from_snakemake takes snakemake.input (the upstream artifacts), .output,
+.threads, .params (results key, effective config, reproduce command) and .log; nothing
+else happens here.
 """
 
 import sys
@@ -11,6 +12,6 @@ from pathlib import Path
 # workflow's root, the parent of the original script's folder.
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821 - set by Snakemake
 
-from inferlab.pipeline import run_from_snakemake  # noqa: E402
+from inferlab.runner import from_snakemake  # noqa: E402
 
-run_from_snakemake(snakemake)  # noqa: F821
+from_snakemake(snakemake)  # noqa: F821

@@ -119,7 +119,7 @@ def test_availability_rejects_mixed_devices_and_shapes():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="4-D"):
         availability(q[0], k, v)
-    with pytest.raises(ValueError, match="one device"):
+    with pytest.raises(ValueError, match="must share a device"):
         availability(q, k.to("meta"), v)
 
 

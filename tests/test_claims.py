@@ -17,18 +17,33 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab import claims as cl
-from inferlab import layout
+from inferlab import artifacts, audit, claims, layout, verdicts
+from inferlab.audit import evaluate_key
 from inferlab.cli import main as cli_main
 from inferlab.provenance import write_artifact
 from inferlab.register import Register
 
 SEED = 20240613
 CPU, GPU = "cpu-synth-2t", "cuda-synth-gpu"
-FUSED = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
-PREFILL_COLUMNS = ("impl T batch heads d dtype causal block_q block_k threads median_ms iqr_ms "
-                   "n_timings round_spread noisy peak_extra_bytes memory_method flops "
-                   "achieved_gflops frac_matmul_ceiling kernel status").split()
+VERDICTS = artifacts.schema("claims")["$defs"]["result"]["properties"]["verdict"]["enum"]
+
+
+def _cells(frame: pd.DataFrame) -> list[dict]:
+    """DataFrame rows as row dicts, NaN as a missing cell (the artifact's empty cell)."""
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in frame.to_dict(orient="records")]
+
+
+def probe_json(device: str, availability: list[dict]) -> dict:
+    """A probe.json that passes its schema: environment, availability rows, ceilings."""
+    row = {"dtype": "float16", "causal": False, "T": 1024, "heads": 12, "d": 64,
+           "can_run": False, "ran": False, "reason": None, "reason_source": "pytorch",
+           "limit_kind": None, "op": None, "error": None}
+    return {"environment": {"device": device},
+            "availability": [{**row, **a} for a in availability],
+            "ceilings": {"copy_gbs": 300.0, "matmul_gflops": {"float16": 1000.0},
+                         "copy_bytes": 1 << 20, "matmul_size": 1024, "method": "synthetic",
+                         "timings": {}}}
 
 
 # ---------------------------------------------------------------- evidence builders
@@ -37,11 +52,11 @@ PREFILL_COLUMNS = ("impl T batch heads d dtype causal block_q block_k threads me
 def write_stage(root: Path, machine: str, stage: str, content, device: str) -> dict:
     """Write one artifact (DataFrame -> CSV, dict -> JSON) through the real provenance
     writer; return its register entry."""
-    data = (content.to_csv(index=False) if isinstance(content, pd.DataFrame)
-            else json.dumps(content, indent=2)).encode()
+    data = artifacts.encode(stage, _cells(content) if isinstance(content, pd.DataFrame)
+                            else content)
     return write_artifact(
         root, machine, stage, data, config={"stage_param": stage, "lengths": [512, 1024]},
-        code_files=[Path(cl.__file__)], inputs=[], seed=SEED,
+        code_files=[Path(claims.__file__)], inputs=[], seed=SEED,
         command=f"python -m inferlab stage {stage} --machine {machine}",
         environment={"device": device, "build": {"torch": "2.13.0"},
                      "host": {"torch_threads": 2, "cpu_model": "synthetic"}, "cuda": None})
@@ -61,13 +76,14 @@ def prefill_frame(rnd: random.Random, dtype: str, fused_speedup: tuple[float, fl
                      "sdpa_math": fused * 0.5, "sdpa_cudnn": float("nan")}
             for impl, ms in impls.items():
                 rows.append(_prefill_row(rnd, impl, T, dtype, causal, ms))
-    return pd.DataFrame(rows, columns=PREFILL_COLUMNS)
+    return pd.DataFrame(rows)
 
 
 def _prefill_row(rnd, impl, T, dtype, causal, ms) -> dict:
     status = "unavailable: needs sm80" if math.isnan(ms) else "ok"
-    memory = {"naive": 3 * 12 * T * T * 2}.get(impl, 12 * T * 64 * rnd.uniform(2, 4))
-    return dict(impl=impl, T=T, batch=1, heads=12, d=64, dtype=dtype, causal=causal,
+    memory = {"naive": 3 * 12 * T * T * 2}.get(impl, int(12 * T * 64 * rnd.uniform(2, 4)))
+    return dict(impl=impl, fused_sdpa=impl in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn"),
+                T=T, batch=1, heads=12, d=64, dtype=dtype, causal=causal,
                 block_q=128, block_k=128, threads=2, median_ms=ms, iqr_ms=ms * 0.01,
                 n_timings=9, round_spread=rnd.uniform(0.01, 0.05), noisy=False,
                 peak_extra_bytes=memory, memory_method="profiler", flops=4 * 12 * T * T * 64,
@@ -111,9 +127,8 @@ def build_evidence(root: Path) -> Path:
     write_stage(root, GPU, "prefill", prefill_frame(rnd, "float16", (8.0, 12.0), (14.0, 22.0)),
                 "cuda")
     write_stage(root, GPU, "correctness", correctness_frame(rnd, ("float32", "float16")), "cuda")
-    probe = {"environment": {"device": "cuda"}, "ceilings": {"copy_gbs": 300.0},
-             "availability": [{"backend": "flash", "dtype": "float16", "ran": False,
-                               "can_run": False, "reason": "not built"}]}
+    probe = probe_json("cuda", [{"backend": "flash", "reason": "not built",
+                                 "limit_kind": "build"}])
     write_stage(root, GPU, "probe", probe, "cuda")
     return root
 
@@ -143,7 +158,7 @@ def claim(cid: str, check: dict | None = None, **extra) -> dict:
 
 SPEEDUP = {"stage": "prefill", "where": {"causal": True},
            "ratio": {"numerator": {"where": {"impl": "naive"}},
-                     "denominator": {"where": {"impl": list(FUSED)},
+                     "denominator": {"where": {"fused_sdpa": True},
                                      "best": {"by": ["T", "dtype", "causal"],
                                               "lowest": "median_ms"}},
                      "join": ["T", "dtype", "causal"], "column": "median_ms", "stat": "range"},
@@ -152,22 +167,22 @@ SPEEDUP = {"stage": "prefill", "where": {"causal": True},
 
 def one(tmp_path: Path, root: Path, machine: str, check: dict | None) -> dict:
     path = write_claims(tmp_path, claim("C13-01", check))
-    return cl.evaluate_machine(root, machine, path)["claims"][0]
+    return evaluate_key(root, machine, path)["claims"][0]
 
 
 # ---------------------------------------------------------------- claims.yaml
 
 
 def test_every_claim_in_claims_yaml_loads_and_validates():
-    claims = cl.load_claims()
-    assert len(claims) >= 30
-    for c in claims:
+    loaded = claims.load().claims
+    assert len(loaded) >= 30
+    for c in loaded:
         assert (c.check is None) == (c.kind == "reported"), c.id
         assert c.sentence and c.chapter_value
 
 
 def test_claim_ids_are_unique_and_cover_chapter_and_qa():
-    ids = [c["id"] for c in yaml.safe_load(cl.CLAIMS_FILE.read_text())["claims"]]
+    ids = [c["id"] for c in yaml.safe_load(layout.CLAIMS_FILE.read_text())["claims"]]
     assert len(ids) == len(set(ids))
     assert any(i.startswith("C13-") for i in ids) and any(i.startswith("Q13-") for i in ids)
 
@@ -175,7 +190,7 @@ def test_claim_ids_are_unique_and_cover_chapter_and_qa():
 def test_duplicate_id_is_rejected_naming_it(tmp_path):
     path = write_claims(tmp_path, claim("C13-07"), claim("C13-07"))
     with pytest.raises(ValueError, match="C13-07"):
-        cl.load_claims(path)
+        claims.load(path)
 
 
 @pytest.mark.parametrize("bad_expect", [{"approx": 3}, {"between": [1]}, {"nearly": 2}])
@@ -183,14 +198,14 @@ def test_schema_error_names_the_claim_and_field(tmp_path, bad_expect):
     check = {**SPEEDUP, "expect": bad_expect}
     path = write_claims(tmp_path, claim("C13-01"), claim("C13-42", check))
     with pytest.raises(ValueError, match=r"claim C13-42, field check\.expect"):
-        cl.load_claims(path)
+        claims.load(path)
 
 
 def test_unit_must_fit_the_column(tmp_path):
     check = {"stage": "prefill", "value": {"column": "median_ms", "unit": "MiB", "stat": "max"},
              "expect": {"max": 1}}
     with pytest.raises(ValueError, match="C13-03.*unit='MiB'"):
-        cl.load_claims(write_claims(tmp_path, claim("C13-03", check)))
+        claims.load(write_claims(tmp_path, claim("C13-03", check)))
 
 
 # ---------------------------------------------------------------- verdicts
@@ -276,16 +291,16 @@ def test_pair_fraction_checked_against_the_rows(tmp_path, evidence):
 
 def test_real_claims_on_synthetic_evidence_give_valid_results(evidence):
     for machine in (CPU, GPU):
-        result = cl.evaluate_machine(evidence, machine)
-        cl.validate_result(result)
-        verdicts = {c["verdict"] for c in result["claims"]}
-        assert verdicts <= set(cl.VERDICTS)
+        result = evaluate_key(evidence, machine)
+        artifacts.encode("claims", result)  # passes its schema
+        found = {c["verdict"] for c in result["claims"]}
+        assert found <= set(VERDICTS)
         entry = Register(evidence, machine).latest("prefill")
         prefill = [c for c in result["claims"]
                    if c["artifact"] and c["artifact"]["stage"] == "prefill"]
         assert prefill and all(c["artifact"]["sha256"] == entry["sha256"] for c in prefill)
-        assert all(len(c["rows"]) <= cl.MAX_ROWS for c in result["claims"])
-    assert {"reproduced", "not measurable here", "not checkable"} <= verdicts
+        assert all(len(c["rows"]) <= verdicts.MAX_ROWS for c in result["claims"])
+    assert {"reproduced", "not measurable here", "not checkable"} <= found
 
 
 def test_modified_results_file_is_named_in_the_reason(tmp_path, evidence):
@@ -303,40 +318,40 @@ def test_loglog_slope_recovers_a_power_law(rnd, exponent):
     xs = [512, 1024, 2048, 4096]
     c = rnd.uniform(0.5, 5.0)
     frame = pd.DataFrame({"T": xs, "y": [c * x**exponent for x in xs]})
-    assert cl.statistic(frame, "y", {"stat": "loglog_slope", "x": "T"}) == pytest.approx(exponent)
+    assert verdicts.loglog_slope(frame, "y", "T") == pytest.approx(exponent)
 
 
 def test_spread_by_group_and_rank_filters(rnd):
     a, b = rnd.uniform(1, 2), rnd.uniform(1, 2)
     frame = pd.DataFrame({"cache_len": [1024, 1024, 4096, 4096], "status": ["ok"] * 4,
                           "t": [a, 2 * a, b, 1.5 * b]})
-    spreads = cl.statistic(frame, "t", {"stat": "spread", "by": ["cache_len"]})
-    assert spreads == pytest.approx([1.0, 0.5])
-    longest = cl.select_rows(frame, {"cache_len": {"rank": "largest"}}, "decode")
+    spread = claims.Measure(column="t", stat="spread", by=("cache_len",))
+    assert verdicts.statistic(frame, "t", spread) == pytest.approx([1.0, 0.5])
+    longest = verdicts.select_rows(frame, (claims.Condition("cache_len", rank="largest"),))
     assert set(longest["cache_len"]) == {4096}
-    shorter = cl.select_rows(frame, {"cache_len": {"rank": "not_largest"}}, "decode")
+    shorter = verdicts.select_rows(frame, (claims.Condition("cache_len", rank="not_largest"),))
     assert set(shorter["cache_len"]) == {1024}
 
 
 def test_rows_not_ok_are_dropped_unless_status_is_named(rnd):
     frame = pd.DataFrame({"impl": ["a", "a"], "status": ["ok", "oom"],
                           "t": [rnd.random(), rnd.random()]})
-    assert len(cl.select_rows(frame, {"impl": "a"}, "prefill")) == 1
-    assert len(cl.select_rows(frame, {"status": "oom"}, "prefill")) == 1
+    assert len(verdicts.select_rows(frame, (claims.Condition("impl", values=("a",)),))) == 1
+    assert len(verdicts.select_rows(frame, (claims.Condition("status", values=("oom",)),))) == 1
 
 
 def test_approx_at_checks_the_lengths_present_and_names_the_absent():
     value = [[1024, 9.09], [2048, 10.32]]
-    ok, text = cl.judge({"approx_at": [[1024, 9.1], [2048, 10.3], [8192, 11.5]], "rel": 0.01},
-                        value, "at")
+    ok, text = verdicts.judge(claims.Expect("approx_at", rel=0.01, points=(
+        (1024, 9.1), (2048, 10.3), (8192, 11.5))), value)
     assert ok and "8192 not measured here" in text
-    bad, _ = cl.judge({"approx_at": [[1024, 8.0]], "rel": 0.01}, value, "at")
+    bad, _ = verdicts.judge(claims.Expect("approx_at", rel=0.01, points=((1024, 8.0),)), value)
     assert not bad
 
 
-def test_any_needs_one_value_and_range_needs_all():
-    assert cl.judge({"direction": ">1"}, [0.5, 1.5], "any")[0]
-    assert not cl.judge({"direction": ">1"}, [0.5, 1.5], "range")[0]
+def test_range_needs_every_value():
+    assert not verdicts.judge(claims.Expect("direction", target=">1"), [0.5, 1.5])[0]
+    assert verdicts.judge(claims.Expect("direction", target=">1"), [1.1, 1.5])[0]
 
 
 # ---------------------------------------------------------------- audit
@@ -348,7 +363,7 @@ AUDIT_FIELDS = ("created_at", "git_commit", "git_dirty", "code_sha256", "config"
 
 def test_audit_has_every_link_of_the_chain(tmp_path, evidence, capsys):
     path = write_claims(tmp_path, claim("C13-05", SPEEDUP))
-    data = cl.audit("C13-05", evidence, claims_path=path)
+    data = audit.audit("C13-05", evidence, claims_path=path)
     assert data["ok"] and {m["machine"] for m in data["machines"]} == {CPU, GPU}
     for m in data["machines"]:
         assert m["integrity"]["status"] == "sha256 OK"
@@ -356,14 +371,14 @@ def test_audit_has_every_link_of_the_chain(tmp_path, evidence, capsys):
         assert all(field in m["provenance"] for field in AUDIT_FIELDS)
         assert m["provenance"]["environment"]["torch"] == "2.13.0"
         assert m["provenance"]["command"].startswith("python -m inferlab stage prefill")
-    text = cl.format_audit(data)
+    text = audit.format_audit(data)
     for needle in ("C13-05", "sentence:", "chapter value:", "sha256 OK", "git commit",
                    "reproduce: python -m inferlab stage prefill", "threads=2"):
         assert needle in text
 
 
 def test_cli_audit_json_and_exit_code(evidence, capsys):
-    assert cl.cli_audit("C13-08", evidence, machine=GPU, as_json=True) == 0
+    assert audit.cli_audit("C13-08", evidence, key=GPU, as_json=True) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["claim"]["id"] == "C13-08" and data["machines"][0]["machine"] == GPU
 
@@ -375,15 +390,15 @@ def test_tampering_is_a_mismatch_and_exit_1(evidence, capsys, target):
             else Register(evidence, GPU).copy_path(entry["sha256"]))
     path.chmod(0o644)
     path.write_text(path.read_text().replace("ok", "ok ", 1))
-    assert cl.cli_audit("C13-08", evidence, machine=GPU) == 1
+    assert audit.cli_audit("C13-08", evidence, key=GPU) == 1
     out = capsys.readouterr().out
     assert "MISMATCH" in out and ("results file" if target == "results" else "retained") in out
-    assert cl.cli_audit("C13-08", evidence, machine=CPU) == 0
+    assert audit.cli_audit("C13-08", evidence, key=CPU) == 0
 
 
 def test_unknown_id_lists_close_matches(evidence):
     with pytest.raises(ValueError, match=r"C13-0x.*did you mean .*C13-0"):
-        cl.audit("C13-0x", evidence)
+        audit.audit("C13-0x", evidence)
 
 
 def test_unknown_id_through_the_cli_exits_2(evidence, capsys):
@@ -393,11 +408,11 @@ def test_unknown_id_through_the_cli_exits_2(evidence, capsys):
 
 def test_cli_claims_table_per_machine(evidence, capsys):
     for machine in (CPU, GPU):
-        result = cl.evaluate_machine(evidence, machine)
+        result = evaluate_key(evidence, machine)
         layout.artifact_path(evidence, machine, "claims").write_text(json.dumps(result))
-    assert cl.cli_claims(evidence) == 0
+    assert audit.cli_claims(evidence) == 0
     out = capsys.readouterr().out
     assert CPU in out and GPU in out and "C13-08" in out and "Q13-01" in out
-    assert cl.cli_claims(evidence, as_json=True) == 0
+    assert audit.cli_claims(evidence, as_json=True) == 0
     matrix = json.loads(capsys.readouterr().out)
     assert matrix["C13-33"][GPU]["verdict"] == "not checkable"

@@ -1,8 +1,10 @@
-"""inferlab.config: loading, merging, schema validation, "auto" resolution, typed params."""
+"""inferlab.config: loading, merging, schema validation, "auto" resolution, the effective
+config per stage, grids; and each stage's typed params built from it."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import random
 import re
@@ -11,7 +13,8 @@ import pytest
 import yaml
 
 from inferlab import config as cfg
-from inferlab.layout import STAGES
+from inferlab import layout
+from inferlab.pipeline import STAGES
 
 # (override, the key path the error must name): each is one kind of bad config
 BAD_OVERRIDES = [
@@ -35,15 +38,15 @@ def test_default_config_is_valid():
 
 def test_smoke_profile_merges_deeply():
     base = cfg.load_config()
-    smoke = cfg.load_config([cfg.REPO_ROOT / "profiles" / "smoke.yaml"])
-    profile = yaml.safe_load((cfg.REPO_ROOT / "profiles" / "smoke.yaml").read_text())
+    smoke = cfg.load_config([layout.REPO_ROOT / "profiles" / "smoke.yaml"])
+    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "smoke.yaml").read_text())
     # a key the profile sets is replaced; its siblings the profile does not set survive
     assert smoke["prefill"]["cpu"]["lengths"] == profile["prefill"]["cpu"]["lengths"]
     assert smoke["prefill"]["implementations"] == base["prefill"]["implementations"]
 
 
 def test_book_profile_is_the_chapter_grid():
-    book = cfg.load_config([cfg.REPO_ROOT / "profiles" / "book.yaml"])
+    book = cfg.load_config([layout.REPO_ROOT / "profiles" / "book.yaml"])
     assert book["prefill"]["cuda"]["lengths"] == [1024, 2048, 4096, 8192]
     assert book["prefill"]["cuda"]["dtypes"] == ["float16"]
     assert max(book["decode"]["cuda"]["cache_lens"]) == 65536
@@ -78,28 +81,68 @@ def test_bad_machine_override_is_refused():
         cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine="Not A Slug")
 
 
-def test_threads_auto_and_explicit():
-    auto = cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine="m")
-    assert auto.threads == cfg.available_cpus()
-    explicit = cfg.resolve(cfg.load_config(overrides=["device=cpu", "threads=3"]), machine="m")
-    assert explicit.threads == 3
+def test_empty_machine_is_refused_not_replaced():
+    with pytest.raises(ValueError, match="machine=''"):
+        cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine="")
+
+
+def test_threads_auto_follows_the_cores_given():
+    auto = cfg.load_config(overrides=["device=cpu"])
+    assert cfg.resolve_threads(auto) == cfg.available_cpus()
+    assert cfg.resolve_threads(auto, cores=1) == 1
+    explicit = cfg.load_config(overrides=["device=cpu", "threads=3"])
+    assert cfg.resolve_threads(explicit, cores=1) == 3
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_stage_takes_the_block_of_its_device(device):
     raw = cfg.load_config(overrides=["prefill.cuda.lengths=[4096, 8192]"])
-    config = cfg.Config(machine="m", device=device, threads=1, seed=0, raw=raw)
-    params = config.stage_params("prefill")
-    assert params.lengths == tuple(raw["prefill"][device]["lengths"])
-    assert params.dtypes == tuple(raw["prefill"][device]["dtypes"])
-    assert config.stage_params("probe").dtypes == params.dtypes
+    effective = cfg.effective_config(raw, "prefill", device)
+    assert effective["prefill"]["lengths"] == raw["prefill"][device]["lengths"]
+    assert effective["prefill"]["dtypes"] == raw["prefill"][device]["dtypes"]
+    assert set(effective) == {"device", "seed", *STAGES["prefill"].sections}
+
+
+def test_effective_config_holds_only_the_sections_a_stage_reads():
+    """Editing the cuda block changes no CPU stage's effective config, and editing one
+    section changes only the stages that read it (the rule's rerun trigger and adopt)."""
+    base = cfg.load_config()
+    cuda_edit = cfg.load_config(overrides=["prefill.cuda.lengths=[128]"])
+    traffic_edit = cfg.load_config(overrides=["traffic.block_q_model=64"])
+    for name in STAGES:
+        assert cfg.effective_config(cuda_edit, name, "cpu") == \
+            cfg.effective_config(base, name, "cpu")
+        changed = cfg.effective_config(traffic_edit, name, "cpu") != \
+            cfg.effective_config(base, name, "cpu")
+        assert changed == ("traffic" in STAGES[name].sections), name
+
+
+def test_grid_is_none_for_config_yaml_and_named_otherwise():
+    base = cfg.load_config()
+    assert cfg.resolve_grid(base, "cpu", default=base) is None
+    smoke = cfg.load_config([layout.REPO_ROOT / "profiles" / "smoke.yaml"])
+    assert cfg.resolve_grid(smoke, "cpu", default=base) == "smoke"
+    unnamed = cfg.load_config(overrides=["prefill.cpu.lengths=[64]"])
+    assert re.fullmatch(r"custom-[0-9a-f]{8}", cfg.resolve_grid(unnamed, "cpu", default=base))
+    # a change that no stage reads (here the machine) is still the book grid
+    assert cfg.resolve_grid(cfg.load_config(overrides=["machine=other"]), "cpu",
+                            default=base) is None
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("prefill: [unclosed\n")
+    with pytest.raises(ValueError, match=re.escape(str(bad))):
+        cfg.load_config([bad])
+    with pytest.raises(ValueError, match="override"):
+        cfg.load_config(overrides=["seed=[1,"])
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_params_are_frozen_and_json_ready(stage):
-    config = cfg.Config(machine="m", device="cpu", threads=1, seed=0, raw=cfg.load_config())
-    params = config.stage_params(stage)
-    assert json.loads(json.dumps(cfg.params_dict(params))) == cfg.params_dict(params)
+def test_params_are_frozen_and_built_from_the_effective_config(stage):
+    module = importlib.import_module(STAGES[stage].module)
+    params = module.Params.from_config(cfg.effective_config(cfg.load_config(), stage, "cpu"))
+    hash(params)  # frozen and hashable: tuples, not lists
     fields = dataclasses.fields(params)
     if fields:
         with pytest.raises(dataclasses.FrozenInstanceError):

@@ -1,4 +1,4 @@
-"""Tests for the timing harness and the memory measurement (inferlab.measure).
+"""Tests for the timing harness and the memory measurement (inferlab.measure, inferlab.memory).
 
 Wall-clock assertions use generous bounds: a sleep of s ms must read at least s ms and
 far less than 20 s; orderings (a 6 ms case slower than a 1 ms case) carry the test.
@@ -12,13 +12,8 @@ import time
 import pytest
 import torch
 
-from inferlab.measure import (
-    MemoryReading,
-    is_oom,
-    memory_cap,
-    peak_extra_bytes,
-    time_interleaved,
-)
+from inferlab.measure import time_interleaved
+from inferlab.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
 
 MiB = 1 << 20
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),

@@ -20,16 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferlab import layout, pipeline
-from inferlab.config import REPO_ROOT, load_config
+from inferlab import artifacts, layout, pipeline
+from inferlab.layout import REPO_ROOT
+from inferlab.pipeline import STAGES
 from inferlab.register import Register
 
 pytestmark = pytest.mark.slow
 
 MACHINE = "test-smoke"
+KEY = f"{MACHINE}@smoke"  # the smoke profile is its own grid: never the book evidence
 SMOKE = ["--configfile", "profiles/smoke.yaml", "--config", f"machine={MACHINE}"]
 NOT_COPIED = {".git", ".venv", "results", "evidence", "report", "logs", ".snakemake"}
-ALL_JOBS = {*layout.STAGES, "report"}
+ALL_JOBS = {*STAGES, "report"}
 
 
 def _copy_repo(dest: Path) -> Path:
@@ -62,8 +64,8 @@ def _jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+\s*$", table, re.MULTILINE)} - {"all"}
 
 
-def _versions(repo: Path, machine: str = MACHINE) -> dict[str, int]:
-    return {s: len(Register(repo, machine).history(s)) for s in layout.STAGES}
+def _versions(repo: Path, key: str = KEY) -> dict[str, int]:
+    return {s: len(Register(repo, key).history(s)) for s in STAGES}
 
 
 def _tree_hashes(folder: Path) -> dict[str, str]:
@@ -89,16 +91,19 @@ def smoke_copy(smoke, tmp_path) -> Path:
 # --------------------------------------------------------------------------- one run
 
 
-@pytest.mark.parametrize("stage", layout.STAGES)
+@pytest.mark.parametrize("stage", STAGES)
 def test_artifact_exists_and_validates(smoke, stage):
-    path = layout.artifact_path(smoke, MACHINE, stage)
+    path = layout.artifact_path(smoke, KEY, stage)
     content = path.read_bytes()
-    pipeline.validate_artifact(stage, content)
+    artifacts.validate(stage, content)
     sidecar = json.loads(layout.sidecar_path(path).read_text())
     assert sidecar["sha256"] == hashlib.sha256(content).hexdigest()
     assert sidecar["provenance"]["machine"] == MACHINE
+    assert sidecar["provenance"]["grid"] == "smoke"
     assert f"machine={MACHINE}" in sidecar["provenance"]["command"]
-    assert set(sidecar["provenance"]["code_files"]) == set(pipeline.STAGE_CODE[stage])
+    assert set(sidecar["provenance"]["code_files"]) == set(pipeline.code_files(stage))
+    # the threads of the run follow --cores: one here
+    assert sidecar["provenance"]["environment"]["host"]["torch_threads"] == 1
 
 
 def test_report_is_written(smoke):
@@ -106,7 +111,7 @@ def test_report_is_written(smoke):
 
 
 def test_register_matches_retained_copies(smoke):
-    register = Register(smoke, MACHINE)
+    register = Register(smoke, KEY)
     assert register.verify() == []
     for entry in register.entries():
         copy = register.copy_path(entry["sha256"])
@@ -115,7 +120,7 @@ def test_register_matches_retained_copies(smoke):
 
 
 def test_every_stage_has_one_version(smoke):
-    assert _versions(smoke) == dict.fromkeys(layout.STAGES, 1)
+    assert _versions(smoke) == dict.fromkeys(STAGES, 1)
 
 
 def test_lint_is_clean(smoke):
@@ -124,10 +129,10 @@ def test_lint_is_clean(smoke):
 
 
 def test_noop_rerun_does_nothing(smoke):
-    before = (layout.evidence_dir(smoke, MACHINE) / layout.REGISTER_FILE).read_bytes()
+    before = layout.register_path(smoke, KEY).read_bytes()
     result = _run(smoke, "--cores", "1", *SMOKE)
     assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
-    assert (layout.evidence_dir(smoke, MACHINE) / layout.REGISTER_FILE).read_bytes() == before
+    assert layout.register_path(smoke, KEY).read_bytes() == before
 
 
 # --------------------------------------------------------------------------- bad config
@@ -150,14 +155,14 @@ def test_bad_config_fails_before_any_stage(smoke, tmp_path, bad, named):
     assert result.returncode != 0
     assert named in result.stdout + result.stderr
     assert "Error validating config file" in result.stdout + result.stderr
-    assert not (smoke / "results" / "test-bad").exists()
+    assert not any(p.name.startswith("test-bad") for p in (smoke / "results").iterdir())
 
 
 # --------------------------------------------------------------------------- reruns
 
 
 def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
-    register = layout.evidence_dir(smoke_copy, MACHINE) / layout.REGISTER_FILE
+    register = layout.register_path(smoke_copy, KEY)
     before = register.read_text().splitlines()
     result = _run(smoke_copy, "--cores", "1", "--forcerun", "prefill", *SMOKE)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -165,7 +170,7 @@ def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
     assert _versions(smoke_copy) == {"probe": 1, "correctness": 1, "prefill": 2,
                                      "decode": 1, "traffic": 2, "claims": 2}
     assert register.read_text().splitlines()[:len(before)] == before
-    assert Register(smoke_copy, MACHINE).verify() == []
+    assert Register(smoke_copy, KEY).verify() == []
 
 
 @pytest.mark.parametrize(("code_file", "reruns"), [
@@ -181,22 +186,25 @@ def test_code_change_reruns_exactly_its_stages(smoke_copy, code_file, reruns):
 
 
 def test_second_machine_writes_only_its_folders(smoke_copy):
-    before = {d: _tree_hashes(smoke_copy / d / MACHINE) for d in ("results", "evidence")}
+    before = {d: _tree_hashes(smoke_copy / d / KEY) for d in ("results", "evidence")}
     result = _run(smoke_copy, "--cores", "1", "probe", "--configfile", "profiles/smoke.yaml",
                   "--config", "machine=test-other")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert {d: _tree_hashes(smoke_copy / d / MACHINE) for d in before} == before
-    assert layout.artifact_path(smoke_copy, "test-other", "probe").is_file()
-    assert layout.machines(smoke_copy) == ["test-other", MACHINE]
-    assert _versions(smoke_copy, "test-other")["probe"] == 1
+    assert {d: _tree_hashes(smoke_copy / d / KEY) for d in before} == before
+    assert layout.artifact_path(smoke_copy, "test-other@smoke", "probe").is_file()
+    assert layout.keys(smoke_copy) == ["test-other@smoke", KEY]
+    assert _versions(smoke_copy, "test-other@smoke")["probe"] == 1
 
 
 def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
-    path = layout.artifact_path(smoke_copy, MACHINE, "prefill")
-    before, versions = path.read_bytes(), _versions(smoke_copy)
     slow = ["--set", "prefill.cpu.lengths=[512, 1024, 2048]", "--set", "timing.rounds=5"]
+    key = f"{MACHINE}@slow"  # a grid of its own, seeded with a copy of the smoke evidence
+    shutil.copytree(smoke_copy / "results" / KEY, smoke_copy / "results" / key)
+    shutil.copytree(smoke_copy / "evidence" / KEY, smoke_copy / "evidence" / key)
+    path = layout.artifact_path(smoke_copy, key, "prefill")
+    before, versions = path.read_bytes(), _versions(smoke_copy, key)
     command = [sys.executable, "-m", "inferlab", "stage", "prefill", "--machine", MACHINE,
-               "--configfile", "profiles/smoke.yaml", *slow]
+               "--configfile", "profiles/smoke.yaml", "--set", "grid=slow", *slow]
     proc = subprocess.Popen(command, cwd=smoke_copy, env=_env(smoke_copy), text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -207,43 +215,46 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    assert path.read_bytes() == before and _versions(smoke_copy) == versions
+    assert path.read_bytes() == before and _versions(smoke_copy, key) == versions
     assert not list(path.parent.glob(".*.tmp"))
     rerun = _run(smoke_copy, "stage", "prefill", "--machine", MACHINE, "--configfile",
-                 "profiles/smoke.yaml", module="inferlab")
+                 "profiles/smoke.yaml", "--set", "grid=slow", "--set",
+                 "prefill.cpu.lengths=[64]", module="inferlab")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _versions(smoke_copy)["prefill"] == versions["prefill"] + 1
-    assert Register(smoke_copy, MACHINE).verify() == []
+    assert _versions(smoke_copy, key)["prefill"] == versions["prefill"] + 1
+    assert Register(smoke_copy, key).verify() == []
 
 
 # --------------------------------------------------------------------------- adopt
 
 
 def _fresh_clone(smoke_copy: Path) -> Path:
-    """No .snakemake/, benchmarks/out/ or logs/ (all git-ignored), and config.yaml = the
-    smoke config the results were made with."""
+    """No .snakemake/, benchmarks/out/ or logs/ (all git-ignored), and checkout mtimes
+    in no useful order: results look older than the code."""
     for ignored in (".snakemake", "benchmarks/out", "logs"):
         shutil.rmtree(smoke_copy / ignored)
-    merged = load_config([smoke_copy / "profiles" / "smoke.yaml"],
-                         base=smoke_copy / "config.yaml")
-    (smoke_copy / "config.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
-    for p in (smoke_copy / "results").rglob("*"):  # checkout order: results look older
+    for p in (smoke_copy / "results").rglob("*"):
         os.utime(p, (1, 1))
     return smoke_copy
 
 
+ADOPT = ["adopt", "--machine", MACHINE, "--configfile", "profiles/smoke.yaml"]
+
+
 def test_adopt_marks_current_results_up_to_date(smoke_copy):
     repo = _fresh_clone(smoke_copy)
-    adopt = _run(repo, "adopt", "--machine", MACHINE, module="inferlab")
+    adopt = _run(repo, *ADOPT, module="inferlab")
     assert adopt.returncode == 0 and adopt.stdout.count("adopted (current)") == 6
-    assert _jobs(_run(repo, "--dry-run", "--config", f"machine={MACHINE}")) <= {"report"}
+    assert _jobs(_run(repo, "--dry-run", *SMOKE)) <= {"report"}
+    stamps = [p.stat().st_mtime for p in (repo / "results" / KEY).iterdir()]
+    assert max(stamps) <= time.time()  # never in the future (Snakemake's clock-skew check)
 
 
 def test_adopt_reruns_an_edited_artifact_and_downstream(smoke_copy):
     repo = _fresh_clone(smoke_copy)
-    with open(layout.artifact_path(repo, MACHINE, "prefill"), "a") as f:
+    with open(layout.artifact_path(repo, KEY, "prefill"), "a") as f:
         f.write("edited\n")
-    adopt = _run(repo, "adopt", "--machine", MACHINE, module="inferlab")
+    adopt = _run(repo, *ADOPT, module="inferlab")
     assert "prefill: will rerun" in adopt.stdout and "traffic: will rerun" in adopt.stdout
-    jobs = _jobs(_run(repo, "--dry-run", "--config", f"machine={MACHINE}"))
+    jobs = _jobs(_run(repo, "--dry-run", *SMOKE))
     assert jobs == {"prefill", "traffic", "claims", "report"}

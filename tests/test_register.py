@@ -22,16 +22,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from inferlab import layout
-from inferlab.provenance import (
-    canonical_json,
-    code_hash,
-    config_hash,
-    git_state,
-    sha256_bytes,
-    sha256_file,
-    sidecar_bytes,
-    write_artifact,
-)
+from inferlab.files import canonical_json, git_state, sha256_bytes, sha256_file
+from inferlab.pipeline import STAGES
+from inferlab.provenance import code_hash, config_hash, sidecar_bytes, write_artifact
 from inferlab.register import Register, cli_history, cli_verify
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,7 +115,7 @@ def test_history_lists_versions(root, capsys):
 
 def test_verify_of_a_machine_without_evidence_fails(tmp_path, capsys):
     assert cli_verify(tmp_path, "cpu-nowhere") == 1
-    assert "no evidence for machine 'cpu-nowhere'" in capsys.readouterr().out
+    assert "no evidence for 'cpu-nowhere'" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------ tamper detection
@@ -194,7 +187,7 @@ def test_tampering_is_found_with_its_location(root, tamper, capsys):
     problems = Register(root, MACHINE).verify()
     assert any(p.location.startswith(location) and words in p.message for p in problems), \
         problems
-    assert all(p.machine == MACHINE for p in problems)
+    assert all(p.key == MACHINE for p in problems)
     assert cli_verify(root, MACHINE) == 1
     assert location in capsys.readouterr().out
 
@@ -215,8 +208,8 @@ def _append_many(root: str, stage: str, n: int, start) -> None:
         content = f"{stage},{i},{os.getpid()}\n".encode()
         provenance = {"stage": stage, "i": i}
         sha = reg.retain(content)
-        side = reg.retain(sidecar_bytes(stage, layout.ARTIFACTS[stage], content, provenance))
-        reg.append(stage, f"results/{MACHINE}/{layout.ARTIFACTS[stage]}", sha, side,
+        side = reg.retain(sidecar_bytes(stage, STAGES[stage].artifact, content, provenance))
+        reg.append(stage, f"results/{MACHINE}/{STAGES[stage].artifact}", sha, side,
                    provenance)
 
 

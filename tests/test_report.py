@@ -3,17 +3,16 @@ missing stages said, noisy rows marked, nothing external."""
 
 from __future__ import annotations
 
-import json
 import random
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_claims import CPU, GPU, SEED, build_evidence, write_stage
+from test_claims import CPU, GPU, SEED, build_evidence, probe_json, write_stage
 
-from inferlab import claims as cl
-from inferlab import layout
+from inferlab import claims, layout
+from inferlab.audit import evaluate_key
 from inferlab.report import NOT_MEASURED, SECTIONS, render_report
 
 EVIL = "<script>alert(1)</script>"
@@ -27,7 +26,8 @@ def decode_frame(rnd: random.Random) -> pd.DataFrame:
             for impl, splits in [("splitkv", s) for s in (1, 4, 16)] + [("sdpa_flash", None)]:
                 ms = rnd.uniform(0.2, 2.0) * cache_len / 4096
                 cache_bytes = 2 * batch * 12 * cache_len * 64 * 4
-                rows.append(dict(impl=impl, cache_len=cache_len, batch=batch, heads=12, d=64,
+                rows.append(dict(impl=impl, fused_sdpa=impl == "sdpa_flash",
+                                 cache_len=cache_len, batch=batch, heads=12, d=64,
                                  dtype="float32", splits=splits, median_ms=ms, iqr_ms=ms / 50,
                                  n_timings=9, round_spread=rnd.uniform(0, 0.4),
                                  noisy=rnd.random() < 0.3, cache_bytes=cache_bytes,
@@ -53,19 +53,15 @@ def report_html(tmp_path_factory) -> tuple[str, Path]:
     rnd = random.Random(SEED)
     write_stage(root, CPU, "decode", decode_frame(rnd), "cpu")
     write_stage(root, CPU, "traffic", traffic_frame(rnd), "cpu")
-    probe = {"environment": {"device": "cpu"}, "ceilings": {"copy_gbs": 20.0,
-                                                            "matmul_gflops": {"float32": 90.0}},
-             "availability": [{"backend": "cudnn", "dtype": "float32", "causal": False,
-                               "T": 1024, "can_run": False, "ran": False, "reason": EVIL,
-                               "reason_source": "pytorch", "limit_kind": "build"}]}
+    probe = probe_json("cpu", [{"backend": "cudnn", "dtype": "float32", "reason": EVIL,
+                                "limit_kind": "build"}])
     write_stage(root, CPU, "probe", probe, "cpu")
     prefill = pd.read_csv(layout.artifact_path(root, CPU, "prefill"))
     prefill.loc[0, "kernel"], prefill.loc[1, "noisy"] = EVIL, True
     write_stage(root, CPU, "prefill", prefill, "cpu")
     for machine in (CPU, GPU):
-        result = cl.evaluate_machine(root, machine)
-        layout.artifact_path(root, machine, "claims").write_text(json.dumps(result))
-    path = render_report(root, root / layout.REPORT_DIR)
+        write_stage(root, machine, "claims", evaluate_key(root, machine), "cpu")
+    path = render_report(root, layout.report_path(root), [CPU, GPU])
     return path.read_text(encoding="utf-8"), path
 
 
@@ -91,7 +87,7 @@ class TagChecker(HTMLParser):
 
 def test_report_is_written_where_asked(report_html):
     _, path = report_html
-    assert path.name == "index.html" and path.parent.name == layout.REPORT_DIR
+    assert path == layout.report_path(path.parent.parent)
 
 
 def test_report_parses_with_balanced_tags(report_html):
@@ -106,7 +102,7 @@ def test_report_has_every_section_and_every_claim(report_html):
     checker = TagChecker()
     checker.feed(text)
     assert {key for key, _ in SECTIONS} <= checker.ids
-    for claim in cl.load_claims():
+    for claim in claims.load().claims:
         assert claim.id in text
         assert f"prov-{claim.id}-{CPU}" in checker.ids  # each verdict's provenance anchor
         assert f'href="#prov-{claim.id}-{GPU}"' in text

@@ -1,11 +1,24 @@
-"""claims -> claims.json: every claim of the chapter (claims.yaml) checked against this
-machine's artifacts; the verdicts come from ``inferlab.claims.evaluate_machine``."""
+"""claims -> claims.json: every claim of the chapter (claims.yaml) judged on this results
+key's artifacts, which the runner has read and checked against the register."""
 
 from __future__ import annotations
 
-from inferlab.claims import evaluate_machine
-from inferlab.config import ClaimsParams
+from dataclasses import dataclass
+
+from inferlab.claims import load
+from inferlab.verdicts import evaluate_all
 
 
-def run(params: ClaimsParams, ctx) -> dict:
-    return evaluate_machine(ctx.root, ctx.machine)
+@dataclass(frozen=True)
+class Params:
+    """The claims stage is configured by claims.yaml (one of its code files), not config."""
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        return cls()
+
+
+def run(params: Params, ctx) -> dict:
+    claims_file = load()
+    return evaluate_all(claims_file.claims, ctx.evidence, ctx.key, ctx.root,
+                        claims_file.hardware)

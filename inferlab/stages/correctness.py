@@ -13,22 +13,41 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from inferlab.attention import (
+    TILED,
     finalize,
     merge_partials,
     naive_attention,
     partial_attention,
     splitkv_decode,
-    tiled_attention,
-    tiled_attention_fast,
 )
-from inferlab.config import CorrectnessParams
-from inferlab.stages import max_abs_err, random_qkv, table, torch_dtype
+from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
 from inferlab.traffic import block_pairs
 
-TILED = {"tiled": tiled_attention, "tiled_fast": tiled_attention_fast}
+
+@dataclass(frozen=True)
+class Params:
+    heads: int
+    d: int
+    lengths: tuple[int, ...]
+    blocks: tuple[tuple[int, int], ...]   # (block_q, block_k)
+    dtypes: tuple[str, ...]
+    causal: tuple[bool, ...]
+    score_scales: tuple[float, ...]
+    splits: tuple[int, ...]
+    splitkv_cache_len: int
+    pair_model_T: int
+    pair_model_blocks: tuple[int, ...]
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        section = {k: tuples(v) for k, v in cfg["correctness"].items()}
+        model = section.pop("pair_model")
+        return cls(**section, pair_model_T=model["T"], pair_model_blocks=tuple(model["blocks"]))
 
 
 def _inputs(shape, dtype: str, scale: float, ctx, keys: int | None = None):
@@ -38,7 +57,7 @@ def _inputs(shape, dtype: str, scale: float, ctx, keys: int | None = None):
     return low, tuple(t.to(torch.float64) for t in low)
 
 
-def equivalence_rows(params: CorrectnessParams, ctx) -> list[dict]:
+def equivalence_rows(params: Params, ctx) -> list[dict]:
     points = [(T, dtype, causal, scale) for T in params.lengths for dtype in params.dtypes
               for causal in params.causal for scale in params.score_scales]
     rows = []
@@ -60,7 +79,7 @@ def equivalence_rows(params: CorrectnessParams, ctx) -> list[dict]:
     return rows
 
 
-def causal_pair_rows(params: CorrectnessParams, equivalence: list[dict]) -> list[dict]:
+def causal_pair_rows(params: Params, equivalence: list[dict]) -> list[dict]:
     """Counted pairs (one row per length and block shape) and the model's counts."""
     keys = ("T", "heads", "d", "block_q", "block_k", "causal", "computed_pairs",
             "total_pairs", "pair_fraction")
@@ -78,7 +97,7 @@ def causal_pair_rows(params: CorrectnessParams, equivalence: list[dict]) -> list
     return rows
 
 
-def splitkv_rows(params: CorrectnessParams, ctx) -> list[dict]:
+def splitkv_rows(params: Params, ctx) -> list[dict]:
     rows = []
     cache_len = params.splitkv_cache_len
     for i, dtype in enumerate(params.dtypes, start=1):
@@ -108,7 +127,6 @@ def merge_associativity_err(q, k, v) -> float:
     return max_abs_err(left, right)
 
 
-def run(params: CorrectnessParams, ctx):
+def run(params: Params, ctx) -> list[dict]:
     equivalence = equivalence_rows(params, ctx)
-    rows = equivalence + causal_pair_rows(params, equivalence) + splitkv_rows(params, ctx)
-    return table("correctness", rows)
+    return equivalence + causal_pair_rows(params, equivalence) + splitkv_rows(params, ctx)

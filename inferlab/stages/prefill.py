@@ -15,69 +15,58 @@ scores does more arithmetic than it is credited with.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from inferlab.attention import naive_attention, tiled_attention, tiled_attention_fast
-from inferlab.backends import availability, kernel_that_ran, run_sdpa
-from inferlab.config import PrefillParams
-from inferlab.measure import is_oom, memory_cap, peak_extra_bytes, time_interleaved
-from inferlab.stages import (
-    random_qkv,
-    ratio_or_none,
-    read_ceilings,
-    rows_over_points,
-    table,
-    timed_rows,
-    timing_options,
-)
+from inferlab.attention import TILED, naive_attention
+from inferlab.backends import kernel_that_ran, sdpa_cases
+from inferlab.measure import time_interleaved
+from inferlab.memory import is_oom, memory_cap, peak_extra_bytes
+from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
 
 GIB = 1 << 30
-TILED = {"tiled": tiled_attention, "tiled_fast": tiled_attention_fast}
+
+
+@dataclass(frozen=True)
+class Params:
+    batch: int
+    heads: int
+    d: int
+    lengths: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    causal: tuple[bool, ...]
+    implementations: tuple[str, ...]
+    backends: tuple[str, ...]
+    blocks: tuple[int, ...]
+    memory_cap_gib: float | None
+    timing: TimingParams
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        section = {k: tuples(v) for k, v in cfg["prefill"].items()}
+        return cls(**section, timing=TimingParams(**cfg["timing"]))
 
 
 def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
     return 4 * batch * heads * T * T * d // (2 if causal else 1)
 
 
-def _cases(params: PrefillParams, q, k, v, causal: bool) -> tuple[dict, dict, list]:
+def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
     """({label: fn}, {label: row fields}, [rows of backends that cannot run here])."""
-    cases, meta, unavailable = {}, {}, []
+    cases, meta, refused = {}, {}, []
     if "naive" in params.implementations:
         cases["naive"] = lambda: naive_attention(q, k, v, causal)
-        meta["naive"] = {"impl": "naive"}
+        meta["naive"] = {"impl": "naive", "fused_sdpa": False}
     for impl, fn in TILED.items():
         if impl in params.implementations:
             for b in params.blocks:
                 label = f"{impl} block={b}"
                 cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
-                meta[label] = {"impl": impl, "block_q": b, "block_k": b}
+                meta[label] = {"impl": impl, "fused_sdpa": False, "block_q": b, "block_k": b}
     if "sdpa" in params.implementations:
-        sdpa, sdpa_meta, unavailable = sdpa_cases(q, k, v, causal, params.backends)
+        sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, causal, params.backends)
         cases.update(sdpa)
         meta.update(sdpa_meta)
-    return cases, meta, unavailable
-
-
-def sdpa_cases(q, k, v, causal: bool, backends) -> tuple[dict, dict, list]:
-    """SDPA forced to each of ``backends`` that runs here ({label: fn}, {label: fields}),
-    and a row for each that does not (its PyTorch reason, or oom)."""
-    cases, meta, unavailable = {}, {}, []
-    for status in availability(q, k, v, causal=causal):
-        if status.backend not in backends:
-            continue
-        label = f"sdpa_{status.backend}"
-        if not status.ran:
-            unavailable.append({"impl": label, "status": unavailable_status(status)})
-            continue
-        cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)
-        meta[label] = {"impl": label, "kernel": status.op}
-    return cases, meta, unavailable
-
-
-def unavailable_status(status) -> str:
-    """'oom' when forcing the backend ran out of memory, else 'unavailable: <reason>'."""
-    if status.error and is_oom(RuntimeError(status.error)):
-        return "oom"
-    return f"unavailable: {status.reason or status.error or 'refused without a reason'}"
+    return cases, meta, refused
 
 
 def _capped(fn, cap_bytes: int | None, device: str):
@@ -105,7 +94,7 @@ def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
             "kernel": kernel}
 
 
-def point_rows(params: PrefillParams, ctx, T: int, dtype: str, causal: bool,
+def point_rows(params: Params, ctx, T: int, dtype: str, causal: bool,
                matmul_gflops: float | None, progress) -> list[dict]:
     """All rows of one (T, dtype, causal) point."""
     q, k, v = random_qkv((params.batch, params.heads, T, params.d), dtype, ctx.device, ctx.seed)
@@ -113,27 +102,28 @@ def point_rows(params: PrefillParams, ctx, T: int, dtype: str, causal: bool,
             "dtype": dtype, "causal": causal, "threads": ctx.threads,
             "flops": prefill_flops(params.batch, params.heads, T, params.d, causal)}
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
-    cases, meta, unavailable = _cases(params, q, k, v, causal)
+    cases, meta, refused = _cases(params, q, k, v, causal)
     cases = {label: _capped(fn, cap, ctx.device) for label, fn in cases.items()}
     timings = time_interleaved(cases, progress=progress,
-                               **timing_options(params.timing, ctx)) if cases else {}
+                               **params.timing.options(ctx)) if cases else {}
+    rows = []
+    for label, timing in timings.items():
+        row = {**base, **meta[label], **timing.as_row(), "status": timing.status}
+        if timing.status == "ok":
+            row.update(_memory_and_kernel(cases[label], meta[label].get("kernel"), ctx.device))
+            row["achieved_gflops"] = base["flops"] / (timing.median_ms * 1e-3) / 1e9
+            row["frac_matmul_ceiling"] = ratio(row["achieved_gflops"], matmul_gflops)
+        rows.append(row)
+    return rows + [{**base, **row} for row in refused]
 
-    def when_ok(label, timing) -> dict:
-        fields = _memory_and_kernel(cases[label], meta[label].get("kernel"), ctx.device)
-        fields["achieved_gflops"] = base["flops"] / (timing.median_ms * 1e-3) / 1e9
-        fields["frac_matmul_ceiling"] = ratio_or_none(fields["achieved_gflops"], matmul_gflops)
-        return fields
 
-    rows = timed_rows(timings, meta, when_ok)
-    return [{**base, **row} for row in rows + unavailable]
-
-
-def run(params: PrefillParams, ctx):
-    ceilings = read_ceilings(ctx.inputs["probe"])["matmul_gflops"]
+def run(params: Params, ctx) -> list[dict]:
+    ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
     points = [(T, dtype, causal) for T in params.lengths for dtype in params.dtypes
               for causal in params.causal]
-    rows = rows_over_points(
-        ctx, points, lambda p: f"T={p[0]} {p[1]} {'causal' if p[2] else 'full'}",
-        params.timing.rounds,
-        lambda p, progress: point_rows(params, ctx, *p, ceilings.get(p[1]), progress))
-    return table("prefill", rows)
+    rows = []
+    for i, (T, dtype, causal) in enumerate(points, start=1):
+        name = f"T={T} {dtype} {'causal' if causal else 'full'}"
+        progress = harness_progress(ctx, i, len(points), name, params.timing.rounds)
+        rows += point_rows(params, ctx, T, dtype, causal, ceilings.get(dtype), progress)
+    return rows

@@ -9,24 +9,36 @@ interleaved, so they share the conditions of the run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from inferlab.backends import availability
-from inferlab.config import ProbeParams
 from inferlab.environment import fingerprint
 from inferlab.measure import time_interleaved
-from inferlab.stages import (
-    harness_progress,
-    random_qkv,
-    timing_options,
-    timing_row,
-    torch_dtype,
-)
+from inferlab.stages.common import TimingParams, harness_progress, random_qkv, torch_dtype, tuples
 
 MIB = 1 << 20
 
 
-def availability_rows(params: ProbeParams, ctx) -> list[dict]:
+@dataclass(frozen=True)
+class Params:
+    tokens: int
+    heads: int
+    d: int
+    copy_mib: int
+    matmul_size: int
+    dtypes: tuple[str, ...]
+    causal: tuple[bool, ...]
+    timing: TimingParams
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        probe = {k: tuples(v) for k, v in cfg["probe"].items()}
+        return cls(**probe, timing=TimingParams(**cfg["timing"]))
+
+
+def availability_rows(params: Params, ctx) -> list[dict]:
     """One row per dtype x causal x backend at the representative (1, H, T, D) shape."""
     rows = []
     points = [(dtype, causal) for dtype in params.dtypes for causal in params.causal]
@@ -38,7 +50,7 @@ def availability_rows(params: ProbeParams, ctx) -> list[dict]:
     return rows
 
 
-def _ceiling_cases(params: ProbeParams, device: str) -> dict:
+def _ceiling_cases(params: Params, device: str) -> dict:
     """{label: fn}: one large copy and one n x n matmul per dtype, outputs preallocated."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     src = torch.rand(params.copy_mib * MIB // 4, generator=gen).to(device)
@@ -52,11 +64,17 @@ def _ceiling_cases(params: ProbeParams, device: str) -> dict:
     return cases
 
 
-def ceilings(params: ProbeParams, ctx) -> dict:
+def _row(timing) -> dict:
+    """A timing as JSON (NaN, the harness's 'not measured', as None)."""
+    row = {**timing.as_row(), "status": timing.status}
+    return {k: None if isinstance(v, float) and v != v else v for k, v in row.items()}
+
+
+def ceilings(params: Params, ctx) -> dict:
     """Copy bandwidth (GB/s) and matmul rate per dtype (GFLOP/s); None where it failed."""
     cases = _ceiling_cases(params, ctx.device)
     progress = harness_progress(ctx, 1, 1, "ceilings", params.timing.rounds)
-    timings = time_interleaved(cases, progress=progress, **timing_options(params.timing, ctx))
+    timings = time_interleaved(cases, progress=progress, **params.timing.options(ctx))
     copy_bytes = params.copy_mib * MIB
     n = params.matmul_size
 
@@ -70,10 +88,10 @@ def ceilings(params: ProbeParams, ctx) -> dict:
         "copy_bytes": copy_bytes,
         "matmul_size": n,
         "method": next(iter(timings.values())).method,
-        "timings": {label: timing_row(t) for label, t in timings.items()},
+        "timings": {label: _row(t) for label, t in timings.items()},
     }
 
 
-def run(params: ProbeParams, ctx) -> dict:
+def run(params: Params, ctx) -> dict:
     return {"environment": fingerprint(ctx.device), "availability": availability_rows(params, ctx),
             "ceilings": ceilings(params, ctx)}

@@ -1,0 +1,181 @@
+"""Bytes on disk that must be trusted: hashes, canonical JSON, durable writes, git state.
+
+The evidence register and the provenance writer both build on this module and on no
+other part of the package, so neither imports the other. A write here either
+completes (every byte written, fsynced) or raises and leaves the target as it was:
+
+* ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
+* ``durable_append`` adds one line to an append-only file; if the write is short
+  (a full disk) or fails, the file is truncated back to its old length before raising.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from inferlab import layout
+
+TMP_SUFFIX = ".tmp"
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path | str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def reject_nonfinite(obj, where: str = "obj") -> None:
+    """json.dumps(allow_nan=False) says only that a float is out of range; this says where."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where}={obj!r}: NaN and infinity have no canonical JSON form; "
+                         "use None (null) for a value that was not measured")
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            reject_nonfinite(value, f"{where}[{key!r}]")
+    elif isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            reject_nonfinite(value, f"{where}[{i}]")
+
+
+def canonical_json(obj) -> bytes:
+    """UTF-8 JSON with sorted keys and no whitespace: equal data gives equal bytes."""
+    reject_nonfinite(obj)
+    try:
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except TypeError as exc:
+        raise ValueError(f"obj is not JSON data: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def utc_now_iso() -> str:
+    """UTC time as ISO 8601 with a Z, to the second (e.g. 2025-01-31T12:00:00Z)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def relative(path: Path | str, root: Path | str) -> str:
+    """Path relative to root in POSIX form; a path outside root stays absolute."""
+    path, root = Path(path).resolve(), Path(root).resolve()
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_all(fd: int, data: bytes, name: str) -> None:
+    """os.write until every byte is out; a write that makes no progress is ENOSPC."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        n = os.write(fd, view[done:])
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"no progress writing {name} ({done} of "
+                                        f"{len(data)} bytes written)")
+        done += n
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    The temp file sits in the same folder (os.replace is atomic only within one file
+    system) and is fsynced before the rename; the folder is fsynced after it, so the
+    rename itself survives a power cut. Temp files a killed earlier write left are removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):
+        stale.unlink(missing_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    try:
+        try:
+            _write_all(fd, data, str(path))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def durable_append(path: Path, line: bytes) -> None:
+    """Append ``line`` (ending in a newline) to ``path`` completely, or not at all.
+
+    On any failure (a full disk, an interrupted write) the file is truncated back to the
+    length it had, so no torn line is left behind, and the error is raised.
+    """
+    if not line.endswith(b"\n"):
+        raise ValueError("line must end with a newline")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, line, str(path))
+            os.fsync(fd)
+        except BaseException:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- git
+
+
+def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                              text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_state(root: Path | str) -> dict:
+    """{"commit": HEAD or None, "dirty": uncommitted code changes or None}; never raises.
+
+    None means unknown: not a git repository, git missing, or (commit) no commit yet.
+    """
+    head = _git(root, "rev-parse", "--verify", "HEAD")
+    # results, evidence and the report are outputs, not code: they do not make a tree dirty
+    not_code = [f":(exclude){folder}" for folder in layout.OUTPUT_DIRS]
+    status = _git(root, "status", "--porcelain", "--", ".", *not_code)
+    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
+    dirty = bool(status.stdout.strip()) if status is not None and status.returncode == 0 \
+        else None
+    return {"commit": commit or None, "dirty": dirty}
+
+
+def git_show(root: Path | str, rev: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``rev`` (e.g. "HEAD"), or None when git has no such file."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"],
+                             capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None

@@ -1,0 +1,181 @@
+"""Runs one stage end to end: its inputs read and checked against the register ->
+``Params.from_config`` -> ``run(params, ctx)`` -> the artifact's bytes (``artifacts``) ->
+``provenance.write_artifact`` (results/, retained copies, register entry).
+
+Two entry points take the same path, so an artifact does not depend on which ran it:
+``from_snakemake`` (``scripts/run_stage.py``), which uses the paths, threads and params
+the rule hands it, and ``cli_stage`` (``python -m inferlab stage NAME``), which builds
+them from the config the way the Snakefile does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferlab import artifacts, layout
+from inferlab.config import load_config, resolve, resolve_threads
+from inferlab.files import relative, sha256_file
+from inferlab.pipeline import code_files, stage
+from inferlab.register import Register
+from inferlab.verdicts import Evidence
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage may know beyond its params: where it runs and what it reads."""
+
+    stage: str
+    root: Path
+    key: str                  # results key: machine, or machine@grid
+    device: str
+    threads: int
+    seed: int
+    evidence: dict[str, Evidence] = field(default_factory=dict)  # upstream stage -> artifact
+    log: Callable[[str], None] = print
+
+    @property
+    def inputs(self) -> dict:
+        """upstream stage -> its artifact as read (a Table, or probe.json's dict)."""
+        return {name: e.data for name, e in self.evidence.items()}
+
+    def progress(self, i: int, n: int, what: str) -> None:
+        """'[prefill] 7/24 naive T=2048 float32 causal' to stderr and the stage's log."""
+        self.log(f"[{self.stage}] {i}/{n} {what}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One stage to run, as Snakemake's rule or the command line describes it."""
+
+    stage: str
+    root: Path
+    key: str
+    config: dict              # the stage's effective config (config.effective_config)
+    inputs: dict[str, Path]   # upstream stage -> its artifact
+    output: Path
+    threads: int
+    command: str
+    log_file: Path | None = None
+
+
+class _Log:
+    """Lines to stderr and, when given, to a log file (flushed, for `tail -f`)."""
+
+    def __init__(self, path: Path | None):
+        self._file = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if self._file:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+
+
+def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
+    """An upstream artifact, trusted only if it is the register's latest version of it
+    (results file and sidecar); else a ValueError saying what to rerun."""
+    if not path.is_file():
+        raise ValueError(f"stage input {relative(path, root)} does not exist: run the {name!r} "
+                         f"stage for {key!r} first")
+    entry = Register(root, key).latest(name)
+    now = sha256_file(path)
+    sidecar = layout.sidecar_path(path)
+    if entry is None or entry["sha256"] != now or not sidecar.is_file() \
+            or sha256_file(sidecar) != entry["sidecar_sha256"]:
+        said = "is not in the register" if entry is None else \
+            f"does not match register version {entry['version']} of {name}"
+        raise ValueError(f"stage input {relative(path, root)} (or its sidecar) {said}: it was "
+                         f"edited or its write was interrupted; refusing to compute from it. "
+                         f"Rerun the {name!r} stage, or run `inferlab verify` to see more")
+    return Evidence(name, path, artifacts.read(path, name), entry, now)
+
+
+def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
+    """Run the stage of ``job`` and write its artifact; return the register entry.
+
+    Nothing is written before the stage has finished and its output passed its schema,
+    so an interrupted or failing stage leaves no artifact and no register entry.
+    """
+    import torch
+
+    from inferlab.environment import fingerprint
+    from inferlab.provenance import write_artifact
+
+    declared = stage(job.stage)
+    if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
+        raise ValueError(f"stage {job.stage!r} was asked to write {job.output}, but the "
+                         f"register tracks {layout.artifact_path(job.root, job.key, job.stage)}")
+    evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
+                for name in declared.reads}
+    ctx = StageContext(job.stage, job.root, job.key, job.config["device"], job.threads,
+                       job.config["seed"], evidence, log)
+    torch.set_num_threads(job.threads)
+    torch.manual_seed(job.config["seed"])
+    started = time.perf_counter()
+    module = importlib.import_module(declared.module)
+    result = module.run(module.Params.from_config(job.config), ctx)
+    content = artifacts.encode(job.stage, result)
+    entry = write_artifact(
+        job.root, job.key, job.stage, content, config=job.config,
+        code_files=[job.root / f for f in code_files(job.stage)],
+        inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
+        environment=fingerprint(ctx.device, collect_env=False))
+    log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
+        f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
+    return entry
+
+
+def run_logged(job: Job) -> dict:
+    log = _Log(job.log_file)
+    try:
+        return run_job(job, log=log)
+    except BaseException:
+        log(traceback.format_exc().rstrip())
+        raise
+    finally:
+        log.close()
+
+
+def from_snakemake(smk) -> dict:
+    """Entry point of scripts/run_stage.py: the rule name is the stage name, and every
+    path, the threads and the effective config come from the rule."""
+    job = Job(stage=smk.rule, root=Path.cwd(), key=smk.params.key, config=dict(smk.params.config),
+              inputs={name: Path(smk.input[name]) for name in stage(smk.rule).reads},
+              output=Path(smk.output.artifact), threads=int(smk.threads),
+              command=smk.params.command, log_file=Path(smk.log[0]))
+    return run_logged(job)
+
+
+def cli_stage(name: str, root: Path | str, machine: str | None, configfiles=(),
+              overrides=()) -> int:
+    """``python -m inferlab stage NAME``: the same stage without Snakemake."""
+    root = Path(root)
+    stage(name)
+    raw = load_config(configfiles, overrides, base=root / "config.yaml")
+    config = resolve(raw, machine=machine)
+    command = ["python", "-m", "inferlab", "stage", name, "--machine", config.machine]
+    for path in configfiles:
+        command += ["--configfile", str(path)]
+    for text in overrides:
+        command += ["--set", text]
+    job = Job(stage=name, root=root, key=config.key, config=config.effective(name),
+              inputs={up: layout.artifact_path(root, config.key, up)
+                      for up in stage(name).reads},
+              output=layout.artifact_path(root, config.key, name), threads=resolve_threads(raw),
+              command=shlex.join(command), log_file=layout.log_path(root, config.key, name))
+    run_logged(job)
+    return 0

@@ -1,0 +1,85 @@
+"""What the stage modules share: seeded inputs, dtype names, the harness's options, and
+small numeric helpers. Each stage is ``inferlab.stages.<name>``: a frozen ``Params``
+built from the stage's effective config, and ``run(params, ctx)`` returning rows (a table
+artifact) or a dict (a JSON artifact); ``inferlab.runner`` does the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"dtype={name!r} is not supported; expected one of {list(DTYPES)}")
+    return DTYPES[name]
+
+
+def random_qkv(shape: tuple[int, int, int, int], dtype: str, device: str, seed: int,
+               keys: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Standard-normal q (B, H, T, D) and k, v (B, H, keys or T, D), seeded, then cast.
+
+    Drawn on the CPU in float32 from one seeded generator, so every device and dtype
+    sees the same numbers (up to the cast).
+    """
+    B, H, T, D = shape
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn((B, H, T, D), generator=gen)
+    k, v = (torch.randn((B, H, T if keys is None else keys, D), generator=gen) for _ in "kv")
+    return tuple(t.to(device=device, dtype=torch_dtype(dtype)) for t in (q, k, v))
+
+
+def tuples(value):
+    """Lists (nested too) as tuples, so params built from a config are hashable."""
+    if isinstance(value, list):
+        return tuple(tuples(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    """The config's ``timing`` section: how the one harness times every case."""
+
+    warmup: int
+    rounds: int
+    timings_per_round: int
+    noisy_threshold: float
+    min_run_ms: float
+
+    def options(self, ctx) -> dict:
+        """Keyword arguments of ``measure.time_interleaved``."""
+        return {"device": ctx.device, "threads": ctx.threads, "rounds": self.rounds,
+                "timings_per_round": self.timings_per_round, "warmup": self.warmup,
+                "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
+
+
+def harness_progress(ctx, i: int, n: int, point: str, rounds: int):
+    """A progress callback for ``time_interleaved`` that reports point ``i`` of ``n`` at each
+    warm-up and at the start of each round (not at every timing: that floods the log)."""
+    def report(step: int, steps: int, label: str) -> None:
+        per_round = max(steps // rounds, 1)
+        if label.startswith("warm-up") or step % per_round == 1 or per_round == 1:
+            ctx.progress(i, n, f"{point}: {label}")
+    return report
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is missing, NaN or the denominator 0."""
+    if numerator is None or denominator is None:
+        return None
+    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref|, computed in float64 (NaN if any element of ``out`` is NaN)."""
+    diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
+    return math.nan if diff.isnan().any() else diff.max().item()

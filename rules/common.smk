@@ -1,0 +1,69 @@
+# Shared by all the rules. This run's machine, grid and results key, resolved once; the
+# input functions that turn a stage's declaration (inferlab.pipeline.STAGES) into paths.
+from inferlab import layout
+from inferlab.config import (
+    available_cpus,
+    effective_config,
+    resolve_device,
+    resolve_grid,
+    resolve_machine,
+)
+from inferlab.pipeline import STAGES, code_files
+
+DEVICE = resolve_device(config)
+MACHINE = resolve_machine(config, DEVICE)
+GRID = resolve_grid(config, DEVICE)
+# Results of this run go to results/{KEY}/ only (KEY = MACHINE, or MACHINE@GRID off the
+# book grid): rules name this one folder, never a wildcard, so a run can never write into
+# another machine's or another grid's folder.
+KEY = layout.results_key(MACHINE, GRID)
+# torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
+# lowers to --cores (so --cores 1 means one thread); a cluster profile sets its own.
+THREADS = config["threads"] if config["threads"] != "auto" else available_cpus()
+# Slots of the "machine" resource (profiles/default): a timing stage takes them all.
+MACHINE_SLOTS = 2
+
+
+def artifact(stage, key=KEY):
+    return layout.artifact_path(".", key, stage).as_posix()
+
+
+def sidecar(stage, key=KEY):
+    return layout.sidecar_path(artifact(stage, key)).as_posix()
+
+
+def stage_inputs(stage):
+    """The artifacts stage ``stage`` reads, by stage name, and the files of its code."""
+    return {"code": code_files(stage), **{up: artifact(up) for up in STAGES[stage].reads}}
+
+
+def reproduce_command(stage):
+    """The Snakemake command that reruns ``stage`` alone with this run's config."""
+    import shlex
+
+    parts = ["snakemake", stage, "--cores", "1", "--forcerun", stage]
+    for path in workflow.config_settings.configfiles or ():
+        parts += ["--configfile", os.path.relpath(path)]
+    overrides = {**(workflow.config_settings.config or {}), "machine": MACHINE}
+    parts += ["--config", *(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                            for k, v in sorted(overrides.items()))]
+    return shlex.join(parts)
+
+
+def report_keys():
+    """The results keys the report shows: this run's, and every other key that has a
+    claims.json (a folder with only some stages is not ready)."""
+    ready = {k for k in layout.keys(".") if os.path.isfile(artifact("claims", k))}
+    return sorted(ready | {KEY})
+
+
+def report_inputs(wildcards=None):
+    """Every file the report reads, for every key it shows: artifacts, sidecars and the
+    register. This run's own register is written by its stage rules, the last of them
+    claims, which the report follows; another key's register is a plain input."""
+    files = {"code": code_files("report")}
+    for key in report_keys():
+        files[key] = [artifact(s, key) for s in STAGES] + [sidecar(s, key) for s in STAGES]
+        if key != KEY:
+            files[key].append(layout.register_path(".", key).as_posix())
+    return files

@@ -1,0 +1,142 @@
+"""The code's shape: one declaration per stage that the Snakefile, the schemas and the
+code closures agree with; no import cycle; small modules that say what they do."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inferlab import layout, pipeline
+from inferlab.pipeline import STAGES
+
+PACKAGE = layout.REPO_ROOT / "inferlab"
+MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(layout.REPO_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _snakemake(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=layout.REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_each_stage_has_its_schema_module_caption_and_params(name):
+    declared = STAGES[name]
+    schema = json.loads(layout.schema_path(declared.schema).read_text())
+    assert schema["$id"] == f"inferlab/{name}"
+    assert (layout.REPO_ROOT / "captions" / f"{name}.rst").is_file()
+    module = __import__(declared.module, fromlist=["Params", "run"])
+    assert callable(module.run) and hasattr(module.Params, "from_config")
+    config = json.loads(layout.schema_path("config.schema.json").read_text())
+    assert set(declared.sections) <= set(config["properties"])
+    assert set(declared.reads) < set(STAGES) and name not in pipeline.upstream(name)
+
+
+def test_sidecar_and_register_schemas_list_exactly_the_stages():
+    sidecar = json.loads(layout.schema_path("sidecar.schema.json").read_text())
+    props = sidecar["properties"]
+    provenance = sidecar["$defs"]["provenance"]["properties"]
+    assert set(provenance["stage"]["enum"]) == set(STAGES)
+    assert set(props["artifact"]["enum"]) == {s.artifact for s in STAGES.values()}
+    assert props["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
+
+
+def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
+    rules = set(_snakemake("--list-rules").split())
+    assert rules == {*STAGES, "report", "all"}
+    edges = set(re.findall(r"(\d+) -> (\d+)", _snakemake("--rulegraph", "--forceall")))
+    graph = _snakemake("--rulegraph", "--forceall")
+    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', graph))
+    wired = {(names[a], names[b]) for a, b in edges}
+    declared = {(up, name) for name, s in STAGES.items() for up in s.reads}
+    assert {e for e in wired if e[1] in STAGES} == declared
+    assert ("claims", "report") in wired and ("report", "all") in wired
+
+
+def test_stage_rules_hand_the_effective_config_and_threads(tmp_path):
+    out = _snakemake("--dry-run", "--forceall", "--cores", "2", "--printshellcmds", "prefill")
+    block = out.split("rule prefill:", 1)[1].split("\n\n", 1)[0]
+    assert "threads: 2" in block and "machine=2" in block  # a timing stage runs alone
+
+
+# --------------------------------------------------------------------------- code
+
+
+def _imports(path: Path) -> set[str]:
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            found |= {base, *(f"{base}.{a.name}" for a in node.names)}
+    known = {_module_name(p) for p in MODULES}
+    return {m for m in found if m in known and m != name}
+
+
+def test_no_import_cycle_inside_inferlab():
+    graph = {_module_name(p): _imports(p) for p in MODULES}
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(
+                    path[path.index(nxt):] + [nxt] if nxt in path else [*path, nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+@pytest.mark.parametrize("name", [*STAGES, "report"])
+def test_computed_code_files_cover_what_really_gets_imported(name):
+    """Import the stage's module in a fresh interpreter: every inferlab module it loads
+    must be among the files whose change reruns it."""
+    module = pipeline.REPORT_MODULE if name == "report" else STAGES[name].module
+    probe = (f"import sys, {module}; print('\\n'.join(sorted(m for m in sys.modules "
+             "if m.startswith('inferlab'))))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=layout.REPO_ROOT,
+                         capture_output=True, text=True, timeout=120, check=True)
+    loaded = {pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
+              for m in out.stdout.split()}
+    assert loaded <= set(pipeline.code_files(name)), loaded - set(pipeline.code_files(name))
+    assert all((layout.REPO_ROOT / f).is_file() for f in pipeline.code_files(name))
+
+
+def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
+    assert "inferlab/attention.py" not in pipeline.code_files("probe")
+    assert all("inferlab/attention.py" in pipeline.code_files(s)
+               for s in ("correctness", "prefill", "decode"))
+    assert "claims.yaml" in pipeline.code_files("claims")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_every_module_says_its_job_and_stays_small(path):
+    tree = ast.parse(path.read_text())
+    assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
+    assert len(path.read_text().splitlines()) <= 420, f"{path.name} is over ~400 lines"
