@@ -335,18 +335,63 @@ def _records(rows: pd.DataFrame) -> list[dict]:
     return [{str(k): plain(v) for k, v in r.items()} for r in records]
 
 
+_SUFFIX_UNITS = (("_ms", "ms"), ("_gbs", "GB/s"), ("_gflops", "GFLOP/s"), ("_bytes", "B"))
+_DISPLAY_UNITS = {"MiB": "MiB", "us": "µs", "s": "s"}
+
+
+def display_unit(check: Check) -> str:
+    """The unit a check's value is printed in: × for ratios, the converted unit, or the
+    column's own (ms, GB/s, ...); empty for a pure number (a fraction, slope, error)."""
+    m = check.measure
+    if m.unit:
+        return _DISPLAY_UNITS[m.unit]
+    if m.stat in ("loglog_slope", "spread"):
+        return ""
+    if m.is_ratio or m.over:
+        return "×"
+    return next((unit for suffix, unit in _SUFFIX_UNITS if m.column.endswith(suffix)), "")
+
+
+def with_unit(value: Any, unit: str | None) -> str:
+    """'2.48–43.4×', '704–1,070 µs', '—' when there is no value."""
+    if value is None:
+        return "—"
+    text = format_value(value)
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit == "×" else f"{text} {unit}"
+
+
+def judged_on(rows: pd.DataFrame) -> str:
+    """What a verdict rests on, in words: 'dtype=float32; T=1024,2048; causal=True'."""
+    return _rows_summary(rows).partition("(")[2].rstrip(")")
+
+
+FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
+           "decode": "decode", "traffic": "traffic"}
+
+
+def figure_of(check: Check) -> str:
+    """The report figure that shows a check's evidence."""
+    if check.stage == "prefill" and check.measure.column.endswith("_bytes"):
+        return "prefill-memory"
+    return FIGURES[check.stage]
+
+
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
              hardware: str = "") -> dict:
     """One claim's verdict on ``key``: the claims.json entry for it. ``evidence`` maps a
     stage to its artifact on that key."""
-    result = {"id": claim.id, "verdict": "not checkable", "value": None,
-              "chapter_value": claim.chapter_value, "reason": "", "rows": [], "artifact": None}
+    result = {"id": claim.id, "kind": claim.kind, "verdict": "not checkable", "value": None,
+              "unit": None, "value_text": "—", "chapter_value": claim.chapter_value,
+              "judged_on": "", "reason": "", "note": None, "figure": None, "rows": [],
+              "artifact": None, "compared_with": None}
     if claim.check is None:
         result["reason"] = f"reported by {claim.source}; this pipeline's data cannot test it"
         return result
     check = claim.check
     found = evidence[check.stage]
-    result["artifact"] = found.describe(root)
+    result.update(artifact=found.describe(root), note=check.note, figure=figure_of(check))
     try:
         if found.error is not None:
             raise NotMeasurable(f"{result['artifact']['path']} cannot be read: {found.error}")
@@ -357,8 +402,11 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         ok, checked = judge(check.expect, value)
         where = f"on {key}" + (f"; the chapter measured on {hardware}"
                                if claim.kind == "measured" and hardware else "")
-        result.update(verdict="reproduced" if ok else "not reproduced",
-                      value=reported_value(value, check.measure.stat), rows=_records(rows),
+        unit = display_unit(check)
+        reported = reported_value(value, check.measure.stat)
+        result.update(verdict="reproduced" if ok else "not reproduced", value=reported,
+                      unit=unit, value_text=with_unit(reported, unit), rows=_records(rows),
+                      judged_on=judged_on(rows),
                       reason=(f"value here {format_value(value)}{_rows_summary(rows)}; "
                               f"the sentence needs {checked}; judged {where}"))
     except NotMeasurable as why:
