@@ -15,9 +15,10 @@ from pathlib import Path
 from inferlab import artifacts, layout
 from inferlab.claims import Claim, find, load
 from inferlab.files import relative, sha256_file
+from inferlab.formats import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
-from inferlab.verdicts import Evidence, evaluate, evaluate_all, format_value
+from inferlab.verdicts import Evidence, evaluate, evaluate_all
 
 # ---------------------------------------------------------------- evidence
 

@@ -22,9 +22,10 @@ from inferlab import layout
 from inferlab.audit import integrity, load_evidence, recorded_results
 from inferlab.claims import Claim, load
 from inferlab.figures import decode_figure, prefill_figure, traffic_figure
+from inferlab.formats import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
-from inferlab.verdicts import Evidence, format_value
+from inferlab.verdicts import Evidence
 
 SECTIONS = (("ran", "What ran where"), ("exactness", "Exactness"), ("prefill", "Prefill"),
             ("decode", "Decode"), ("traffic", "Traffic model"), ("claims", "Claims"),
