@@ -53,6 +53,7 @@ __all__ = [
     "merge_partials",
     "finalize",
     "splitkv_decode",
+    "splitkv_decode_fold",
 ]
 
 # --------------------------------------------------------------------------- checks
@@ -320,21 +321,25 @@ def partial_attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = Non
     q: (B, H, T_q, D); k, v: (B, H, T_k, D), T_k may be 0 (gives the empty partial).
     mask: optional bool, broadcastable to (B, H, T_q, T_k); True means the key is attended
     (SDPA's convention). Rows with no attended key get m=-inf, l=0, o=0.
+
+    The two products run in the input dtype, as ``naive_attention``'s do (half-precision
+    matmuls accumulate in float32 inside); the softmax state is float32. Nothing the
+    size of the cache is copied or upcast: only scores and outputs are.
     """
     scale = _check_inputs(q, k, v, scale=scale, min_keys=0)
     B, H, T_q, D = q.shape
     _check_mask(mask, (B, H, T_q, k.shape[2]))
     acc_dtype = _accumulation_dtype(q.dtype)
-    q, k, v = (t.to(acc_dtype) for t in (q, k, v))
     if k.shape[2] == 0:  # amax of an empty row is an error, and the answer is known
-        return Partial(q.new_full((B, H, T_q), float("-inf")), q.new_zeros((B, H, T_q)),
-                       torch.zeros_like(q))
-    s = q @ k.transpose(-1, -2) * scale
+        return Partial(q.new_full((B, H, T_q), float("-inf"), dtype=acc_dtype),
+                       q.new_zeros((B, H, T_q), dtype=acc_dtype),
+                       q.new_zeros((B, H, T_q, D), dtype=acc_dtype))
+    s = (q @ k.transpose(-1, -2)).to(acc_dtype) * scale
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     m = s.amax(dim=-1)
     p = torch.exp(s - _safe_max(m)[..., None])
-    return Partial(m=m, l=p.sum(dim=-1), o=p @ v)
+    return Partial(m=m, l=p.sum(dim=-1), o=(p.to(v.dtype) @ v).to(acc_dtype))
 
 
 def merge_partials(a: Partial, b: Partial) -> Partial:
@@ -368,15 +373,58 @@ def finalize(p: Partial) -> Tensor:
     return p.o / l_safe[..., None]
 
 
+def _chunk_partials(q: Tensor, k: Tensor, v: Tensor, start: int, n: int, size: int,
+                    scale: float) -> Partial:
+    """Partials of ``n`` equal chunks of ``size`` keys from key ``start``, batched.
+
+    The chunks are a view of the cache, (B, H, n, size, D). When they tile the whole cache
+    (a split count that divides it) the batched products read that view in place; a group
+    that covers part of it is gathered once by the product, in the cache's own dtype.
+    Returns m, l of shape (B, H, n, T_q) and o of shape (B, H, n, T_q, D).
+    """
+    acc_dtype = _accumulation_dtype(q.dtype)
+    k_c, v_c = (t[:, :, start:start + n * size].unflatten(2, (n, size)) for t in (k, v))
+    s = (q.unsqueeze(2) @ k_c.transpose(-1, -2)).to(acc_dtype) * scale   # (B, H, n, T_q, size)
+    m = s.amax(dim=-1)
+    p = torch.exp(s - m[..., None])  # every chunk has a key: m is finite
+    return Partial(m=m, l=p.sum(dim=-1), o=(p.to(v.dtype) @ v_c).to(acc_dtype))
+
+
 def splitkv_decode(q: Tensor, k: Tensor, v: Tensor, splits: int,
                    scale: float | None = None) -> Tensor:
     """Split-KV (FlashDecoding) attention: exact, non-causal, for any number of queries.
 
     q: (B, H, T_q, D), typically T_q = 1; k, v: (B, H, T_k, D). The keys are cut into
-    ``splits`` contiguous chunks with ``torch.tensor_split`` semantics (uneven sizes
-    allowed, down to one key per chunk); each chunk's partial is computed, the partials
-    are merged by a left fold, and the result is finalised. Returns q's dtype.
+    ``splits`` contiguous chunks with ``torch.tensor_split`` semantics: the first
+    T_k % splits chunks hold one key more, down to one key per chunk. As the chapter
+    built it, a fixed number of batched operations whatever the split count: the equal
+    chunks are two batched views of the cache (the longer ones, the shorter ones), each
+    done in one product for all its chunks (max, exponentials and sums per chunk), then
+    one log-sum-exp merge over all chunks:
+
+        m = max_j m_j;  l = sum_j l_j e^(m_j - m);  o = sum_j o_j e^(m_j - m);  out = o / l
+
+    ``splitkv_decode_fold`` is the same result as a left fold of ``merge_partials`` over
+    the chunks (the reference the tests compare with). Returns q's dtype.
     """
+    scale = _check_inputs(q, k, v, scale=scale)
+    splits = _check_positive_int("splits", splits, upper=k.shape[2])
+    size, longer = divmod(k.shape[2], splits)  # `longer` chunks of size + 1, then size
+    groups = [(0, longer, size + 1), (longer * (size + 1), splits - longer, size)]
+    # both groups always run (one may hold no chunk): the same operations for any count
+    parts = [_chunk_partials(q, k, v, start, n, sz, scale) for start, n, sz in groups]
+    m, l, o = (torch.cat(t, dim=2) for t in zip(*parts, strict=True))
+    m_all = m.amax(dim=2, keepdim=True)
+    weight = torch.exp(m - m_all)                                          # (B, H, n, T_q)
+    merged = Partial(m=m_all.squeeze(2), l=(l * weight).sum(dim=2),
+                     o=(o * weight[..., None]).sum(dim=2))
+    return finalize(merged).to(q.dtype)
+
+
+def splitkv_decode_fold(q: Tensor, k: Tensor, v: Tensor, splits: int,
+                        scale: float | None = None) -> Tensor:
+    """``splitkv_decode`` as a left fold: one ``partial_attention`` per chunk, merged one
+    at a time (a Python loop whose cost grows with the split count: the reference)."""
     _check_inputs(q, k, v, scale=scale)
     splits = _check_positive_int("splits", splits, upper=k.shape[2])
     chunks = zip(k.tensor_split(splits, dim=2), v.tensor_split(splits, dim=2), strict=True)

@@ -14,34 +14,22 @@ from pathlib import Path
 
 from inferlab import artifacts, layout
 from inferlab.claims import Claim, find, load
+from inferlab.evidence import Evidence, load_evidence
 from inferlab.files import relative, sha256_file
 from inferlab.formats import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
-from inferlab.verdicts import Evidence, evaluate, evaluate_all
+from inferlab.verdicts import evaluate, evaluate_all
 
 # ---------------------------------------------------------------- evidence
-
-
-def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
-    """Read one stage's artifact (typed) with its latest register entry."""
-    path = layout.artifact_path(root, key, stage)
-    entry = Register(root, key).latest(stage)
-    if not path.is_file():
-        return Evidence(stage, path, None, entry, None)
-    sha = sha256_file(path)
-    try:
-        return Evidence(stage, path, artifacts.read(path, stage), entry, sha)
-    except (ValueError, UnicodeDecodeError) as exc:  # corrupted or edited: say so, go on
-        return Evidence(stage, path, None, entry, sha, error=str(exc))
-
 
 
 def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = None) -> dict:
     """Every claim judged now on ``key``'s artifacts (what the claims stage would write)."""
     claims_file = load(claims_path)
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    return evaluate_all(claims_file.claims, evidence, key, Path(root), claims_file.hardware)
+    return evaluate_all(claims_file.claims, evidence, key, Path(root), claims_file.hardware,
+                        claims_file.fp16_stand_in)
 
 
 # ---------------------------------------------------------------- claims table
@@ -135,9 +123,9 @@ def _environment_summary(env: dict) -> dict:
             "cpu": host.get("cpu_model")}
 
 
-def _key_audit(claim: Claim, root: Path, key: str, hardware: str) -> dict:
+def _key_audit(claim: Claim, root: Path, key: str, hardware: str, stand_in: dict) -> dict:
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    now = evaluate(claim, evidence, key, root, hardware)
+    now = evaluate(claim, evidence, key, root, hardware, stand_in)
     recorded = recorded_results(root, [key]).get(key)
     mine = next((c for c in recorded["claims"] if c["id"] == claim.id), None) \
         if recorded else None
@@ -166,13 +154,14 @@ def audit(claim_id: str, root: Path | str, key: str | None = None,
     claims_file = load(claims_path)
     claim = find(claim_id, claims_file.claims)
     keys = [layout.check_key(key)] if key else layout.keys(root)
-    rows = [_key_audit(claim, Path(root), k, claims_file.hardware) for k in keys]
+    rows = [_key_audit(claim, Path(root), k, claims_file.hardware, claims_file.fp16_stand_in)
+            for k in keys]
     ok = all((r["integrity"] or {}).get("status") != "MISMATCH" for r in rows)
     check = claim.check
     return {"claim": {"id": claim.id, "sentence": claim.sentence, "kind": claim.kind,
                       "chapter_value": claim.chapter_value, "source": claim.source,
-                      "check": None if check is None else {"stage": check.stage,
-                                                           "note": check.note}},
+                      "note": claim.note,
+                      "check": None if check is None else {"stage": check.stage}},
             "machines": rows, "ok": ok}
 
 

@@ -1,7 +1,7 @@
 """claims.yaml, loaded into typed checks.
 
 ``claims.yaml`` lists each claim of the chapter with its sentence, the value the chapter
-printed, its kind, and a declarative check (``schemas/claims.schema.json``; the file's
+printed, its kind and a declarative check (``schemas/claims.schema.json``; the file's
 header explains the vocabulary). Loading validates the file against that schema, then
 builds frozen dataclasses and checks every column a check names against the schema of
 the artifact it reads, so a typo is an error naming the claim and the column, not a
@@ -28,19 +28,19 @@ from inferlab.pipeline import STAGES
 
 # unit -> (the column suffix it converts from, factor)
 UNITS = {"MiB": ("_bytes", 2.0**-20), "us": ("_ms", 1e3), "s": ("_ms", 1e-3)}
-STATS = ("max", "median", "range", "spread", "loglog_slope", "at")
+# between-run checks read the differences of these columns (inferlab.compare)
+COMPARED = ("median_ms", "ratio")
+DIFF_SUFFIXES = ("_old", "_new", "_diff", "_spread")
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A row filter on one column: equal to one of ``values``, or within [low, high], or
-    the column's largest / not largest value (``rank``, applied after the others)."""
+    """A row filter on one column: equal to one of ``values``, or within [low, high]."""
 
     column: str
     values: tuple | None = None
     low: float | None = None
     high: float | None = None
-    rank: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,16 @@ class Measure:
 
     A ratio has ``numerator`` and ``denominator`` row sets, joined on ``join``: its value
     per joined row is numerator ``column`` / denominator ``column``. Otherwise ``over``
-    divides ``column`` by another column of the same row, and ``unit`` converts it.
+    divides ``column`` by another column of the same row, ``invert`` takes 1 / value,
+    ``unit`` converts it, and a value above ``valid_max`` is not physical.
     """
 
     column: str
     stat: str
     over: str | None = None
+    invert: bool = False
     unit: str | None = None
+    valid_max: float | None = None
     by: tuple[str, ...] = ()
     x: str | None = None
     at: str | None = None
@@ -105,9 +108,10 @@ class Check:
     rows: Rows
     measure: Measure
     expect: Expect
-    device: str | None = None                       # requires.device
-    requires: tuple[tuple[str, Any], ...] = ()      # requires.<column>: value
-    note: str | None = None
+    dtype: str = "fp16"                             # fp16 | each | any | a dtype name
+    scope: tuple[tuple[str, tuple], ...] = ()       # the sentence's own values
+    device: str | None = None                       # the device class it needs / is about
+    between_runs: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,20 +124,20 @@ class Claim:
     kind: str
     check: Check | None = None
     source: str | None = None
+    note: str | None = None
 
 
 @dataclass(frozen=True)
 class ClaimsFile:
     claims: tuple[Claim, ...]
     hardware: str
+    fp16_stand_in: dict[str, str]   # device class -> the dtype that stands for fp16
 
 
 # --------------------------------------------------------------------------- parsing
 
 
 def _condition(column: str, cond: Any) -> Condition:
-    if isinstance(cond, dict) and "rank" in cond:
-        return Condition(column, rank=cond["rank"])
     if isinstance(cond, dict):
         return Condition(column, low=cond.get("min"), high=cond.get("max"))
     return Condition(column, values=tuple(cond) if isinstance(cond, list) else (cond,))
@@ -152,38 +156,35 @@ def _measure(check: dict) -> Measure:
     if "ratio" in check:
         return Measure(**common, numerator=_rows(spec["numerator"]),
                        denominator=_rows(spec["denominator"]), join=tuple(spec["join"]))
-    return Measure(**common, over=spec.get("over"), unit=spec.get("unit"))
+    return Measure(**common, over=spec.get("over"), invert=spec.get("invert", False),
+                   unit=spec.get("unit"), valid_max=spec.get("valid_max"))
 
 
 def _expect(spec: dict) -> Expect:
     tolerance = spec.get("tolerance", 0.0)
-    for kind in ("between", "max", "min", "approx", "equals", "direction", "approx_at"):
-        if kind in spec:
-            value = spec[kind]
-            if kind == "between":
-                return Expect(kind, bounds=(value[0], value[1]), tolerance=tolerance)
-            if kind == "approx_at":
-                return Expect(kind, rel=spec["rel"], points=tuple((k, x) for k, x in value))
-            return Expect(kind, target=value, rel=spec.get("rel"), abs=spec.get("abs"),
-                          tolerance=tolerance)
-    raise ValueError(f"expect {spec!r} has no known kind")  # the schema rules this out
+    if "between" in spec:
+        return Expect("between", bounds=tuple(spec["between"]), tolerance=tolerance)
+    if "approx_at" in spec:
+        return Expect("approx_at", rel=spec["rel"], points=tuple(map(tuple, spec["approx_at"])))
+    kind = next(k for k in ("max", "min", "approx", "equals", "direction") if k in spec)
+    return Expect(kind, target=spec[kind], rel=spec.get("rel"), abs=spec.get("abs"),
+                  tolerance=tolerance)
 
 
 def _check(spec: dict) -> Check:
-    requires = dict(spec.get("requires") or {})
-    device = requires.pop("device", None)
     return Check(stage=spec["stage"], rows=_rows(spec), measure=_measure(spec),
-                 expect=_expect(spec["expect"]), device=device,
-                 requires=tuple(requires.items()), note=spec.get("note"))
+                 expect=_expect(spec["expect"]), dtype=spec.get("dtype", "fp16"),
+                 scope=tuple((c, tuple(v)) for c, v in (spec.get("scope") or {}).items()),
+                 device=spec.get("device"), between_runs=spec.get("between_runs", False))
 
 
 # --------------------------------------------------------------------------- checking
 
 
-def _columns_named(check: Check) -> set[str]:
+def columns_named(check: Check) -> set[str]:
     m = check.measure
-    named = {c.column for c in check.rows.where} | {c for c, _ in check.requires}
-    named |= {m.column, *m.by, *m.join} | {c for c in (m.over, m.x, m.at) if c}
+    named = {c for c, _ in check.scope} | {m.column, *m.by, *m.join}
+    named |= {c for c in (m.over, m.x, m.at) if c}
     for rows in (check.rows, m.numerator, m.denominator):
         if rows is not None:
             named |= {c.column for c in rows.where}
@@ -192,10 +193,15 @@ def _columns_named(check: Check) -> set[str]:
     return named
 
 
-def _artifact_columns(stage: str) -> set[str]:
-    if stage == "probe":
+def artifact_columns(check: Check) -> set[str]:
+    """The columns a check may name: its artifact's, or for a between-run check the
+    point's key columns and the differences of the compared columns."""
+    if check.stage == "probe":
         return set(artifacts.schema("probe")["properties"]["availability"]["items"]["required"])
-    return set(artifacts.columns(stage))
+    if check.between_runs:
+        return {*STAGES[check.stage].key_columns, "status",
+                *(c + s for c in COMPARED for s in DIFF_SUFFIXES)}
+    return set(artifacts.columns(check.stage))
 
 
 def _check_claim(claim: Claim, name: str) -> None:
@@ -203,8 +209,13 @@ def _check_claim(claim: Claim, name: str) -> None:
     check = claim.check
     if check is None:
         return
-    known = _artifact_columns(check.stage)
-    for column in sorted(_columns_named(check) - known):
+    if check.between_runs and not STAGES[check.stage].timed:
+        raise ValueError(f"{name}: claim {claim.id} compares runs of {check.stage!r}, "
+                         "which times nothing")
+    if claim.kind == "device-specific" and check.device is None:
+        raise ValueError(f"{name}: claim {claim.id} is device-specific but names no device")
+    known = artifact_columns(check)
+    for column in sorted(columns_named(check) - known):
         close = difflib.get_close_matches(column, sorted(known), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"{name}: claim {claim.id} names column {column!r}, which "
@@ -247,10 +258,13 @@ def _parse(text: str, name: str) -> ClaimsFile:
     claims = tuple(Claim(id=c["id"], sentence=" ".join(c["sentence"].split()),
                          chapter_value=c["chapter_value"], kind=c["kind"],
                          check=_check(c["check"]) if "check" in c else None,
-                         source=c.get("source")) for c in data["claims"])
+                         source=c.get("source"),
+                         note=" ".join(c["note"].split()) if "note" in c else None)
+                   for c in data["claims"])
     for claim in claims:
         _check_claim(claim, name)
-    return ClaimsFile(claims, data.get("chapter_hardware", ""))
+    stand_in = {k: v for k, v in data["fp16_stand_in"].items() if k in ("cuda", "cpu")}
+    return ClaimsFile(claims, data.get("chapter_hardware", ""), stand_in)
 
 
 def load(path: Path | str | None = None) -> ClaimsFile:

@@ -72,6 +72,14 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     if args.stage is not None:
         stage(args.stage)
+    if args.compare:
+        from inferlab.compare import compare_latest, format_differences
+
+        if args.stage is None:
+            raise ValueError("--compare needs a timing stage, e.g. history prefill --compare")
+        previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
+        print(format_differences(previous, latest, diffs, args.stage))
+        return 0
     return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
 
 
@@ -132,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("history", parents=[common], help="list artifact versions in the register")
     s.add_argument("stage", nargs="?", default=None)
+    s.add_argument("--compare", action="store_true",
+                   help="the latest version against the previous one made with the same "
+                        "code, config and hardware: the relative difference per point")
     s.set_defaults(func=_cmd_history)
 
     s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")

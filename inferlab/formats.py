@@ -48,7 +48,7 @@ def display_unit(check: Check) -> str:
         return _DISPLAY_UNITS[m.unit]
     if m.stat in ("loglog_slope", "spread"):
         return ""
-    if m.is_ratio or m.over:
+    if m.is_ratio or m.over or m.column == "ratio" or m.column.endswith(("_ratio", "_over_full")):
         return "×"
     return next((unit for suffix, unit in _SUFFIX_UNITS if m.column.endswith(suffix)), "")
 

@@ -1,63 +1,133 @@
 """The one timing harness; every timing stage uses it.
 
-Timing follows the chapter's method: warm up first, then run the implementations
-interleaved in rounds (A B C A B C ...) so that drift (frequency, other load, page
-cache) hits all alike; report the median, the IQR over all timings and the spread
-between round medians, and flag a case whose rounds disagree as ``noisy`` instead of
-printing one number as if it were stable.
+The chapter's claims are ratios (naive/fused, tiled/naive, split/fused), so they are
+measured as ratios. Every case is warmed up, then the cases are timed in rounds,
+interleaved (A B C, A B C, ...), one timing of each per round, so that drift (frequency,
+another tenant, the page cache) hits all alike. A case paired with a reference gets,
+besides its own median time, the median of its *per-round* ratio to that reference: both
+were timed in the same round, seconds apart, so what slows a round slows both.
 
-How one timing of one case is taken is a clock's job (``inferlab.clocks``: torch's Timer
-on a CPU, do_bench or CUDA events on a GPU); this module decides how many, in what
-order, and what they add up to.
+How many rounds is decided by the data: after ``min_rounds`` (at least 6, the fewest for
+a 95% interval), rounds continue until the 95% confidence interval of every case's median
+and of every paired ratio is within ``target`` of it (e.g. ±2%), or until ``max_rounds``
+or ``time_cap_s`` of timing is reached. Each ``Timing`` says how many rounds it took and
+whether it ``converged``; one whose interval is wider than ``noisy_threshold`` is
+``noisy``. The interval is distribution-free: order statistics of the samples, the
+binomial way (no normality assumed; timings are skewed).
 
-A case that fails is a status, not a crash: ``oom`` (``inferlab.memory.is_oom``) or
-``error: <message>``. Memory is measured by ``inferlab.memory``.
+How one timing is taken is a clock's job (``inferlab.clocks``: torch's Timer on a CPU,
+do_bench or CUDA events on a GPU). A case that fails is a status, not a crash: ``oom``
+(``inferlab.memory.is_oom``) or ``error: <message>``.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from inferlab.clocks import make_clock
 from inferlab.memory import check_device, is_oom
 
 _MAX_CALLS_PER_TIMING = 1_000_000
+CI_LEVEL = 0.95
+MIN_ROUNDS = 6  # with fewer samples no order-statistics interval reaches 95 %
 
 Progress = Callable[[int, int, str], object] | None
 
 
+def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float]:
+    """A distribution-free ``level`` confidence interval of the median: the order
+    statistics (x_(k), x_(n+1-k)) for the largest k whose binomial coverage
+    1 - 2·P(Bin(n, ½) < k) still reaches ``level``. NaN, NaN when n is too small."""
+    xs, n = sorted(values), len(values)
+    best, below = 0, 0.0  # below = P(Bin(n, 1/2) <= k - 1)
+    for k in range(1, n // 2 + 1):
+        below += math.comb(n, k - 1) / 2**n
+        if 1 - 2 * below < level:
+            break
+        best = k
+    return (xs[best - 1], xs[n - best]) if best else (math.nan, math.nan)
+
+
+def relative_halfwidth(low: float, high: float, centre: float) -> float:
+    """(high - low) / 2 / centre: the ± of an interval as a fraction; inf when undefined."""
+    if not (math.isfinite(low) and math.isfinite(high)) or centre <= 0:
+        return math.inf
+    return (high - low) / 2 / centre
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """This case's time over its reference's, round by round: the median and its CI."""
+
+    ref: str
+    median: float
+    ci_low: float
+    ci_high: float
+
+
 @dataclass(frozen=True)
 class Timing:
-    """The timings of one case. Times are per call, in milliseconds.
+    """The timings of one case, in milliseconds per call, one sample per round.
 
-    ``round_spread`` is max/min - 1 over the round medians; ``noisy`` says it exceeded
-    the threshold. A case that failed has ``status`` "oom" or "error: <msg>" and NaN times
-    (nothing was measured, so no number is given). ``calls_per_timing`` is how many calls
-    one timing averaged over (chosen in the warm-up from ``min_run_s``).
+    A case that failed has ``status`` "oom" or "error: <msg>" and NaN times (nothing was
+    measured, so no number is given). ``calls_per_timing`` is how many calls one timing
+    averaged over (chosen in the warm-up from ``min_run_s``).
     """
 
-    median_ms: float
-    iqr_ms: float
-    n_timings: int
-    round_medians_ms: tuple[float, ...]
-    round_spread: float
-    noisy: bool
+    samples_ms: tuple[float, ...]
     method: str
     status: str
     calls_per_timing: int = 1
+    converged: bool = False
+    noisy: bool = False
+    ratio: Ratio | None = field(default=None)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms) if self.status == "ok" else math.nan
+
+    @property
+    def ci_ms(self) -> tuple[float, float]:
+        return median_ci(self.samples_ms) if self.status == "ok" else (math.nan, math.nan)
+
+    @property
+    def iqr_ms(self) -> float:
+        if self.status != "ok":
+            return math.nan
+        q25, _, q75 = statistics.quantiles(self.samples_ms, n=4, method="inclusive")
+        return q75 - q25
 
     def as_row(self) -> dict:
-        """The timing columns of prefill.csv / decode.csv (docs/contracts.md)."""
-        return {
-            "median_ms": self.median_ms,
-            "iqr_ms": self.iqr_ms,
-            "n_timings": self.n_timings,
-            "round_spread": self.round_spread,
-            "noisy": self.noisy,
-        }
+        """The timing columns of prefill.csv / decode.csv (docs/contracts.md); None for
+        what was not measured (a failed case)."""
+        if self.status != "ok":
+            return {"median_ms": None, "ci_low_ms": None, "ci_high_ms": None, "iqr_ms": None,
+                    "rounds": self.rounds, "converged": None, "noisy": None,
+                    "timing_method": self.method, "ratio_to": None, "ratio": None,
+                    "ratio_ci_low": None, "ratio_ci_high": None}
+        low, high = self.ci_ms
+        ratio = self.ratio
+        return {"median_ms": self.median_ms, "ci_low_ms": low, "ci_high_ms": high,
+                "iqr_ms": self.iqr_ms, "rounds": self.rounds, "converged": self.converged,
+                "noisy": self.noisy, "timing_method": self.method,
+                "ratio_to": ratio.ref if ratio else None,
+                "ratio": ratio.median if ratio else None,
+                "ratio_ci_low": ratio.ci_low if ratio else None,
+                "ratio_ci_high": ratio.ci_high if ratio else None}
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Median of a[r] / b[r] over rounds r, with its CI."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    return (statistics.median(ratios), *median_ci(ratios))
 
 
 def _failure_status(exc: Exception) -> str:
@@ -72,13 +142,29 @@ def _check_count(name: str, value: int, minimum: int) -> None:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
 
 
-# --------------------------------------------------------------------------- timing
-
-
-def _calls_per_timing(seconds_per_call: float, min_run_s: float) -> int:
-    """Enough calls that one timing lasts >= min_run_s (µs-scale decode calls need many)."""
-    wanted = math.ceil(min_run_s / max(seconds_per_call, 1e-9))
-    return max(1, min(wanted, _MAX_CALLS_PER_TIMING))
+def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
+                time_cap_s, noisy_threshold, min_run_s) -> None:
+    check_device(device)
+    if not cases:
+        raise ValueError("cases is empty: pass at least one {label: callable}")
+    for label, fn in cases.items():
+        if not callable(fn):
+            raise ValueError(f"cases[{label!r}]={fn!r} is not callable")
+    for label, refs in (pair_with or {}).items():
+        unknown = [r for r in (label, *refs) if r not in cases]
+        if unknown or not refs:
+            raise ValueError(f"pair_with[{label!r}]={list(refs)!r} must name cases; "
+                             f"unknown: {unknown or 'none given'}")
+    _check_count("threads", threads, 1)
+    _check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
+    _check_count("min_rounds", min_rounds, MIN_ROUNDS)
+    _check_count("max_rounds", max_rounds, min_rounds)
+    for name, value in (("target", target), ("noisy_threshold", noisy_threshold),
+                        ("time_cap_s", time_cap_s)):
+        if not (isinstance(value, int | float) and value > 0):
+            raise ValueError(f"{name}={value!r} must be a number > 0")
+    if not min_run_s >= 0:
+        raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
 
 
 def _warm_up(clock, warmup: int, min_run_s: float) -> tuple[int | None, str]:
@@ -88,110 +174,114 @@ def _warm_up(clock, warmup: int, min_run_s: float) -> tuple[int | None, str]:
             seconds = clock.seconds_per_call(1)
     except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
         return None, _failure_status(exc)
-    return _calls_per_timing(seconds, min_run_s), "ok"
+    wanted = math.ceil(min_run_s / max(seconds, 1e-9))
+    return max(1, min(wanted, _MAX_CALLS_PER_TIMING)), "ok"
 
 
-def _summarise(per_round_ms: list[list[float]], method: str, number: int,
-               noisy_threshold: float) -> Timing:
-    timings = [t for round_ms in per_round_ms for t in round_ms]
-    round_medians = tuple(statistics.median(r) for r in per_round_ms)
-    q25, _, q75 = (statistics.quantiles(timings, n=4, method="inclusive")
-                   if len(timings) > 1 else (timings[0],) * 3)
-    spread = max(round_medians) / max(min(round_medians), 1e-12) - 1.0
-    return Timing(statistics.median(timings), q75 - q25, len(timings), round_medians,
-                  spread, spread > noisy_threshold, method, "ok", number)
+def _reference(label: str, samples: dict, pair_with: Mapping) -> str | None:
+    """The fastest (lowest median) of ``label``'s candidate references still timing."""
+    refs = [r for r in pair_with.get(label, ()) if r in samples]
+    return min(refs, key=lambda r: statistics.median(samples[r])) if refs else None
 
 
-def _failed(method: str, status: str, n_timings: int = 0, number: int = 0) -> Timing:
-    nan = float("nan")
-    return Timing(nan, nan, n_timings, (), nan, False, method, status, number)
-
-
-def _check_timing_args(cases, device, threads, rounds, timings_per_round, warmup,
-                       noisy_threshold, min_run_s) -> None:
-    check_device(device)
-    if not cases:
-        raise ValueError("cases is empty: pass at least one {label: callable}")
-    for label, fn in cases.items():
-        if not callable(fn):
-            raise ValueError(f"cases[{label!r}]={fn!r} is not callable")
-    _check_count("threads", threads, 1)
-    _check_count("rounds", rounds, 1)
-    _check_count("timings_per_round", timings_per_round, 1)
-    _check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
-    if not noisy_threshold > 0:
-        raise ValueError(f"noisy_threshold={noisy_threshold!r} must be > 0 (e.g. 0.10)")
-    if not min_run_s >= 0:
-        raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
+def _widths(samples: dict, pair_with: Mapping) -> dict[str, float]:
+    """label -> the wider of its median's and its paired ratio's relative CI half-width."""
+    widths = {}
+    for label, xs in samples.items():
+        low, high = median_ci(xs)
+        width = relative_halfwidth(low, high, statistics.median(xs))
+        ref = _reference(label, samples, pair_with)
+        if ref is not None and ref != label:
+            centre, low, high = paired_ratio(xs, samples[ref])
+            width = max(width, relative_halfwidth(low, high, centre))
+        widths[label] = width
+    return widths
 
 
 def time_interleaved(
     cases: Mapping[str, Callable[[], object]],
     *,
-    device: str = "cpu",
     threads: int,
-    rounds: int = 3,
-    timings_per_round: int = 5,
+    device: str = "cpu",
+    pair_with: Mapping[str, Sequence[str]] | None = None,
     warmup: int = 1,
+    min_rounds: int = MIN_ROUNDS,
+    max_rounds: int = 30,
+    target: float = 0.02,
+    time_cap_s: float = 30.0,
     noisy_threshold: float = 0.10,
     min_run_s: float = 0.002,
     progress: Progress = None,
 ) -> dict[str, Timing]:
-    """Time every case, interleaved: for each round, for each slot, A B C A B C ...
+    """Time every case, interleaved, in rounds, until the data says it is enough.
 
     Args:
         cases: label -> zero-argument callable doing the work (inputs bound already).
-        device: "cpu" or "cuda".
         threads: intra-op threads while timing (set and restored around each timing).
-        rounds, timings_per_round: rounds x timings per case; spread is between rounds.
+        device: "cpu" or "cuda".
+        pair_with: label -> candidate reference labels; the case's ``ratio`` is paired
+            with the fastest of them that timed ok (itself included gives ratio 1).
         warmup: untimed calls per case before any timing; a case whose warm-up fails is
             reported "oom"/"error: ..." and left out of the rounds, the others go on.
-        noisy_threshold: a case is ``noisy`` when round_spread exceeds it.
-        min_run_s: calls per timing are chosen once, in the warm-up, so that one timing
-            lasts at least this long; the time reported is per call.
-        progress: called as progress(i, n, label) before each step (1-based), first for the
-            warm-ups (n = number of cases, label "warm-up <case>"), then for the timings
-            (label "round r/R: <case>").
+        min_rounds, max_rounds: rounds taken at least / at most (one timing per case each).
+        target: stop once every CI half-width (median and ratio) is within this fraction.
+        time_cap_s: or once this many seconds were spent timing (after min_rounds).
+        noisy_threshold: a case whose CI half-width exceeds this fraction is ``noisy``.
+        min_run_s: calls per timing are chosen in the warm-up so that one timing lasts at
+            least this long; the time reported is per call.
+        progress: called as progress(i, n, label): first for each warm-up (n = the number
+            of cases, label "warm-up <case>"), then once per round (label "round r").
 
     Returns: label -> Timing, in the order of ``cases``.
     """
-    _check_timing_args(cases, device, threads, rounds, timings_per_round, warmup,
-                       noisy_threshold, min_run_s)
+    pair_with = dict(pair_with or {})
+    _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
+                time_cap_s, noisy_threshold, min_run_s)
     clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
-    results: dict[str, Timing] = {}
+    failed: dict[str, Timing] = {}
     numbers: dict[str, int] = {}
     for i, (label, clock) in enumerate(clocks.items(), start=1):
         if progress:
             progress(i, len(clocks), f"warm-up {label}")
         number, status = _warm_up(clock, warmup, min_run_s)
         if number is None:
-            results[label] = _failed(clock.method, status)
+            failed[label] = Timing((), clock.method, status)
         else:
             numbers[label] = number
-    samples_ms = _timed_rounds(clocks, numbers, rounds, timings_per_round, progress, results)
-    for label, per_round in samples_ms.items():
-        results[label] = _summarise(per_round, clocks[label].method, numbers[label],
-                                    noisy_threshold)
+    samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,
+                      time_cap_s, progress)
+    widths = _widths(samples, pair_with) if samples else {}
+    results = dict(failed)
+    for label, xs in samples.items():
+        ref = _reference(label, samples, pair_with)
+        ratio = None if ref is None else Ratio(ref, *paired_ratio(xs, samples[ref]))
+        results[label] = Timing(tuple(xs), clocks[label].method, "ok", numbers[label],
+                                widths[label] <= target, widths[label] > noisy_threshold,
+                                ratio)
     return {label: results[label] for label in cases}
 
 
-def _timed_rounds(clocks, numbers, rounds, timings_per_round, progress, failed):
+def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, time_cap_s,
+            progress) -> dict[str, list[float]]:
     """The interleaved loop; a case failing mid-way moves from the samples to ``failed``."""
-    samples_ms = {label: [[] for _ in range(rounds)] for label in numbers}
-    n_steps = rounds * timings_per_round * len(numbers)
-    step = 0
-    for r in range(rounds):
-        for _ in range(timings_per_round):
-            for label in list(samples_ms):
-                step += 1
-                if progress:
-                    progress(step, n_steps, f"round {r + 1}/{rounds}: {label}")
-                try:
-                    seconds = clocks[label].seconds_per_call(numbers[label])
-                except Exception as exc:  # noqa: BLE001 - becomes the case's status
-                    done = sum(len(x) for x in samples_ms.pop(label))
-                    failed[label] = _failed(clocks[label].method, _failure_status(exc),
-                                            done, numbers[label])
-                    continue
-                samples_ms[label][r].append(seconds * 1e3)
-    return samples_ms
+    samples: dict[str, list[float]] = {label: [] for label in numbers}
+    started = time.perf_counter()
+    for r in range(1, max_rounds + 1):
+        if progress:
+            progress(r, max_rounds, f"round {r}")
+        for label in list(samples):
+            try:
+                seconds = clocks[label].seconds_per_call(numbers[label])
+            except Exception as exc:  # noqa: BLE001 - becomes the case's status
+                failed[label] = Timing((), clocks[label].method, _failure_status(exc),
+                                       numbers[label])
+                del samples[label]
+                continue
+            samples[label].append(seconds * 1e3)
+        if r < min_rounds or not samples:
+            continue
+        if time.perf_counter() - started >= time_cap_s:
+            break
+        if max(_widths(samples, pair_with).values()) <= target:
+            break
+    return samples

@@ -12,7 +12,8 @@ names against the artifact schema) and the report. A stage is
   stage's *effective config* (``inferlab.config.effective_config``), which is the
   rule's rerun trigger, the provenance's ``config_sha256`` and what adopt compares;
 * extra files it reads (``claims.yaml``), which count as its code;
-* whether it times anything (then it never shares the machine with another stage).
+* whether it times anything (then it never shares the machine with another stage);
+* for a table, the columns that name a row (its point), so two versions can be compared.
 
 The code files whose change reruns a stage are not listed by hand: they are the
 import closure of its module inside ``inferlab/`` (``code_files``), read from the
@@ -41,6 +42,7 @@ class Stage:
     sections: tuple[str, ...] = ()  # config sections of its effective config
     files: tuple[str, ...] = ()    # other files it reads, relative to the repository
     timed: bool = False            # it measures time: never beside another stage
+    key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
 
     @property
     def module(self) -> str:
@@ -55,15 +57,23 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("probe", "probe.json", "probe.schema.json",
           sections=("probe", "timing"), timed=True),
     Stage("correctness", "correctness.csv", "correctness.schema.json",
-          sections=("correctness",)),
+          sections=("correctness",),
+          key_columns=("check", "impl", "T", "dtype", "causal", "score_scale", "block_q",
+                       "block_k", "splits")),
     Stage("prefill", "prefill.csv", "prefill.schema.json", reads=("probe",),
-          sections=("prefill", "timing"), timed=True),
+          sections=("prefill", "timing"), timed=True,
+          key_columns=("impl", "fused_sdpa", "T", "dtype", "causal", "block_q", "block_k",
+                       "batch", "heads", "d")),
     Stage("decode", "decode.csv", "decode.schema.json", reads=("probe",),
-          sections=("decode", "timing"), timed=True),
+          sections=("decode", "timing"), timed=True,
+          key_columns=("impl", "fused_sdpa", "cache_len", "batch", "dtype", "splits", "heads",
+                       "d")),
     Stage("traffic", "traffic.csv", "traffic.schema.json", reads=("prefill",),
-          sections=("traffic",)),
+          sections=("traffic",), key_columns=("T", "d", "causal", "dtype")),
+    Stage("model", "model.csv", "model.schema.json", reads=("probe",),
+          sections=("model",), key_columns=("quantity", "source", "dtype")),
     Stage("claims", "claims.json", "claims_result.schema.json",
-          reads=("probe", "correctness", "prefill", "decode", "traffic"),
+          reads=("probe", "correctness", "prefill", "decode", "traffic", "model"),
           files=("claims.yaml",)),
 )}
 # The report is a rule, not a stage: it writes no register entry. Its code is the

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from inferlab import artifacts, layout
 from inferlab.config import load_config, resolve, resolve_threads
+from inferlab.evidence import Evidence
 from inferlab.files import relative, sha256_file
 from inferlab.pipeline import code_files, stage
 from inferlab.register import Register
-from inferlab.verdicts import Evidence
 
 
 @dataclass(frozen=True)

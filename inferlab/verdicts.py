@@ -1,130 +1,50 @@
-"""The check interpreter: a typed claim (``inferlab.claims``) judged on one machine's
-artifacts.
+"""The check interpreter: a typed claim (``inferlab.claims``) judged on one results key.
 
 A claim's verdict is per machine (DESIGN.md, "Claims"):
 
 - ``reproduced``: the value here meets the sentence;
-- ``not reproduced``: it does not; the value here is given;
-- ``not measurable here``: the stage did not run, the artifact is missing, the machine
-  lacks what the check requires (CUDA, fp16 rows), or no rows match the filter;
+- ``not reproduced``: it does not (the value here is given), or a value it rests on is
+  NaN or infinite (the rows are named: a kernel that overflowed does not pass);
+- ``not measurable here``: the stage did not run, the artifact is missing or unreadable,
+  the machine lacks what the check needs (a CUDA device, fp16 rows, the sentence's
+  lengths), or there is nothing to compare (one run only);
+- ``not comparable on this device``: a device-specific absolute figure (µs, GB/s on the
+  chapter's GPU) on another device class; the value here is shown beside it;
 - ``not checkable``: a figure reported by others; nothing here can test it.
 
-A check selects rows (``where``; rows whose status is not ok are dropped unless a
-filter names status), keeps the best row per group, computes one statistic of a column
-(or of a ratio of two row sets joined on key columns) and compares it with what the
-sentence requires.
+Which rows are judged is ``inferlab.selection``'s job; this module measures them
+(``statistic``), judges the value (``judge``) and writes the claims.json entry.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from inferlab import artifacts, layout
+from inferlab import layout
 from inferlab.artifacts import Table
-from inferlab.claims import UNITS, Check, Claim, Condition, Expect, Measure, Rows
-from inferlab.files import relative
+from inferlab.claims import UNITS, Check, Claim, Expect, Measure
+from inferlab.evidence import Evidence, device_of
 from inferlab.formats import display_unit, format_value, with_unit
-from inferlab.pipeline import STAGES
+from inferlab.selection import (
+    NONFINITE,
+    SUMMARY_COLUMNS,
+    NotMeasurable,
+    Selection,
+    apply_where,
+    describe,
+    keep_best,
+    row_names,
+    select,
+    with_nonfinite,
+)
 
 MAX_ROWS = 20  # rows kept per claim in claims.json: enough to see why, small enough to read
-# columns that say which rows decided a value, in the chapter's order of importance
-SUMMARY_COLUMNS = ("impl", "T", "cache_len", "batch", "dtype", "causal", "block_q", "splits",
-                   "score_scale", "backend")
-
-
-class NotMeasurable(Exception):
-    """The check cannot be made on this machine; the message says why."""
-
-
-@dataclass
-class Evidence:
-    """One stage's artifact on one results key, as a check sees it."""
-
-    stage: str
-    path: Path
-    data: Table | dict | None   # None when the artifact is missing
-    entry: dict | None          # the register's latest entry for this stage
-    sha256_now: str | None
-    error: str | None = None    # why the file could not be read (then data is None)
-
-    @property
-    def table(self) -> Table:
-        """The rows a check reads (probe.json: its availability list)."""
-        return artifacts.probe_availability(self.data) if self.stage == "probe" else self.data
-
-    @property
-    def provenance(self) -> dict:
-        return (self.entry or {}).get("provenance") or {}
-
-    def describe(self, root: Path) -> dict:
-        entry = self.entry or {}
-        return {"stage": self.stage, "path": relative(self.path, root),
-                "version": entry.get("version"), "sha256": entry.get("sha256")}
-
-    def hash_warning(self) -> str:
-        if self.sha256_now is None:
-            return ""
-        if self.entry is None:
-            return "WARNING: this artifact is not in the evidence register. "
-        if self.sha256_now != self.entry.get("sha256"):
-            return (f"WARNING: the results file's sha256 {self.sha256_now} no longer matches "
-                    f"register version {self.entry.get('version')} "
-                    f"({self.entry.get('sha256')}). ")
-        return ""
-
-
-def device_of(evidence: Evidence, key: str) -> str:
-    """'cuda' or 'cpu': from the recorded environment, else from the key's prefix."""
-    device = str((evidence.provenance.get("environment") or {}).get("device") or key)
-    return "cuda" if device.startswith("cuda") else "cpu"
-
-
-# ---------------------------------------------------------------- row selection
-
-
-def _matches(series: pd.Series, values: tuple) -> pd.Series:
-    """Rows of ``series`` equal to one of ``values`` (missing cells never match)."""
-    return series.isin(list(values)).fillna(False).astype(bool)
-
-
-def _mask(frame: pd.DataFrame, cond: Condition) -> pd.Series:
-    series = frame[cond.column]
-    if cond.rank is not None:
-        top = series.max()
-        return (series == top if cond.rank == "largest" else series != top).fillna(False)
-    if cond.values is not None:
-        return _matches(series, cond.values)
-    numeric = pd.to_numeric(series, errors="coerce").astype(float)
-    low = -math.inf if cond.low is None else cond.low
-    high = math.inf if cond.high is None else cond.high
-    return numeric.ge(low) & numeric.le(high)
-
-
-def select_rows(frame: pd.DataFrame, where: tuple[Condition, ...]) -> pd.DataFrame:
-    """Rows of ``frame`` meeting every condition; rank conditions apply last, and rows
-    whose status is not ok are dropped unless ``where`` names status."""
-    conditions = list(where)
-    if "status" in frame.columns and "status" not in {c.column for c in conditions}:
-        conditions.insert(0, Condition("status", values=("ok",)))
-    for cond in [c for c in conditions if c.rank is None] + [c for c in conditions if c.rank]:
-        frame = frame[_mask(frame, cond)]
-    return frame
-
-
-def keep_best(frame: pd.DataFrame, rows: Rows) -> pd.DataFrame:
-    """One row per ``best.by`` group: the one with the lowest ``best.lowest``."""
-    best = rows.best
-    if best is None or frame.empty:
-        return frame
-    frame = frame.dropna(subset=[best.lowest])
-    if frame.empty:
-        return frame
-    return frame.loc[frame.groupby(list(best.by), dropna=False)[best.lowest].idxmin()]
+FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
+           "decode": "decode", "traffic": "traffic", "model": "traffic"}
 
 
 # ---------------------------------------------------------------- statistics
@@ -142,9 +62,10 @@ def loglog_slope(frame: pd.DataFrame, column: str, x: str) -> float:
 
 def _one_stat(frame: pd.DataFrame, column: str, m: Measure) -> Any:
     """The statistic of ``frame[column]``: a number, or a list of judged values."""
-    values = frame[column].dropna()
     if m.stat == "loglog_slope":
         return loglog_slope(frame, column, m.x)
+    values = frame[column].dropna()
+    values = values.astype(bool) if str(values.dtype) == "boolean" else values.astype(float)
     if values.empty:
         raise NotMeasurable(f"every selected row has an empty {column}")
     if m.stat == "at":
@@ -182,10 +103,16 @@ def plain(value: Any) -> Any:
 # ---------------------------------------------------------------- judging
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _holds(e: Expect, v: Any) -> bool:
     if e.kind == "equals":
-        return v == e.target
-    if v is None or isinstance(v, bool | str):
+        if isinstance(e.target, bool | str) or isinstance(v, bool | str):
+            return type(v) is type(e.target) and v == e.target
+        return _number(v) and v == e.target
+    if not _number(v):
         return False
     if e.kind == "between":
         lo, hi = e.bounds
@@ -200,10 +127,13 @@ def _holds(e: Expect, v: Any) -> bool:
 
 
 def judge(e: Expect, value: Any) -> tuple[bool, str]:
-    """Whether ``value`` meets ``e``, and what was checked (for the reason)."""
+    """Whether ``value`` meets ``e``, and what was checked (for the reason). An empty
+    list of values is not measurable: nothing vacuous is ever "reproduced"."""
     if e.kind == "approx_at":
         return _judge_at(e, value)
     items = value if isinstance(value, list) else [value]
+    if not items:
+        raise NotMeasurable("no value to judge")
     ok = all(_holds(e, v) for v in items)
     return ok, f"{'every value' if len(items) > 1 else 'the value'} {describe_expect(e)}"
 
@@ -211,11 +141,13 @@ def judge(e: Expect, value: Any) -> tuple[bool, str]:
 def _judge_at(e: Expect, value: list) -> tuple[bool, str]:
     here = {str(k): v for k, v in value}
     present = [(k, x) for k, x in e.points if str(k) in here]
-    absent = [str(k) for k, _ in e.points if str(k) not in here]
+    absent = [describe(k) for k, _ in e.points if str(k) not in here]
     if not present:
-        raise NotMeasurable(f"no rows at {[k for k, _ in e.points]}")
-    ok = all(abs(here[str(k)] - x) <= e.rel * abs(x) for k, x in present)
-    text = f"within {e.rel:.0%} of {[x for _, x in present]} at {[k for k, _ in present]}"
+        raise NotMeasurable(f"no rows at {[describe(k) for k, _ in e.points]}")
+    ok = all(_number(here[str(k)]) and abs(here[str(k)] - x) <= e.rel * abs(x)
+             for k, x in present)
+    text = (f"within {e.rel:.0%} of {[x for _, x in present]} at "
+            f"{[describe(k) for k, _ in present]}")
     if absent:
         text += f"; {', '.join(absent)} not measured here"
     return ok, text
@@ -241,84 +173,90 @@ def describe_expect(e: Expect) -> str:
 def reported_value(value: Any, stat: str) -> Any:
     """What claims.json records: a judged list becomes [min, max]; others as they are."""
     if isinstance(value, list) and stat != "at":
-        nums = [v for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
+        nums = [v for v in value if _number(v)]
         if nums and len(nums) == len(value):
-            return [min(nums), max(nums)]
+            return [min(nums), max(nums)] if min(nums) != max(nums) else nums[0]
     return value
 
 
-# ---------------------------------------------------------------- evaluation
+# ---------------------------------------------------------------- measuring
 
 
-def _measure(check: Check, frame: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
-    """(value, deciding rows) of a check over already-filtered rows."""
-    name, m = STAGES[check.stage].artifact, check.measure
-    if frame.empty:
-        raise NotMeasurable(f"no rows of {name} match the filter")
+class NonFinite(Exception):
+    """A value the check rests on is NaN or infinite; the message names the rows."""
+
+
+def _judged(frame: pd.DataFrame, name: str, notes: list[str]) -> pd.DataFrame:
+    """Rows whose judged value (column "value", from ``name``) is computed non-finite fail
+    the check; rows where it does not apply (an empty cell) are counted and left out."""
+    bad = frame[frame[NONFINITE]]
+    if not bad.empty:
+        raise NonFinite(f"{name} is NaN or infinite in {len(bad)} row(s): {row_names(bad)}")
+    empty = frame["value"].isna()
+    if empty.any():
+        notes.append(f"{int(empty.sum())} row(s) have no {name} (not applicable)")
+    return frame[~empty]
+
+
+def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
+    """(value, deciding rows) of one selection."""
+    m = check.measure
     if m.is_ratio:
-        return _measure_ratio(m, frame, name)
-    rows = keep_best(frame, check.rows).copy()
-    column = m.column
+        return _measure_ratio(check, sel, nonfinite)
+    rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over] if m.over else [m.column])
+    column = "value"
+    numeric = str(rows[m.column].dtype) != "boolean"
+    rows = rows.assign(value=rows[m.column].astype(float) if numeric else rows[m.column])
     if m.over:
-        rows["value_over"] = rows[column].astype(float) / rows[m.over].astype(float)
-        column = "value_over"
+        rows["value"] = rows["value"] / rows[m.over].astype(float)
+    if m.invert:
+        rows["value"] = 1 / rows["value"]
     if m.unit:
-        rows[column] = rows[column].astype(float) * UNITS[m.unit][1]
+        rows["value"] = rows["value"] * UNITS[m.unit][1]
+    rows = _judged(rows, m.column, sel.notes) if m.stat != "loglog_slope" else rows
     return statistic(rows, column, m), rows
 
 
-def _measure_ratio(m: Measure, frame: pd.DataFrame, name: str) -> tuple[Any, pd.DataFrame]:
-    sides = []
+def _measure_ratio(check: Check, sel: Selection, nonfinite) -> tuple[Any, pd.DataFrame]:
+    m, sides = check.measure, []
     for side, spec in (("numerator", m.numerator), ("denominator", m.denominator)):
-        rows = keep_best(select_rows(frame, spec.where), spec)
+        rows = keep_best(apply_where(sel.frame, spec.where), spec)
         if rows.empty:
-            raise NotMeasurable(f"no {side} rows among the selected rows of {name}")
-        sides.append(rows)
+            raise NotMeasurable(f"no {side} rows among the selected rows")
+        sides.append(with_nonfinite(rows, nonfinite, [m.column]))
     merged = sides[0].merge(sides[1], on=list(m.join), suffixes=("_num", "_den"))
-    merged["ratio"] = (merged[f"{m.column}_num"].astype(float)
-                       / merged[f"{m.column}_den"].astype(float))
-    merged = merged.dropna(subset=["ratio"])
     if merged.empty:
         raise NotMeasurable(f"numerator and denominator rows share no values of {list(m.join)}")
-    return statistic(merged, "ratio", m), pd.concat(sides)
+    merged[NONFINITE] = merged[f"{NONFINITE}_num"] | merged[f"{NONFINITE}_den"]
+    merged["value"] = merged[f"{m.column}_num"].astype(float) / \
+        merged[f"{m.column}_den"].astype(float)
+    merged = _judged(merged, f"{m.column} ratio", sel.notes)
+    return statistic(merged, "value", m), pd.concat(sides)
 
 
-def _required_rows(check: Check, evidence: Evidence, key: str) -> pd.DataFrame:
-    if check.device and device_of(evidence, key) != check.device:
-        raise NotMeasurable(f"needs a {check.device.upper()} device; {key} ran on "
-                            f"{device_of(evidence, key)}")
-    frame = evidence.table.frame
-    for column, want in check.requires:
-        frame = frame[_matches(frame[column], (want,))]
-        if frame.empty:
-            raise NotMeasurable(f"no {column}={want} rows in {evidence.path.name} on {key}: "
-                                f"this machine did not run {want} (no substitute is used)")
-    return select_rows(frame, check.rows.where)
+# ---------------------------------------------------------------- evaluation
 
 
 def _rows_summary(rows: pd.DataFrame) -> str:
     parts = []
     for column in SUMMARY_COLUMNS:
         if column in rows.columns:
-            values = sorted({format_value(plain(v)) for v in rows[column].dropna()})
+            values = sorted({describe(plain(v)) for v in rows[column].dropna()}, key=_order)
             if values:
                 parts.append(f"{column}={','.join(values)}")
-    noun = "row" if len(rows) == 1 else "rows"
-    return f" over {len(rows)} {noun} ({'; '.join(parts)})" if parts else ""
+    return "; ".join(parts)
+
+
+def _order(text: str):
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
 
 
 def _records(rows: pd.DataFrame) -> list[dict]:
-    records = rows.head(MAX_ROWS).to_dict(orient="records")
-    return [{str(k): plain(v) for k, v in r.items()} for r in records]
-
-
-def judged_on(rows: pd.DataFrame) -> str:
-    """What a verdict rests on, in words: 'dtype=float32; T=1024,2048; causal=True'."""
-    return _rows_summary(rows).partition("(")[2].rstrip(")")
-
-
-FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
-           "decode": "decode", "traffic": "traffic"}
+    records = rows.drop(columns=[NONFINITE], errors="ignore").head(MAX_ROWS)
+    return [{str(k): plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
 
 
 def figure_of(check: Check) -> str:
@@ -328,37 +266,94 @@ def figure_of(check: Check) -> str:
     return FIGURES[check.stage]
 
 
+def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, dict | None]:
+    """The rows a check reads, and for a between-run check the version compared with."""
+    if not check.between_runs:
+        return found.table, None
+    from inferlab import compare  # the register's history: only between-run checks need it
+    from inferlab.register import Register
+
+    register = Register(root, key)
+    previous = compare.comparable(register, check.stage, found.entry)
+    if previous is None:
+        raise NotMeasurable(f"needs two runs of {check.stage} made with the same code, "
+                            f"config and hardware; {key} has no earlier one")
+    diffs = compare.differences(check.stage, compare.table_of(register, check.stage,
+                                                              previous), found.table)
+    return Table(diffs, pd.DataFrame(index=diffs.index)), {
+        "stage": check.stage, "path": previous["path"], "version": previous["version"],
+        "sha256": previous["sha256"]}
+
+
+def _judge_selections(check: Check, table: Table, device: str, stand_in: dict) -> dict:
+    """value, rows, ok and the words of the reason, over every dtype judged."""
+    values, kept, oks, parts = [], [], [], []
+    for sel in select(check, table.frame, device, stand_in):
+        try:
+            value, rows = _measure(check, sel, table.nonfinite)
+        except NonFinite as bad:
+            return {"ok": False, "value": None, "rows": sel.frame,
+                    "text": f"{bad}; a computation that overflowed does not pass",
+                    "judged_on": _rows_summary(sel.frame)}
+        if check.measure.valid_max is not None and any(
+                _number(v) and v > check.measure.valid_max
+                for v in (value if isinstance(value, list) else [value])):
+            raise NotMeasurable(f"value {format_value(value)} is above "
+                                f"{check.measure.valid_max:g}, which is not physical: the "
+                                "ceiling it is a fraction of is too low (a probe error)")
+        ok, checked = judge(check.expect, value)
+        label = f"{sel.dtype}: " if check.dtype == "each" else ""
+        parts.append(f"{label}value {format_value(value)} over {len(rows)} row(s) "
+                     f"({_rows_summary(rows)}){'; ' if sel.notes else ''}"
+                     f"{'; '.join(sel.notes)}; needs {checked}")
+        values += value if isinstance(value, list) and check.measure.stat != "at" else [value]
+        kept.append(rows)
+        oks.append(ok)
+    value = values[0] if len(values) == 1 else values
+    rows = pd.concat(kept)
+    return {"ok": all(oks), "value": value, "rows": rows, "text": " | ".join(parts),
+            "judged_on": _rows_summary(rows)}
+
+
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
-             hardware: str = "") -> dict:
+             hardware: str = "", stand_in: dict | None = None) -> dict:
     """One claim's verdict on ``key``: the claims.json entry for it. ``evidence`` maps a
-    stage to its artifact on that key."""
+    stage to its artifact on that key; ``stand_in`` the dtype for fp16 per device."""
     result = {"id": claim.id, "kind": claim.kind, "verdict": "not checkable", "value": None,
               "unit": None, "value_text": "—", "chapter_value": claim.chapter_value,
-              "judged_on": "", "reason": "", "note": None, "figure": None, "rows": [],
+              "judged_on": "", "reason": "", "note": claim.note, "figure": None, "rows": [],
               "artifact": None, "compared_with": None}
     if claim.check is None:
         result["reason"] = f"reported by {claim.source}; this pipeline's data cannot test it"
         return result
     check = claim.check
     found = evidence[check.stage]
-    result.update(artifact=found.describe(root), note=check.note, figure=figure_of(check))
+    result.update(artifact=found.describe(root), figure=figure_of(check))
     try:
         if found.error is not None:
             raise NotMeasurable(f"{result['artifact']['path']} cannot be read: {found.error}")
         if found.data is None:
             raise NotMeasurable(f"stage {check.stage} has not run on {key}: "
                                 f"{result['artifact']['path']} is missing")
-        value, rows = _measure(check, _required_rows(check, found, key))
-        ok, checked = judge(check.expect, value)
-        where = f"on {key}" + (f"; the chapter measured on {hardware}"
-                               if claim.kind == "measured" and hardware else "")
+        device = device_of(found, key)
+        elsewhere = check.device is not None and device != check.device
+        if elsewhere and claim.kind != "device-specific":
+            raise NotMeasurable(f"needs a {check.device.upper()} device; {key} ran on {device}")
+        table, result["compared_with"] = _frame(check, found, root, key)
+        judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
+                                                                         "cuda": "float16"})
         unit = display_unit(check)
-        reported = reported_value(value, check.measure.stat)
-        result.update(verdict="reproduced" if ok else "not reproduced", value=reported,
-                      unit=unit, value_text=with_unit(reported, unit), rows=_records(rows),
-                      judged_on=judged_on(rows),
-                      reason=(f"value here {format_value(value)}{_rows_summary(rows)}; "
-                              f"the sentence needs {checked}; judged {where}"))
+        value = reported_value(judged["value"], check.measure.stat)
+        verdict = "reproduced" if judged["ok"] else "not reproduced"
+        where = f"judged on {key}" + (f"; the chapter measured on {hardware}"
+                                      if claim.kind == "measured" and hardware else "")
+        if elsewhere:
+            verdict = "not comparable on this device"
+            where = (f"the sentence is about a {check.device.upper()} device and {key} ran "
+                     f"on {device}: the value here is shown beside it, not judged")
+        result.update(verdict=verdict, value=value, unit=unit, value_text=with_unit(value, unit),
+                      rows=_records(judged["rows"]), judged_on=judged["judged_on"],
+                      reason=f"{judged['text']}; {where}")
     except NotMeasurable as why:
         result.update(verdict="not measurable here", value=None, reason=str(why))
     result["reason"] = found.hash_warning() + result["reason"]
@@ -366,8 +361,8 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
 
 
 def evaluate_all(claims, evidence: dict[str, Evidence], key: str, root: Path,
-                 hardware: str = "") -> dict:
+                 hardware: str = "", stand_in: dict | None = None) -> dict:
     """Every claim's verdict on ``key``: the content of results/{key}/claims.json."""
     machine, grid = layout.split_key(key)
     return {"machine": machine, "grid": grid,
-            "claims": [evaluate(c, evidence, key, root, hardware) for c in claims]}
+            "claims": [evaluate(c, evidence, key, root, hardware, stand_in) for c in claims]}

@@ -21,7 +21,7 @@ BAD_OVERRIDES = [
     ("bogus=1", "bogus"),                                       # unknown key, top level
     ("prefill.cpu.bogus=1", "prefill.cpu.bogus"),               # unknown key, nested
     ("seed=many", "seed"),                                      # wrong type
-    ("prefill.cpu.lengths=[512, -5]", "prefill.cpu.lengths[1]"),  # negative length
+    ("prefill.cpu.sizes=[{dtype: float32, T: [512, -5]}]", "prefill.cpu.sizes[0].T[1]"),
     ("correctness.cpu.dtypes=[float8]", "correctness.cpu.dtypes[0]"),  # unknown dtype
     ("decode.backends=[triton]", "decode.backends[0]"),         # unknown backend
 ]
@@ -41,14 +41,14 @@ def test_smoke_profile_merges_deeply():
     smoke = cfg.load_config([layout.REPO_ROOT / "profiles" / "smoke.yaml"])
     profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "smoke.yaml").read_text())
     # a key the profile sets is replaced; its siblings the profile does not set survive
-    assert smoke["prefill"]["cpu"]["lengths"] == profile["prefill"]["cpu"]["lengths"]
+    assert smoke["prefill"]["cpu"]["sizes"] == profile["prefill"]["cpu"]["sizes"]
     assert smoke["prefill"]["implementations"] == base["prefill"]["implementations"]
 
 
 def test_book_profile_is_the_chapter_grid():
     book = cfg.load_config([layout.REPO_ROOT / "profiles" / "book.yaml"])
-    assert book["prefill"]["cuda"]["lengths"] == [1024, 2048, 4096, 8192]
-    assert book["prefill"]["cuda"]["dtypes"] == ["float16"]
+    assert book["prefill"]["cuda"]["sizes"] == [{"dtype": "float16",
+                                                 "T": [1024, 2048, 4096, 8192]}]
     assert max(book["decode"]["cuda"]["cache_lens"]) == 65536
 
 
@@ -60,9 +60,9 @@ def test_bad_config_names_the_key(override, key):
 
 def test_override_values_are_yaml():
     seed = random.Random(7).randrange(1, 10**6)
-    raw = cfg.load_config(overrides=[f"seed={seed}", "prefill.cpu.lengths=[64, 96]"])
+    raw = cfg.load_config(overrides=[f"seed={seed}", "decode.cpu.cache_lens=[64, 96]"])
     assert raw["seed"] == seed
-    assert raw["prefill"]["cpu"]["lengths"] == [64, 96]
+    assert raw["decode"]["cpu"]["cache_lens"] == [64, 96]
 
 
 @pytest.mark.parametrize("text", ["no-equals-sign", "=3", "a..b=1"])
@@ -96,10 +96,10 @@ def test_threads_auto_follows_the_cores_given():
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_stage_takes_the_block_of_its_device(device):
-    raw = cfg.load_config(overrides=["prefill.cuda.lengths=[4096, 8192]"])
+    raw = cfg.load_config(overrides=["prefill.cuda.heads=7"])
     effective = cfg.effective_config(raw, "prefill", device)
-    assert effective["prefill"]["lengths"] == raw["prefill"][device]["lengths"]
-    assert effective["prefill"]["dtypes"] == raw["prefill"][device]["dtypes"]
+    assert effective["prefill"]["heads"] == raw["prefill"][device]["heads"]
+    assert effective["prefill"]["sizes"] == raw["prefill"][device]["sizes"]
     assert set(effective) == {"device", "seed", *STAGES["prefill"].sections}
 
 
@@ -107,7 +107,7 @@ def test_effective_config_holds_only_the_sections_a_stage_reads():
     """Editing the cuda block changes no CPU stage's effective config, and editing one
     section changes only the stages that read it (the rule's rerun trigger and adopt)."""
     base = cfg.load_config()
-    cuda_edit = cfg.load_config(overrides=["prefill.cuda.lengths=[128]"])
+    cuda_edit = cfg.load_config(overrides=["prefill.cuda.heads=3"])
     traffic_edit = cfg.load_config(overrides=["traffic.block_q_model=64"])
     for name in STAGES:
         assert cfg.effective_config(cuda_edit, name, "cpu") == \
@@ -122,7 +122,7 @@ def test_grid_is_none_for_config_yaml_and_named_otherwise():
     assert cfg.resolve_grid(base, "cpu", default=base) is None
     smoke = cfg.load_config([layout.REPO_ROOT / "profiles" / "smoke.yaml"])
     assert cfg.resolve_grid(smoke, "cpu", default=base) == "smoke"
-    unnamed = cfg.load_config(overrides=["prefill.cpu.lengths=[64]"])
+    unnamed = cfg.load_config(overrides=["prefill.cpu.heads=3"])
     assert re.fullmatch(r"custom-[0-9a-f]{8}", cfg.resolve_grid(unnamed, "cpu", default=base))
     # a change that no stage reads (here the machine) is still the book grid
     assert cfg.resolve_grid(cfg.load_config(overrides=["machine=other"]), "cpu",

@@ -15,6 +15,7 @@ from inferlab.attention import (
     naive_attention,
     partial_attention,
     splitkv_decode,
+    splitkv_decode_fold,
 )
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -152,6 +153,65 @@ def test_splitkv_decode_exact_for_every_split_count(decode_case, splits):
     out = splitkv_decode(q, k, v, splits)
     assert out.dtype == q.dtype and out.shape == q.shape
     assert _max_err(out, reference) <= FP32_TOL
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batched_splitkv_equals_the_fold_for_every_uneven_split(make_qkv, dtype):
+    """37 keys cut 1..37 ways (uneven chunks: tensor_split's first S % n are longer):
+    the batched version and the left fold are both within the 2x rule of float64, so
+    they agree to within twice that."""
+    q, k, v = make_qkv((2, 3, 1, 16), dtype, keys=37)
+    reference = naive_attention(q.double(), k.double(), v.double())
+    naive_err = _max_err(naive_attention(q, k, v), reference)
+    for splits in range(1, 38):
+        batched, fold = splitkv_decode(q, k, v, splits), splitkv_decode_fold(q, k, v, splits)
+        assert _max_err(batched, reference) <= 2 * naive_err, splits
+        assert _max_err(fold, reference) <= 2 * naive_err, splits
+        assert _max_err(batched, fold) <= 4 * naive_err, splits
+
+
+def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv):
+    """The chapter's implementation: a fixed number of batched operations, whatever the
+    split count (the fold's count grows with it)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    compute = {"aten::bmm", "aten::exp", "aten::amax", "aten::sum", "aten::mul", "aten::sub",
+               "aten::div", "aten::cat"}
+
+    def aten_ops(fn, keys, splits) -> tuple[int, int]:
+        """(compute ops, all ATen ops) of one call."""
+        q, k, v = make_qkv((1, 4, 1, 16), keys=keys)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn(q, k, v, splits)
+        names = [e.name for e in prof.events() if e.name.startswith("aten::")]
+        return sum(n in compute for n in names), len(names)
+
+    # 1024 keys: every split count divides the cache, chunks are views: only broadcasting
+    # q adds ops. 1000 keys, 7 and 63 splits: uneven, the same compute (the products
+    # gather a partial group in the cache's dtype, a few copy ops more)
+    (c1, all1), (c64, all64) = aten_ops(splitkv_decode, 1024, 1), aten_ops(splitkv_decode,
+                                                                        1024, 64)
+    assert c64 == c1 and all64 <= all1 + 5
+    assert aten_ops(splitkv_decode, 1000, 63)[0] == aten_ops(splitkv_decode, 1000, 7)[0] == c1
+    assert aten_ops(splitkv_decode_fold, 1024, 64)[0] > 20 * aten_ops(splitkv_decode_fold,
+                                                                        1024, 1)[0]
+
+
+def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(make_qkv):
+    from inferlab.memory import peak_extra_bytes
+
+    q, k, v = make_qkv((1, 4, 1, 64), keys=4096)
+    peak = peak_extra_bytes(lambda: splitkv_decode(q, k, v, 64)).peak_extra_bytes
+    assert peak < k.numel() * k.element_size() / 4
+
+
+def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
+    """Only scores and outputs are float32: no allocation the size of K or V in fp32."""
+    from inferlab.memory import peak_extra_bytes
+
+    q, k, v = make_qkv((1, 4, 1, 64), torch.bfloat16, keys=4096)
+    peak = peak_extra_bytes(lambda: partial_attention(q, k, v)).peak_extra_bytes
+    assert peak < k.numel() * 4 / 4  # well below one fp32 copy of K (4 MiB here)
 
 
 def test_splitkv_one_key_per_chunk(make_qkv):

@@ -140,7 +140,7 @@ def test_noop_rerun_does_nothing(smoke):
 BAD_CONFIGS = [
     ({"bogus": 1}, "bogus"),
     ({"seed": "many"}, "seed"),
-    ({"prefill": {"cpu": {"lengths": [512, -5]}}}, "lengths"),
+    ({"prefill": {"cpu": {"sizes": [{"dtype": "float32", "T": [512, -5]}]}}}, "sizes"),
     ({"correctness": {"cpu": {"dtypes": ["float8"]}}}, "float8"),
     ({"decode": {"backends": ["triton"]}}, "triton"),
 ]
@@ -168,7 +168,7 @@ def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
     assert result.returncode == 0, result.stderr[-3000:]
     # prefill reruns; traffic and claims read it, so they rerun; the rest do not
     assert _versions(smoke_copy) == {"probe": 1, "correctness": 1, "prefill": 2,
-                                     "decode": 1, "traffic": 2, "claims": 2}
+                                     "decode": 1, "traffic": 2, "model": 1, "claims": 2}
     assert register.read_text().splitlines()[:len(before)] == before
     assert Register(smoke_copy, KEY).verify() == []
 
@@ -197,7 +197,8 @@ def test_second_machine_writes_only_its_folders(smoke_copy):
 
 
 def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
-    slow = ["--set", "prefill.cpu.lengths=[512, 1024, 2048]", "--set", "timing.rounds=5"]
+    slow = ["--set", "prefill.cpu.sizes=[{dtype: float32, T: [512, 1024, 2048]}]",
+            "--set", "timing.min_rounds=20", "--set", "timing.max_rounds=40"]
     key = f"{MACHINE}@slow"  # a grid of its own, seeded with a copy of the smoke evidence
     shutil.copytree(smoke_copy / "results" / KEY, smoke_copy / "results" / key)
     shutil.copytree(smoke_copy / "evidence" / KEY, smoke_copy / "evidence" / key)
@@ -219,7 +220,7 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     assert not list(path.parent.glob(".*.tmp"))
     rerun = _run(smoke_copy, "stage", "prefill", "--machine", MACHINE, "--configfile",
                  "profiles/smoke.yaml", "--set", "grid=slow", "--set",
-                 "prefill.cpu.lengths=[64]", module="inferlab")
+                 "prefill.cpu.sizes=[{dtype: float32, T: [64]}]", module="inferlab")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert _versions(smoke_copy, key)["prefill"] == versions["prefill"] + 1
     assert Register(smoke_copy, key).verify() == []
@@ -244,7 +245,7 @@ ADOPT = ["adopt", "--machine", MACHINE, "--configfile", "profiles/smoke.yaml"]
 def test_adopt_marks_current_results_up_to_date(smoke_copy):
     repo = _fresh_clone(smoke_copy)
     adopt = _run(repo, *ADOPT, module="inferlab")
-    assert adopt.returncode == 0 and adopt.stdout.count("adopted (current)") == 6
+    assert adopt.returncode == 0 and adopt.stdout.count("adopted (current)") == len(STAGES)
     assert _jobs(_run(repo, "--dry-run", *SMOKE)) <= {"report"}
     stamps = [p.stat().st_mtime for p in (repo / "results" / KEY).iterdir()]
     assert max(stamps) <= time.time()  # never in the future (Snakemake's clock-skew check)

@@ -10,10 +10,10 @@ import pytest
 
 from inferlab import artifacts
 from inferlab.config import effective_config, load_config
+from inferlab.evidence import Evidence
 from inferlab.runner import StageContext
 from inferlab.stages import correctness, decode, prefill, traffic
 from inferlab.traffic import block_pairs, implied_block_q, traffic_ratio
-from inferlab.verdicts import Evidence
 
 SEED = 20240611
 
@@ -97,9 +97,11 @@ def test_splitkv_and_merge_rows(correctness_rows):
 # --------------------------------------------------------------------------- prefill
 
 
-TIMING = "timing={warmup: 1, rounds: 2, timings_per_round: 1, noisy_threshold: 1.0, min_run_ms: 1}"
-PREFILL = [TIMING, "prefill.d=8", "prefill.blocks=[16]", "prefill.backends=[flash, math, cudnn]",
-           "prefill.cpu={heads: 2, lengths: [48], dtypes: [float32]}"]
+TIMING = ("timing={warmup: 1, min_rounds: 6, max_rounds: 6, target: 1.0, time_cap_s: 1, "
+          "noisy_threshold: 1.0, min_run_ms: 1}")
+PREFILL = [TIMING, "prefill.d=8", "prefill.blocks=[16]",
+           "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [48]}], "
+           "backends: [flash, math, cudnn]}"]
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +147,10 @@ def test_memory_cap_gives_oom_rows(tmp_path):
     # cap limits address space, so the allocation must be above glibc's largest mmap
     # threshold (32 MiB): a smaller one can be served from heap memory freed by earlier tests.
     params = _params("prefill", [
-        "timing={warmup: 1, rounds: 1, timings_per_round: 1, noisy_threshold: 1.0, min_run_ms: 1}",
+        TIMING,
         "prefill.d=8", "prefill.implementations=[naive]", "prefill.memory_cap_gib=0.001",
-        "prefill.causal=[false]", "prefill.cpu={heads: 2, lengths: [4096], dtypes: [float32]}"])
+        "prefill.causal=[false]",
+        "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [4096]}], backends: [flash]}"])
     rows = prefill.run(params, _ctx(tmp_path, "prefill", probe=probe))
     assert [r["status"] for r in rows] == ["oom"]
 
@@ -177,9 +180,14 @@ def test_decode_rows_bandwidth_and_floor(tmp_path):
 def _prefill_rows(rng: random.Random, T: int, naive_status: str = "ok") -> list[dict]:
     times = {"naive": rng.uniform(50, 100), "sdpa_flash": rng.uniform(5, 10),
              "sdpa_efficient": rng.uniform(10, 20), "sdpa_math": rng.uniform(1, 2)}
+    naive_ok = naive_status == "ok"
     return [{"impl": impl, "fused_sdpa": impl in ("sdpa_flash", "sdpa_efficient"), "T": T,
              "batch": 1, "heads": 2, "d": 64, "causal": True, "dtype": "float32",
              "threads": 1, "median_ms": ms, "flops": 1,
+             # paired with naive round by round (here: exactly, with a ±1 % interval)
+             **({"ratio_to": "naive", "ratio": ms / times["naive"],
+                 "ratio_ci_low": 0.99 * ms / times["naive"],
+                 "ratio_ci_high": 1.01 * ms / times["naive"]} if naive_ok else {}),
              "status": naive_status if impl == "naive" else "ok"}
             for impl, ms in times.items()]
 
@@ -197,6 +205,8 @@ def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
     assert rows.loc[1024, "fused_impl"] == "sdpa_flash"
     measured = first["naive"] / first["sdpa_flash"]
     assert rows.loc[1024, "measured_ratio"] == pytest.approx(measured)
+    assert rows.loc[1024, "measured_ratio_ci_low"] == pytest.approx(measured / 1.01)
+    assert rows.loc[1024, "measured_ratio_ci_high"] == pytest.approx(measured / 0.99)
     assert rows.loc[1024, "model_ratio"] == pytest.approx(traffic_ratio(1024, 64, 64))
     implied = implied_block_q(measured, 1024, 64, causal=True)
     assert rows.loc[1024, "implied_block_q"] == pytest.approx(implied)
@@ -204,3 +214,27 @@ def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
     assert pd.isna(rows.loc[2048, "measured_ratio"]) and "naive" in rows.loc[2048, "note"]
 
 
+
+
+def test_prefill_rows_are_paired_with_naive_of_their_own_mask(prefill_run):
+    _, _, _, rows = prefill_run
+    ok = rows[rows["status"] == "ok"]
+    assert (ok["ratio_to"] == "naive").all() and ok["rounds"].min() >= 6
+    naive = ok[ok["impl"] == "naive"]
+    assert (naive["ratio"] == 1.0).all()
+    assert (ok["ratio_ci_low"] <= ok["ratio"]).all() and (ok["ratio"] <= ok["ratio_ci_high"]).all()
+    # a causal row carries its causal/full ratio, a full row does not
+    causal, full = ok[ok["causal"].astype(bool)], ok[~ok["causal"].astype(bool)]
+    assert causal["causal_over_full"].notna().all() and full["causal_over_full"].isna().all()
+    assert set(ok["timing_method"]) == {"torch.utils.benchmark.Timer"}
+
+
+def test_decode_rows_are_paired_with_the_fastest_fused_backend(tmp_path):
+    probe = _probe(random.Random(SEED + 4))
+    params = _params("decode", [
+        TIMING, "decode.d=8", "decode.splits=[1, 3]", "decode.backends=[flash, math]",
+        "decode.cpu={heads: 2, cache_lens: [200], batches: [1], dtypes: [float32]}"])
+    rows = _table("decode", decode.run(params, _ctx(tmp_path, "decode", probe=probe)))
+    assert set(rows["ratio_to"]) == {"sdpa_flash"}  # math is not a fused kernel
+    flash = rows[rows["impl"] == "sdpa_flash"]
+    assert (flash["ratio"] == 1.0).all() and bool(flash["fused_sdpa"].all())

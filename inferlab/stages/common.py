@@ -48,25 +48,26 @@ class TimingParams:
     """The config's ``timing`` section: how the one harness times every case."""
 
     warmup: int
-    rounds: int
-    timings_per_round: int
+    min_rounds: int
+    max_rounds: int
+    target: float
+    time_cap_s: float
     noisy_threshold: float
     min_run_ms: float
 
     def options(self, ctx) -> dict:
         """Keyword arguments of ``measure.time_interleaved``."""
-        return {"device": ctx.device, "threads": ctx.threads, "rounds": self.rounds,
-                "timings_per_round": self.timings_per_round, "warmup": self.warmup,
+        return {"device": ctx.device, "threads": ctx.threads, "warmup": self.warmup,
+                "min_rounds": self.min_rounds, "max_rounds": self.max_rounds,
+                "target": self.target, "time_cap_s": self.time_cap_s,
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 
-def harness_progress(ctx, i: int, n: int, point: str, rounds: int):
-    """A progress callback for ``time_interleaved`` that reports point ``i`` of ``n`` at each
-    warm-up and at the start of each round (not at every timing: that floods the log)."""
+def harness_progress(ctx, i: int, n: int, point: str):
+    """A progress callback for ``time_interleaved``: point ``i`` of ``n``, at each warm-up
+    and at the start of each round."""
     def report(step: int, steps: int, label: str) -> None:
-        per_round = max(steps // rounds, 1)
-        if label.startswith("warm-up") or step % per_round == 1 or per_round == 1:
-            ctx.progress(i, n, f"{point}: {label}")
+        ctx.progress(i, n, f"{point}: {label}")
     return report
 
 

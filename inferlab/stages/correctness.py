@@ -4,6 +4,9 @@
   causal and score scale, against naive attention in float64 on the *same rounded
   inputs* (so the error is the algorithm's, not the input cast's), beside the error of
   naive attention in the same dtype: the yardstick for "within rounding".
+* ``fused``: each fused SDPA kernel that runs here, against the same float64 answer.
+* ``no_running_max``: a softmax without the running max, on the same inputs: the
+  fraction of outputs that overflow (large scores: queries scaled by 30 or 40).
 * ``causal_pairs``: block pairs the causal loop computed (TileStats), and the analytic
   count (traffic.block_pairs, impl "model") at the measured lengths and at a length too
   long to run here.
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +29,7 @@ from inferlab.attention import (
     partial_attention,
     splitkv_decode,
 )
+from inferlab.backends import FUSED_SDPA, sdpa_cases
 from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
 from inferlab.traffic import block_pairs
 
@@ -76,7 +81,34 @@ def equivalence_rows(params: Params, ctx) -> list[dict]:
                              "computed_pairs": stats.computed_pairs,
                              "total_pairs": stats.total_pairs,
                              "pair_fraction": stats.fraction})
+        rows += fused_rows(q, k, v, causal, ref, base)
+        rows.append(no_running_max_row(q, k, v, causal, ref, base))
     return rows
+
+
+def fused_rows(q, k, v, causal: bool, ref, base: dict) -> list[dict]:
+    """Each fused SDPA kernel that runs here, checked against the block-wise reference's
+    float64 answer like the tiled loop is (the chapter: any fused kernel the Lab runs can
+    be checked against it)."""
+    cases, meta, _ = sdpa_cases(q, k, v, causal, FUSED_SDPA)
+    return [{**base, "check": "fused", "impl": label,
+             "max_abs_err": max_abs_err(fn(), ref)} for label, fn in cases.items()]
+
+
+def no_running_max_row(q, k, v, causal: bool, ref, base: dict) -> dict:
+    """Attention whose softmax exponentiates the scores without subtracting their maximum
+    (exp(s) / sum exp(s)): the fraction of outputs that overflow to inf or NaN, and the
+    error. The running max is what keeps the tiled loop clear of this."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        future = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+        s = s.masked_fill(future, float("-inf"))
+    e = torch.exp(s)
+    out = (e / e.sum(dim=-1, keepdim=True)) @ v
+    return {**base, "check": "no_running_max", "impl": "naive_without_max",
+            "max_abs_err": max_abs_err(out, ref),
+            "nonfinite_fraction": (~torch.isfinite(out)).float().mean().item()}
 
 
 def causal_pair_rows(params: Params, equivalence: list[dict]) -> list[dict]:

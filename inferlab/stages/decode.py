@@ -5,7 +5,8 @@ A decode step must read the whole cache (K and V), so its time is bounded below 
 cache_bytes / bandwidth: ``floor_ms`` is that bound at the probe's measured copy
 ceiling (traffic.decode_floor_time_us), and ``achieved_gbs`` is the cache bytes over the
 measured time. For each (cache length, batch, dtype) point every implementation is
-timed in one interleaved ``measure.time_interleaved`` call.
+timed in one interleaved ``measure.time_interleaved`` call, each paired round by round
+with the fastest fused SDPA backend (``ratio``: this time / the fused kernel's).
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ def point_rows(params: Params, ctx, cache_len: int, batch: int, dtype: str,
     base = {"cache_len": cache_len, "batch": batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}
     cases, meta, refused = _cases(params, q, k, v)
-    timings = time_interleaved(cases, progress=progress,
-                               **params.timing.options(ctx)) if cases else {}
+    fused = [label for label in cases if meta[label]["fused_sdpa"]]
+    timings = time_interleaved(cases, pair_with=dict.fromkeys(cases, fused) if fused else None,
+                               progress=progress, **params.timing.options(ctx)) if cases else {}
     rows = []
     for label, timing in timings.items():
         row = {**base, **meta[label], **timing.as_row(), "status": timing.status}
@@ -86,6 +88,6 @@ def run(params: Params, ctx) -> list[dict]:
     rows = []
     for i, (cache_len, batch, dtype) in enumerate(points, start=1):
         name = f"cache={cache_len} batch={batch} {dtype}"
-        progress = harness_progress(ctx, i, len(points), name, params.timing.rounds)
+        progress = harness_progress(ctx, i, len(points), name)
         rows += point_rows(params, ctx, cache_len, batch, dtype, copy_gbs, progress)
     return rows

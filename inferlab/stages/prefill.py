@@ -1,9 +1,11 @@
 """prefill -> prefill.csv: naive, tiled, tiled_fast and SDPA forced to each backend, at each
 length, dtype, causal and full.
 
-For each (T, dtype, causal) point every implementation is timed in one
-``measure.time_interleaved`` call (A B C A B C ...), then, separately, its peak extra
-memory and the kernel that ran are read (each with the profiler, outside the timing).
+For each (T, dtype) point every implementation, causal and full, is timed in one
+``measure.time_interleaved`` call (A B C A B C ...): each case paired round by round with
+naive attention of its mask (``ratio``: this time / naive's), and a causal case with its
+full-mask twin (``causal_over_full``). Then, separately, its peak extra memory and the
+kernel that ran are read (each with the profiler, outside the timing).
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import kernel_that_ran, sdpa_cases
-from inferlab.measure import time_interleaved
+from inferlab.measure import paired_ratio, time_interleaved
 from inferlab.memory import is_oom, memory_cap, peak_extra_bytes
 from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
 
@@ -31,8 +33,7 @@ class Params:
     batch: int
     heads: int
     d: int
-    lengths: tuple[int, ...]
-    dtypes: tuple[str, ...]
+    sizes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, the lengths T timed in it)
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
@@ -43,6 +44,7 @@ class Params:
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
+        section["sizes"] = tuple((s["dtype"], tuple(s["T"])) for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
 
 
@@ -51,22 +53,26 @@ def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
 
 
 def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
-    """({label: fn}, {label: row fields}, [rows of backends that cannot run here])."""
+    """({label: fn}, {label: row fields}, [rows of backends that cannot run here]) for
+    one mask; labels end in " causal" or " full"."""
+    mask = "causal" if causal else "full"
     cases, meta, refused = {}, {}, []
     if "naive" in params.implementations:
-        cases["naive"] = lambda: naive_attention(q, k, v, causal)
-        meta["naive"] = {"impl": "naive", "fused_sdpa": False}
+        cases[f"naive {mask}"] = lambda: naive_attention(q, k, v, causal)
+        meta[f"naive {mask}"] = {"impl": "naive", "fused_sdpa": False}
     for impl, fn in TILED.items():
         if impl in params.implementations:
             for b in params.blocks:
-                label = f"{impl} block={b}"
+                label = f"{impl} block={b} {mask}"
                 cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
                 meta[label] = {"impl": impl, "fused_sdpa": False, "block_q": b, "block_k": b}
     if "sdpa" in params.implementations:
         sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, causal, params.backends)
-        cases.update(sdpa)
-        meta.update(sdpa_meta)
-    return cases, meta, refused
+        cases.update({f"{label} {mask}": fn for label, fn in sdpa.items()})
+        meta.update({f"{label} {mask}": fields for label, fields in sdpa_meta.items()})
+    for fields in meta.values():
+        fields["causal"] = causal
+    return cases, meta, [{**row, "causal": causal} for row in refused]
 
 
 def _capped(fn, cap_bytes: int | None, device: str):
@@ -94,36 +100,52 @@ def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
             "kernel": kernel}
 
 
-def point_rows(params: Params, ctx, T: int, dtype: str, causal: bool,
-               matmul_gflops: float | None, progress) -> list[dict]:
-    """All rows of one (T, dtype, causal) point."""
+def point_rows(params: Params, ctx, T: int, dtype: str, matmul_gflops: float | None,
+               progress) -> list[dict]:
+    """All rows of one (T, dtype) point: both masks timed in one interleaved call, each
+    case paired with naive attention of its mask, and a causal case also with its own
+    full-mask case (the chapter's causal/full time)."""
     q, k, v = random_qkv((params.batch, params.heads, T, params.d), dtype, ctx.device, ctx.seed)
     base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
-            "dtype": dtype, "causal": causal, "threads": ctx.threads,
-            "flops": prefill_flops(params.batch, params.heads, T, params.d, causal)}
+            "dtype": dtype, "threads": ctx.threads}
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
-    cases, meta, refused = _cases(params, q, k, v, causal)
-    cases = {label: _capped(fn, cap, ctx.device) for label, fn in cases.items()}
-    timings = time_interleaved(cases, progress=progress,
+    cases, meta, refused = {}, {}, []
+    for causal in params.causal:
+        more, more_meta, more_refused = _cases(params, q, k, v, causal)
+        cases.update({label: _capped(fn, cap, ctx.device) for label, fn in more.items()})
+        meta.update(more_meta)
+        refused += more_refused
+    pair_with = {label: [f"naive {label.rsplit(' ', 1)[1]}"] for label in cases
+                 if f"naive {label.rsplit(' ', 1)[1]}" in cases}
+    timings = time_interleaved(cases, pair_with=pair_with, progress=progress,
                                **params.timing.options(ctx)) if cases else {}
     rows = []
     for label, timing in timings.items():
-        row = {**base, **meta[label], **timing.as_row(), "status": timing.status}
+        fields = meta[label]
+        flops = prefill_flops(params.batch, params.heads, T, params.d, fields["causal"])
+        row = {**base, **fields, **timing.as_row(), "flops": flops, "status": timing.status}
+        if row["ratio_to"] is not None:
+            row["ratio_to"] = meta[row["ratio_to"]]["impl"]
+        full = timings.get(label.replace(" causal", " full"))
+        if fields["causal"] and full is not None and "ok" == timing.status == full.status:
+            row["causal_over_full"], row["causal_over_full_ci_low"], \
+                row["causal_over_full_ci_high"] = paired_ratio(timing.samples_ms,
+                                                               full.samples_ms)
         if timing.status == "ok":
-            row.update(_memory_and_kernel(cases[label], meta[label].get("kernel"), ctx.device))
-            row["achieved_gflops"] = base["flops"] / (timing.median_ms * 1e-3) / 1e9
+            row.update(_memory_and_kernel(cases[label], fields.get("kernel"), ctx.device))
+            row["achieved_gflops"] = flops / (timing.median_ms * 1e-3) / 1e9
             row["frac_matmul_ceiling"] = ratio(row["achieved_gflops"], matmul_gflops)
         rows.append(row)
-    return rows + [{**base, **row} for row in refused]
+    return rows + [{**base, **row, "flops": prefill_flops(params.batch, params.heads, T,
+                                                          params.d, row["causal"])}
+                   for row in refused]
 
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points = [(T, dtype, causal) for T in params.lengths for dtype in params.dtypes
-              for causal in params.causal]
+    points = [(T, dtype) for dtype, lengths in params.sizes for T in lengths]
     rows = []
-    for i, (T, dtype, causal) in enumerate(points, start=1):
-        name = f"T={T} {dtype} {'causal' if causal else 'full'}"
-        progress = harness_progress(ctx, i, len(points), name, params.timing.rounds)
-        rows += point_rows(params, ctx, T, dtype, causal, ceilings.get(dtype), progress)
+    for i, (T, dtype) in enumerate(points, start=1):
+        progress = harness_progress(ctx, i, len(points), f"T={T} {dtype}")
+        rows += point_rows(params, ctx, T, dtype, ceilings.get(dtype), progress)
     return rows

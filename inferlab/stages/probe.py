@@ -73,7 +73,7 @@ def _row(timing) -> dict:
 def ceilings(params: Params, ctx) -> dict:
     """Copy bandwidth (GB/s) and matmul rate per dtype (GFLOP/s); None where it failed."""
     cases = _ceiling_cases(params, ctx.device)
-    progress = harness_progress(ctx, 1, 1, "ceilings", params.timing.rounds)
+    progress = harness_progress(ctx, 1, 1, "ceilings")
     timings = time_interleaved(cases, progress=progress, **params.timing.options(ctx))
     copy_bytes = params.copy_mib * MIB
     n = params.matmul_size

@@ -4,7 +4,9 @@ naive/fused time ratio from prefill.csv, and the query tile the measured ratio i
 measure (the chapter's 1,024-8,192 tokens on a small CPU run) a model-only row is written,
 its measured columns empty, so the model's predictions are checkable everywhere.
 
-"Fused" is the fastest prefill row marked ``fused_sdpa``: PyTorch's fused kernel, an SDPA
+The measured ratio is the paired one: the prefill stage timed naive and fused in the same
+rounds, and ``measured_ratio`` is the median over rounds of naive / fused with its 95%
+interval. "Fused" is the fastest prefill row marked ``fused_sdpa``: PyTorch's fused kernel, an SDPA
 backend that never writes the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
 names it. On a CPU the tile PyTorch's CPU
 flash kernel really uses is set beside the implied one (backends.cpu_flash_split_sizes);
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from inferlab.backends import cpu_flash_split_sizes
-from inferlab.stages.common import ratio, tuples
+from inferlab.stages.common import tuples
 from inferlab.traffic import implied_block_q, traffic_ratio
 
 
@@ -33,12 +35,17 @@ class Params:
         return cls(**{k: tuples(v) for k, v in cfg["traffic"].items()})
 
 
-def _fastest(rows: pd.DataFrame) -> tuple[str | None, float | None]:
+def _fastest(rows: pd.DataFrame) -> pd.Series | None:
     ok = rows[rows["status"] == "ok"]
-    if ok.empty:
-        return None, None
-    best = ok.loc[ok["median_ms"].idxmin()]
-    return str(best["impl"]), float(best["median_ms"])
+    return None if ok.empty else ok.loc[ok["median_ms"].idxmin()]
+
+
+def _naive_over(fused: pd.Series | None) -> tuple[float | None, float | None, float | None]:
+    """naive / fused, paired round by round: the inverse of the fused row's ratio to naive
+    (its interval inverted too); None when the two were not paired."""
+    if fused is None or pd.isna(fused["ratio"]) or fused["ratio_to"] != "naive":
+        return None, None, None
+    return 1 / fused["ratio"], 1 / fused["ratio_ci_high"], 1 / fused["ratio_ci_low"]
 
 
 def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str | None]:
@@ -54,9 +61,11 @@ def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str |
 def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
               params: Params, device: str) -> dict:
     """One traffic row from the prefill rows of one (T, d, causal, dtype) point."""
-    _, naive_ms = _fastest(rows[rows["impl"] == "naive"])
-    fused_impl, fused_ms = _fastest(rows[rows["fused_sdpa"].fillna(False)])
-    measured = ratio(naive_ms, fused_ms)
+    naive, fused = _fastest(rows[rows["impl"] == "naive"]), \
+        _fastest(rows[rows["fused_sdpa"].fillna(False)])
+    naive_ms = None if naive is None else float(naive["median_ms"])
+    fused_ms = None if fused is None else float(fused["median_ms"])
+    measured, low, high = _naive_over(fused)
     q_split, kv_split, note = _cpu_kernel_tile(T, device)
     implied = None if measured is None else implied_block_q(measured, T, d, causal=causal)
     if measured is None:
@@ -68,8 +77,10 @@ def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
     return {"T": T, "d": d, "causal": causal, "dtype": dtype,
             "block_q_model": params.block_q_model,
             "model_ratio": traffic_ratio(T, d, params.block_q_model, causal=causal),
-            "naive_ms": naive_ms, "fused_ms": fused_ms, "fused_impl": fused_impl,
-            "measured_ratio": measured, "implied_block_q": implied,
+            "naive_ms": naive_ms, "fused_ms": fused_ms,
+            "fused_impl": None if fused is None else str(fused["impl"]),
+            "measured_ratio": measured, "measured_ratio_ci_low": low,
+            "measured_ratio_ci_high": high, "implied_block_q": implied,
             "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split, "note": note}
 
 

@@ -1,0 +1,106 @@
+"""Between runs: a timing artifact against the previous version made the same way.
+
+A benchmark is only as good as its second run. The register keeps every version, so
+for the latest version of a timing stage this module finds the previous one made with
+the same code, the same effective config and on the same hardware (``comparable``),
+and gives, per point (the stage's ``key_columns``), the relative difference of each
+measured column between the two: ``inferlab history STAGE --compare`` prints it, and
+between-run claims are judged on it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from inferlab import artifacts
+from inferlab.environment import hardware
+from inferlab.pipeline import STAGES
+from inferlab.register import Register
+
+COMPARED = ("median_ms", "ratio")
+
+
+def _made_alike(a: dict, b: dict) -> bool:
+    pa, pb = a["provenance"], b["provenance"]
+    return (pa["code_sha256"] == pb["code_sha256"] and pa["config_sha256"] == pb["config_sha256"]
+            and hardware(pa.get("environment") or {}) == hardware(pb.get("environment") or {}))
+
+
+def comparable(register: Register, stage: str, entry: dict | None = None) -> dict | None:
+    """The latest version of ``stage`` before ``entry`` (default: the latest one) that
+    was made with the same code, config and hardware; None if there is none."""
+    history = register.history(stage)
+    entry = entry or (history[-1] if history else None)
+    if entry is None:
+        return None
+    earlier = [e for e in history if e["version"] < entry["version"] and _made_alike(e, entry)]
+    return earlier[-1] if earlier else None
+
+
+def table_of(register: Register, stage: str, entry: dict) -> artifacts.Table:
+    """A registered version's table, read from the register's retained copy."""
+    return artifacts.decode(stage, register.copy_path(entry["sha256"]).read_bytes())
+
+
+def differences(stage: str, old: artifacts.Table, new: artifacts.Table) -> pd.DataFrame:
+    """Per point present in both (status ok in both): each compared column's old and new
+    value, the relative difference (new - old) / old, and the symmetric spread
+    max / min - 1 (the chapter's "differed by 67 per cent": 13.0 against 7.8 ms)."""
+    keys = list(STAGES[stage].key_columns)
+    cols = [c for c in COMPARED if c in new.frame.columns]
+    frames = [t.frame[t.frame["status"] == "ok"][keys + cols] for t in (old, new)]
+    merged = frames[0].merge(frames[1], on=keys, suffixes=("_old", "_new"))
+    for c in cols:
+        old_v, new_v = merged[f"{c}_old"].astype(float), merged[f"{c}_new"].astype(float)
+        merged[f"{c}_diff"] = (new_v - old_v) / old_v
+        merged[f"{c}_spread"] = pd.concat([old_v, new_v], axis=1).max(axis=1) / \
+            pd.concat([old_v, new_v], axis=1).min(axis=1) - 1
+    merged["status"] = "ok"
+    return merged
+
+
+def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:
+    """(previous entry, latest entry, differences) for ``stage`` on ``key``; ValueError
+    saying why when there is no comparable previous version."""
+    if not STAGES[stage].timed:
+        raise ValueError(f"stage {stage!r} times nothing; compare a timing stage "
+                         f"({', '.join(s for s in STAGES if STAGES[s].timed)})")
+    register = Register(root, key)
+    latest = register.latest(stage)
+    if latest is None:
+        raise ValueError(f"{key!r} has no registered {stage} version")
+    previous = comparable(register, stage, latest)
+    if previous is None:
+        raise ValueError(f"{stage} version {latest['version']} of {key!r} has no earlier "
+                         "version made with the same code, config and hardware")
+    old, new = table_of(register, stage, previous), table_of(register, stage, latest)
+    return previous, latest, differences(stage, old, new)
+
+
+def format_differences(previous: dict, latest: dict, diffs: pd.DataFrame, stage: str) -> str:
+    keys = [k for k in STAGES[stage].key_columns if diffs[k].nunique(dropna=False) > 1]
+    lines = [f"{stage}: version {latest['version']} against version {previous['version']} "
+             "(same code, config and hardware)"]
+    header = keys + [f"{c} {w}" for c in COMPARED if f"{c}_diff" in diffs
+                     for w in ("old", "new", "diff")]
+    rows = [header]
+    for _, r in diffs.iterrows():
+        cells = [str(r[k]) for k in keys]
+        for c in COMPARED:
+            if f"{c}_diff" in diffs:
+                d = r[f"{c}_diff"]
+                cells += [f"{r[f'{c}_old']:.4g}", f"{r[f'{c}_new']:.4g}",
+                          "—" if math.isnan(d) else f"{d:+.1%}"]
+        rows.append(cells)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+              for row in rows]
+    for c in COMPARED:
+        if f"{c}_diff" in diffs and diffs[f"{c}_diff"].notna().any():
+            a = diffs[f"{c}_diff"].abs()
+            lines.append(f"{c}: median |diff| {a.median():.1%}, max {a.max():.1%} over "
+                         f"{int(a.notna().sum())} points")
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""model -> model.csv: the chapter's arithmetic, recomputed, so that its model and
+arithmetic claims are checked against rows the pipeline wrote, never a constant in code.
+
+Each row is one quantity with its value, unit, what it was computed from, and whether
+its inputs are the chapter's own premises (``config.yaml`` ``model:``, each quoted from
+the chapter), counted or measured here, or the analytic model (``inferlab.traffic``):
+
+* ``ops_per_block_pair``: ATen operations tiled_attention launches per block pair it
+  computes, counted with the profiler (the chapter: "about fourteen operations each");
+* ``launches``: block pairs at T tokens (``traffic.block_pairs``) x those operations
+  (the chapter: "some 29,000 launches"); ``launch_time_s``: that many launches at the
+  chapter's 40 µs per launch (its "1.2 seconds"), and at this machine's own per-op cost;
+* ``kv_traffic_ratio_half_tile``: K and V traffic of a tiled kernel with B_q/2 over B_q
+  (the chapter: "doubling B_q halves the K and V traffic");
+* ``decode_cache_mib``, ``decode_floor_us``: the chapter's 48 MiB cache read at its
+  sustainable bandwidth (six times the 50 GB/s it measured: "170 microseconds"), and
+  at this machine's copy ceiling;
+* ``decode_intensity_over_balance``: a decode step's FLOPs per byte over the machine's
+  balance (matmul rate / copy bandwidth, from the probe): below 1, memory-bound;
+* ``flops_tiled_over_naive``: FLOPs the profiler counts for tiled over naive attention
+  (the Q&A: the same FLOPs).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from inferlab.attention import naive_attention, tiled_attention
+from inferlab.stages.common import random_qkv, torch_dtype, tuples
+from inferlab.traffic import (
+    block_pairs,
+    decode_cache_bytes,
+    decode_floor_time_us,
+    tiled_hbm_elements,
+)
+
+# ATen ops that only describe memory (views, casts to the same dtype, allocation): they
+# launch no kernel, so they are not counted as the chapter's "operations".
+NO_KERNEL = {"aten::view", "aten::as_strided", "aten::slice", "aten::select",
+             "aten::unsqueeze", "aten::squeeze", "aten::transpose", "aten::t", "aten::expand",
+             "aten::reshape", "aten::_reshape_alias", "aten::alias", "aten::to",
+             "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::resolve_conj",
+             "aten::resolve_neg", "aten::detach", "aten::lift_fresh"}
+
+
+@dataclass(frozen=True)
+class Params:
+    T: int                       # the chapter's longest prefill
+    block: int                   # its blocks of 128
+    d: int
+    heads: int
+    cache_len: int               # its decode cache: 16,384 keys ...
+    cache_dtype: str             # ... in fp16: 48 MiB
+    launch_us: float             # premise: "40 microseconds per launch"
+    decode_gbs: float            # premise: "50 GB/s at batch 1"
+    sustainable_factor: float    # premise: "a sixth of the sustainable bandwidth"
+    dtypes: tuple[str, ...]      # dtypes the machine balance is given for
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        return cls(**{k: tuples(v) for k, v in cfg["model"].items()})
+
+
+def _kernel_ops(fn) -> int:
+    """Top-level ATen operations ``fn`` runs that launch a kernel (profiler count)."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(1 for e in prof.events() if e.cpu_parent is None and
+               e.name.startswith("aten::") and e.name not in NO_KERNEL)
+
+
+def ops_per_block_pair(params: Params, ctx) -> float:
+    """The slope of operations against block pairs: one query tile against 4 and 8 key
+    tiles (the per-tile setup cancels)."""
+    counts = []
+    for n_keys in (4, 8):
+        q, _, _ = random_qkv((1, 2, params.block, params.d), "float32", ctx.device, ctx.seed)
+        _, k, v = random_qkv((1, 2, 1, params.d), "float32", ctx.device, ctx.seed,
+                             keys=n_keys * params.block)
+        counts.append(_kernel_ops(lambda k=k, v=v, q=q: tiled_attention(
+            q, k, v, False, params.block, params.block)))
+    return (counts[1] - counts[0]) / 4
+
+
+def per_op_seconds(ctx) -> float:
+    """This machine's cost of one small ATen op (a launch floor): the median of 2,000."""
+    x = torch.ones(8, device=ctx.device)
+    samples = []
+    for _ in range(2000):
+        started = time.perf_counter()
+        x.add(1.0)
+        samples.append(time.perf_counter() - started)
+    return sorted(samples)[len(samples) // 2]
+
+
+def flops_ratio(params: Params, ctx) -> float:
+    """FLOPs the profiler counts for tiled over naive attention (full mask)."""
+    q, k, v = random_qkv((1, 2, 2 * params.block, params.d), "float32", ctx.device, ctx.seed)
+    flops = []
+    for fn in (lambda: tiled_attention(q, k, v, False, params.block, params.block),
+               lambda: naive_attention(q, k, v)):
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            fn()
+        flops.append(sum(e.flops or 0 for e in prof.events()))
+    return flops[0] / flops[1]
+
+
+def row(quantity: str, value: float, unit: str, source: str, inputs: str,
+        dtype: str | None = None) -> dict:
+    return {"quantity": quantity, "dtype": dtype, "value": value, "unit": unit,
+            "source": source, "inputs": inputs, "status": "ok"}
+
+
+def run(params: Params, ctx) -> list[dict]:
+    ceilings = ctx.inputs["probe"]["ceilings"]
+    pairs, _ = block_pairs(params.T, params.T, params.block, params.block, causal=True)
+    ops = ops_per_block_pair(params, ctx)
+    op_s = per_op_seconds(ctx)
+    launches = pairs * ops
+    half = tiled_hbm_elements(params.T, params.d, params.block // 2, causal=True)
+    full = tiled_hbm_elements(params.T, params.d, params.block, causal=True)
+    qo = 2 * params.T * params.d  # Q read and O written once: not K/V traffic
+    cache = decode_cache_bytes(1, params.heads, params.cache_len, params.d,
+                               torch_dtype(params.cache_dtype).itemsize)
+    sustainable = params.decode_gbs * params.sustainable_factor
+    at = f"T={params.T}, blocks of {params.block}, causal"
+    rows = [
+        row("ops_per_block_pair", ops, "ops", "counted here", "profiler: tiled_attention, "
+            f"1 query tile against 4 and 8 key tiles of {params.block}"),
+        row("launches", launches, "launches", "counted here",
+            f"{pairs} block pairs ({at}) x {ops:g} ops per pair"),
+        row("launch_time_s", launches * params.launch_us * 1e-6, "s", "chapter premises",
+            f"{launches:g} launches x {params.launch_us:g} µs per launch (the chapter's)"),
+        row("launch_time_s", launches * op_s, "s", "measured here",
+            f"{launches:g} launches x {op_s * 1e6:.2f} µs per small op here"),
+        row("kv_traffic_ratio_half_tile", (half - qo) / (full - qo), "×", "model",
+            f"K and V elements with B_q={params.block // 2} over B_q={params.block} ({at})"),
+        row("decode_cache_mib", cache / 2**20, "MiB", "model",
+            f"K and V, batch 1, {params.heads} heads, {params.cache_len} keys, d={params.d}, "
+            f"{params.cache_dtype}"),
+        row("decode_floor_us", decode_floor_time_us(cache, sustainable), "µs",
+            "chapter premises", f"{cache / 2**20:g} MiB at {params.sustainable_factor:g} x "
+            f"{params.decode_gbs:g} GB/s (the chapter's sustainable bandwidth)"),
+        row("flops_tiled_over_naive", flops_ratio(params, ctx), "×", "counted here",
+            f"profiler FLOPs, T={2 * params.block}, full mask"),
+    ]
+    if ceilings.get("copy_gbs"):
+        rows.append(row("decode_floor_us", decode_floor_time_us(cache, ceilings["copy_gbs"]),
+                        "µs", "measured here", f"{cache / 2**20:g} MiB at the probe's copy "
+                        f"ceiling, {ceilings['copy_gbs']:.3g} GB/s"))
+    for dtype in params.dtypes:
+        rate = (ceilings.get("matmul_gflops") or {}).get(dtype)
+        if rate and ceilings.get("copy_gbs"):
+            intensity = 2 / torch_dtype(dtype).itemsize  # 4·S·d FLOPs per 2·S·d elements
+            balance = rate / ceilings["copy_gbs"]
+            rows.append(row("decode_intensity_over_balance", intensity / balance, "×",
+                            "measured here", f"{intensity:g} FLOP/byte over the machine's "
+                            f"{balance:.3g} FLOP/byte ({dtype} matmul / copy)", dtype))
+    return rows
