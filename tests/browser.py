@@ -56,7 +56,7 @@ OPEN_ALL = "() => document.querySelectorAll('details').forEach(d => d.open = tru
 def chromium_path() -> str | None:
     """The Chromium executable: $INFERLAB_CHROMIUM, else chromium on the PATH."""
     if os.environ.get("INFERLAB_CHROMIUM"):
-        return os.environ["INFERLAB_CHROMIUM"]
+        return shutil.which(os.environ["INFERLAB_CHROMIUM"])
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
                                                  "google-chrome"))), None)
 
@@ -67,6 +67,8 @@ def why_not() -> str | None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         return "playwright is not installed (pip install -e '.[test]')"
+    if os.environ.get("INFERLAB_CHROMIUM") and chromium_path() is None:
+        return f"INFERLAB_CHROMIUM={os.environ['INFERLAB_CHROMIUM']!r} is not an executable"
     if chromium_path() is None:
         return "no chromium on the PATH (apt-get install -y chromium, or set INFERLAB_CHROMIUM)"
     return None
