@@ -79,7 +79,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
 # The report is a rule, not a stage: it writes no register entry. Its code is the
 # closure of inferlab.report, the claims file and the page template.
 REPORT_MODULE = "inferlab.report"
-REPORT_FILES = ("claims.yaml",)
+REPORT_FILES = ("claims.yaml", "inferlab/templates/report.html.j2")
 
 
 def stage(name: str) -> Stage:

@@ -1,313 +1,404 @@
-"""report/index.html: every machine's evidence side by side, in one static page.
+"""report/index.html: every results key's evidence side by side, in one page a reader can
+decide from.
 
-The page is self-contained (figures are inline SVG from matplotlib, the style sheet is
-inline, there is no script) so it reads from a file with no server. Every string that
-comes from an artifact is HTML-escaped: a backend's refusal reason or a kernel name is
-data, never markup. Sections: what ran where (probe), exactness (correctness), prefill,
-decode, traffic, the claims matrix with a provenance block per claim and machine, and a
-provenance footer per machine. A stage a machine did not run says "not measured here".
+It opens with what was found (per key: verdict counts, hardware, torch build, date,
+commit, and what a verdict compares). The claims matrix is its spine: per claim the
+sentence (LaTeX as plain Unicode), the chapter's value and, per key, the verdict, the
+value with its unit, what it was judged on, and links to its figure and its provenance.
+Then the figures' sections with their raw rows one click away, and one collapsed
+provenance block per claim and key, its hashes re-checked when the page is written.
+
+The data is prepared here; the markup is ``templates/report.html.j2`` (Jinja2, autoescaped:
+an artifact's string is data, never markup; only matplotlib's SVG goes in as markup). The
+page is self-contained (inline style and SVG, no script). An unreadable artifact, or one
+whose hash no longer matches its register entry, is said on the page, never a crash.
 """
 
 from __future__ import annotations
 
-import html
-import math
+import json
+import re
 import traceback
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup
 
-from inferlab import layout
-from inferlab.audit import integrity, load_evidence, recorded_results
+from inferlab import figures, layout
+from inferlab.artifacts import Table
+from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
-from inferlab.figures import decode_figure, prefill_figure, traffic_figure
 from inferlab.formats import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 from inferlab.verdicts import Evidence
 
-SECTIONS = (("ran", "What ran where"), ("exactness", "Exactness"), ("prefill", "Prefill"),
-            ("decode", "Decode"), ("traffic", "Traffic model"), ("claims", "Claims"),
-            ("provenance", "Provenance"))
+TEMPLATE = "report.html.j2"
+SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),
+            ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
+            ("traffic", "Traffic model"), ("provenance", "Provenance"))
+VERDICTS = ("reproduced", "not reproduced", "not measurable here", "not checkable")
 NOT_MEASURED = "not measured here"
-STYLE = """
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;
-color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.85em}
-th,td{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
-th{background:#f3f3f3}.noisy{background:#fff4d6}.nm{color:#777;font-style:italic}
-.prov{border-left:3px solid #ccc;padding-left:.8em;margin:1em 0;font-size:.85em}
-code{font-size:.9em;word-break:break-all}figure{margin:0}svg{max-width:100%;height:auto}
-"""
+
+# Raw tables: column -> header (units in the header); a column's format follows from its
+# type and name (_cell_kind). Columns an artifact lacks are left out.
+PREFILL_COLUMNS = {
+    "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
+    "median_ms": "median (ms)", "iqr_ms": "IQR (ms)", "round_spread": "round spread",
+    "noisy": "noisy", "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
+    "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
+DECODE_COLUMNS = {
+    "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
+    "dtype": "dtype", "median_ms": "median (ms)", "round_spread": "round spread",
+    "noisy": "noisy", "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
+    "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
+    "status": "status"}
+TRAFFIC_COLUMNS = {
+    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "block_q_model": "model B_q",
+    "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
+    "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
+    "implied_block_q": "implied B_q", "note": "note"}
+PROBE_COLUMNS = {
+    "backend": "backend", "dtype": "dtype", "causal": "mask", "T": "tokens",
+    "can_run": "can run", "ran": "ran", "reason": "reason", "reason_source": "reason source",
+    "limit_kind": "limit kind"}
+CORRECTNESS_COLUMNS = {
+    "check": "check", "impl": "implementation", "dtype": "dtype", "causal": "mask",
+    "T": "tokens", "block_q": "B_q", "block_k": "B_k", "score_scale": "score scale",
+    "splits": "splits", "max_abs_err": "error vs float64",
+    "naive_same_dtype_err": "naive, same dtype", "pair_fraction": "pair fraction",
+    "status": "status"}
+
+# ---------------------------------------------------------------- text
+
+_SUPERSCRIPT = dict(zip("0123456789-+()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁽⁾ⁿ", strict=True))
+_SYMBOLS = {"times": "×", "cdot": "·", "approx": "≈", "le": "≤", "ge": "≥", "sim": "∼",
+            "ldots": "…", "infty": "∞", "to": "→"}
 
 
-# ---------------------------------------------------------------- html helpers
+def _superscript(text: str) -> str:
+    if all(ch in _SUPERSCRIPT for ch in text):
+        return "".join(_SUPERSCRIPT[ch] for ch in text)
+    return "^" + (text if text.startswith("(") and text.endswith(")") else f"({text})")
 
 
-def esc(value: Any) -> str:
-    """A cell's text, escaped: numbers to 3 significant figures, missing as a dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def plain_text(text: str) -> str:
+    r"""A sentence's LaTeX as plain Unicode: ``\(O(S^2)\)`` -> O(S²), ``\(4.7 \times
+    10^{-5}\)`` -> 4.7 × 10⁻⁵, ``\(1\times S\)`` -> 1×S, ``->`` -> →."""
+    text = text.replace(r"\(", "").replace(r"\)", "").replace(r"\,", " ").replace(" -> ", " → ")
+    text = re.sub(r"(\s?)\\([a-zA-Z]+)\s*",
+                  lambda m: m.group(1) + _SYMBOLS.get(m.group(2), m.group(2)) + m.group(1), text)
+    text = re.sub(r"\^\{([^{}]*)\}", lambda m: _superscript(m.group(1)), text)
+    return re.sub(r"\^(\w)", lambda m: _superscript(m.group(1)), text)
+
+
+# How a raw-table cell reads, by kind (units are in the column's header).
+_FORMATS = {"int": lambda v: f"{int(v):,}", "mask": lambda v: "causal" if v else "full",
+            "yes": lambda v: "yes" if v else "no", "num": lambda v: format_value(float(v)),
+            "mib": lambda v: format_value(float(v) / 2**20),
+            "pct": lambda v: f"{format_value(float(v) * 100)} %"}
+
+
+def _cell(value, kind: str, nonfinite: bool = False) -> str:
+    """One cell for people: 3 significant figures, "—" where the column does not apply,
+    nan/inf where a number was computed and is not finite."""
+    if nonfinite:
+        return str(value)
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return html.escape(f"{value:.3g}")
-    return html.escape(str(value))
-
-
-def table(columns: list[str], rows: list[list[Any]], row_classes: list[str] | None = None,
-          raw_columns: frozenset[int] = frozenset()) -> str:
-    """An HTML table; every cell escaped except the columns in ``raw_columns``, which
-    the caller has built from escaped parts (links)."""
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = []
-    for i, row in enumerate(rows):
-        cls = (row_classes or [""] * len(rows))[i]
-        cells = "".join(f"<td>{v if j in raw_columns else esc(v)}</td>"
-                        for j, v in enumerate(row))
-        body.append(f"<tr class=\"{esc(cls)}\">{cells}</tr>" if cls else f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def not_measured(machine: str, stage: str) -> str:
-    return (f"<p class=\"nm\">{esc(machine)}: {NOT_MEASURED} "
-            f"({esc(STAGES[stage].artifact)} is missing: the {esc(stage)} stage did not run)</p>")
+    return _FORMATS.get(kind, str)(value)
 
 
 # ---------------------------------------------------------------- data
 
 
-def load_machine(root: Path, key: str) -> dict[str, Evidence]:
-    """stage -> artifact (typed data, register entry, provenance) for one results key."""
-    return {stage: load_evidence(root, key, stage) for stage in STAGES if stage != "claims"}
+@dataclass
+class KeyData:
+    """One results key: its artifacts (claims.json included) and what the page says."""
+
+    key: str
+    grid: str | None
+    evidence: dict[str, Evidence]
+    integrity: dict[str, dict]
+
+    @property
+    def results(self) -> list[dict]:
+        return (self.evidence["claims"].data or {}).get("claims", [])
+
+    def result(self, claim_id: str) -> dict | None:
+        return next((r for r in self.results if r["id"] == claim_id), None)
+
+    def frame(self, stage: str) -> Table | None:
+        found = self.evidence[stage]
+        return found.table if found.data is not None and len(found.table) else None
+
+    @property
+    def no_verdict(self) -> str:
+        return "no verdict: " + ("see this machine's summary" if self.evidence["claims"].data
+                                 is None else "claims.json does not list this claim")
+
+    def missing(self, stage: str) -> str:
+        """Why a stage has nothing to show: not run, or unreadable (with the error)."""
+        found = self.evidence[stage]
+        if found.error:
+            return f"{STAGES[stage].artifact} cannot be read: {found.error}"
+        return (f"{NOT_MEASURED} ({STAGES[stage].artifact} is missing: the {stage} stage "
+                "did not run)")
 
 
-def _probe_json(artifact: Evidence) -> dict:
-    return artifact.data if artifact.data is not None else {}
+def load_key(root: Path, key: str) -> KeyData:
+    evidence = {stage: load_evidence(root, key, stage) for stage in STAGES}
+    return KeyData(key, layout.split_key(key)[1], evidence,
+                   {s: integrity(root, key, e) for s, e in evidence.items()})
 
 
-def _rows(artifact: Evidence) -> pd.DataFrame | None:
-    if artifact.data is None:
-        return None
-    frame = artifact.table.frame
-    return frame if not frame.empty else None
+def _environment(data: KeyData) -> dict:
+    probe = data.evidence["probe"].data
+    if isinstance(probe, dict) and probe.get("environment"):
+        return probe["environment"]
+    return next((e.provenance.get("environment") for e in data.evidence.values()
+                 if e.provenance.get("environment")), {})
 
 
-def _ok(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["status"] == "ok"] if "status" in frame.columns else frame
+def summary_card(data: KeyData) -> dict:
+    """The first screen for one key: verdict counts, hardware, torch, date, commit."""
+    env = _environment(data)
+    host, cuda = env.get("host") or {}, env.get("cuda") or {}
+    device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
+    threads = f", {host['torch_threads']} threads" if host.get("torch_threads") else ""
+    provs = [e.provenance for e in data.evidence.values() if e.provenance]
+    commits = sorted({((p.get("git_commit") or "")[:10] or "not recorded")
+                      + (" (dirty)" if p.get("git_dirty") else "") for p in provs})
+    dates = sorted(p["created_at"] for p in provs if p.get("created_at"))
+    counts = Counter(c["verdict"] for c in data.results)
+    shown = [*VERDICTS, *(v for v in counts if v not in VERDICTS)]
+    check = data.integrity["claims"]
+    problem = data.missing("claims") if data.evidence["claims"].data is None else (
+        f"claims.json MISMATCH: {check['detail']}" if check["status"] == "MISMATCH" else None)
+    return {"key": data.key,
+            "grid": "book grid (config.yaml)" if data.grid is None else f"grid “{data.grid}”",
+            "hardware": f"{env.get('device') or '?'}: {device}{threads}",
+            "torch": (env.get("build") or {}).get("torch") or "?",
+            "date": dates[-1][:16].replace("T", " ") + " UTC" if dates else "no date",
+            "commit": ", ".join(commits) or "not recorded", "problem": problem,
+            "mismatch": check["status"] == "MISMATCH",
+            "changed": [STAGES[s].artifact for s, c in data.integrity.items()
+                        if s != "claims" and c["status"] == "MISMATCH"],
+            "counts": [{"verdict": v, "count": counts[v]} for v in shown]}
 
 
-def _noisy_flags(frame: pd.DataFrame) -> list[str]:
-    if "noisy" not in frame.columns:
-        return [""] * len(frame)
-    return ["noisy" if bool(v) else "" for v in frame["noisy"].fillna(False)]
+def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
+    """The claims matrix: a row per claim; the sentence spans the claims that share it."""
+    rows = []
+    for i, claim in enumerate(claims):
+        span = 0
+        if i == 0 or claims[i - 1].sentence != claim.sentence:
+            span = next((j for j in range(i + 1, len(claims))
+                         if claims[j].sentence != claim.sentence), len(claims)) - i
+        cells = []
+        for k in keys:
+            r = k.result(claim.id)
+            cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
+                "key": k.key, "missing": None, "verdict": r["verdict"],
+                "value_text": r["value_text"], "judged_on": r["judged_on"] or r["reason"],
+                "figure": r["figure"], "prov": f"prov-{claim.id}-{k.key}"})
+        rows.append({"id": claim.id, "kind": claim.kind, "span": span,
+                     "sentence": plain_text(claim.sentence),
+                     "chapter_value": plain_text(claim.chapter_value), "cells": cells})
+    return rows
 
 
-# ---------------------------------------------------------------- sections
+# ---------------------------------------------------------------- tables
 
 
-def section_ran(data: dict[str, dict]) -> str:
-    """Per machine: each SDPA backend, ran or refused, with the reason and its source."""
-    parts = []
-    columns = ["backend", "dtype", "causal", "T", "can run", "ran", "reason", "reason source",
-               "limit kind"]
-    keys = ["backend", "dtype", "causal", "T", "can_run", "ran", "reason", "reason_source",
-            "limit_kind"]
-    for machine, artifacts in data.items():
-        probe = artifacts["probe"]
-        parts.append(f"<h3>{esc(machine)}</h3>")
-        if probe.data is None:
-            parts.append(not_measured(machine, "probe"))
-            continue
-        rows = [[r.get(k) for k in keys] for r in probe.data["availability"]]
-        parts.append(table(columns, rows))
-        ceilings = _probe_json(probe).get("ceilings") or {}
-        parts.append(f"<p>Ceilings measured here: copy {esc(ceilings.get('copy_gbs'))} GB/s; "
-                     f"matmul {esc(_compact(ceilings.get('matmul_gflops')))} GFLOP/s.</p>")
-    return "".join(parts)
+def _cell_kind(column: str, dtype) -> str:
+    if column == "causal":
+        return "mask"
+    if column.endswith("_bytes"):
+        return "mib"
+    if column.startswith("frac_") or column == "round_spread":
+        return "pct"
+    return {"boolean": "yes", "Int64": "int", "float64": "num"}.get(str(dtype), "text")
 
 
-def _compact(obj: Any) -> str:
-    if isinstance(obj, dict):
-        return ", ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}"
-                         for k, v in obj.items())
-    return "—" if obj is None else str(obj)
+def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = None) -> dict:
+    """Rows of ``table`` as formatted cells, in ``columns`` (those it has); noisy rows
+    marked."""
+    frame = table.frame if rows is None else table.frame[rows]
+    spec = [(c, _cell_kind(c, frame[c].dtype)) for c in columns if c in frame.columns]
+    nonfinite = table.nonfinite.loc[frame.index]
+    body = []
+    for i, record in zip(frame.index, frame.to_dict("records"), strict=True):
+        cells = [_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
+                 for c, kind in spec]
+        body.append({"cells": cells, "noisy": record.get("noisy") is True})
+    return {"columns": [columns[c] for c, _ in spec], "rows": body}
 
 
-def section_exactness(data: dict[str, dict]) -> str:
-    """Per machine: the largest error against float64 per check, implementation and dtype."""
-    parts = []
-    keys = ["check", "impl", "dtype", "causal", "score_scale"]
-    for machine, artifacts in data.items():
-        parts.append(f"<h3>{esc(machine)}</h3>")
-        frame = _rows(artifacts["correctness"])
-        if frame is None:
-            parts.append(not_measured(machine, "correctness"))
-            continue
-        by = [k for k in keys if k in frame.columns]
-        grouped = frame.groupby(by, dropna=False).agg(
-            rows=("max_abs_err", "size"), max_abs_err=("max_abs_err", "max"),
-            naive_same_dtype_err=("naive_same_dtype_err", "max"),
-            status=("status", lambda s: ", ".join(sorted(set(map(str, s))))))
-        rows = [list(k if isinstance(k, tuple) else (k,)) + list(v)
-                for k, v in zip(grouped.index, grouped.itertuples(index=False), strict=True)]
-        parts.append(table(by + ["rows", "max error vs float64", "naive error, same dtype",
-                                 "status"], rows))
-    return "".join(parts)
+def _unavailable(table: Table) -> tuple[pd.Series, list[str]]:
+    """Rows that only say "unavailable", as one line per implementation and reason."""
+    mask = table.frame["status"].fillna("").str.startswith("unavailable")
+    notes = [f"{impl}: not run in {len(group)} rows: {reason.removeprefix('unavailable: ')}"
+             for (impl, reason), group in table.frame[mask].groupby(["impl", "status"])]
+    return ~mask, notes
 
 
-def section_prefill(data: dict[str, dict], claims_by_machine: dict[str, dict],
-                    claims: list[Claim]) -> str:
-    frames = {m: _rows(a["prefill"]) for m, a in data.items()}
-    parts = [not_measured(m, "prefill") for m, f in frames.items() if f is None]
-    measured = {m: f for m, f in frames.items() if f is not None}
-    if measured:
-        parts.append("<h3>Time against tokens</h3>")
-        parts.append(prefill_figure(measured, "median_ms", "median time (ms)"))
-        parts.append("<h3>Peak extra memory against tokens</h3>")
-        parts.append(prefill_figure(measured, "peak_extra_bytes", "peak extra memory (MiB)",
-                                    2.0**-20))
-    parts.append("<h3>The chapter's prefill numbers beside ours</h3>")
-    parts.append(claims_table([c for c in claims if c.check and c.check.stage == "prefill"],
-                              claims_by_machine))
-    for machine, frame in measured.items():
-        parts.append(f"<h3>{esc(machine)}: rows (noisy rows shaded)</h3>")
-        keys = [k for k in ("impl", "T", "dtype", "causal", "block_q", "median_ms", "iqr_ms",
-                            "round_spread", "noisy", "peak_extra_bytes", "kernel", "status")
-                if k in frame.columns]
-        parts.append(table(keys, frame[keys].values.tolist(), _noisy_flags(frame)))
-    return "".join(parts)
+def raw_block(data: KeyData, stage: str, spec) -> dict:
+    """A key's raw rows of ``stage`` for a <details>: table, collapsed unavailable rows."""
+    table = data.frame(stage)
+    columns = table.frame.columns
+    keep, notes = _unavailable(table) if {"impl", "status"} <= set(columns) else (None, [])
+    return {"key": data.key, "artifact": STAGES[stage].artifact, "count": len(table),
+            "table": raw_table(table, spec, keep), "notes": notes}
 
 
-def section_decode(data: dict[str, dict]) -> str:
-    frames = {m: _rows(a["decode"]) for m, a in data.items()}
-    parts = [not_measured(m, "decode") for m, f in frames.items() if f is None]
-    measured = {m: f for m, f in frames.items() if f is not None}
-    ceilings = {m: (_probe_json(data[m]["probe"]).get("ceilings") or {}).get("copy_gbs")
-                for m in measured}
-    if measured:
-        parts.append(decode_figure(measured, ceilings))
-    for machine, frame in measured.items():
-        parts.append(f"<h3>{esc(machine)}: rows (noisy rows shaded)</h3>")
-        keys = [k for k in ("impl", "cache_len", "batch", "dtype", "splits", "median_ms",
-                            "round_spread", "noisy", "achieved_gbs", "frac_copy_ceiling",
-                            "floor_ms", "kernel", "status") if k in frame.columns]
-        parts.append(table(keys, frame[keys].values.tolist(), _noisy_flags(frame)))
-    return "".join(parts)
+def backends_table(data: KeyData) -> dict:
+    """Per backend: in how many probed cases it ran, and why not where it did not."""
+    frame = data.frame("probe").frame
+    rows = []
+    for backend, group in frame.groupby("backend", sort=False):
+        ran = int(group["ran"].fillna(False).astype(bool).sum())
+        reasons = sorted({str(r) for r in group["reason"].dropna()})
+        sources = sorted({str(r) for r in group.loc[group["reason"].notna(), "reason_source"]
+                          .dropna()})
+        rows.append({"cells": [backend, f"{ran} of {len(group)}", "; ".join(reasons) or "—",
+                               ", ".join(sources) or "—"], "noisy": False})
+    ceilings = (data.evidence["probe"].data or {}).get("ceilings") or {}
+    matmul = ceilings.get("matmul_gflops") or {}
+    return {"columns": ["backend", "cases it ran", "why not", "reason from"], "rows": rows,
+            "ceilings": f"copy {format_value(ceilings.get('copy_gbs'))} GB/s; matmul "
+                        + (", ".join(f"{k} {format_value(v)}" for k, v in matmul.items())
+                           or "—") + " GFLOP/s"}
 
 
-def section_traffic(data: dict[str, dict]) -> str:
-    frames = {m: _rows(a["traffic"]) for m, a in data.items()}
-    parts = [not_measured(m, "traffic") for m, f in frames.items() if f is None]
-    measured = {m: f for m, f in frames.items() if f is not None}
-    if measured:
-        parts.append("<p>The model's naive/tiled traffic ratio beside the measured naive/fused "
-                     "time ratio, and the query tile the measurement implies.</p>")
-        parts.append(traffic_figure(measured))
-    for machine, frame in measured.items():
-        parts.append(f"<h3>{esc(machine)}</h3>")
-        keys = [k for k in ("T", "d", "causal", "dtype", "block_q_model", "model_ratio",
-                            "naive_ms", "fused_ms", "fused_impl", "measured_ratio",
-                            "implied_block_q", "note") if k in frame.columns]
-        parts.append(table(keys, frame[keys].values.tolist()))
-    return "".join(parts)
+def exactness_table(data: KeyData) -> dict:
+    """Per check, implementation and dtype: the largest error, against float64 and
+    against naive attention in the same dtype (the 2× criterion)."""
+    frame = data.frame("correctness").frame
+    rows = []
+    for (check, impl, dtype), g in frame.groupby(["check", "impl", "dtype"], dropna=False):
+        ratio = (g["max_abs_err"] / g["naive_same_dtype_err"]).max()
+        pairs = g["pair_fraction"].dropna()
+        cells = [check, impl, "—" if pd.isna(dtype) else dtype, f"{len(g):,}",
+                 _cell(g["max_abs_err"].max(), "num"), _cell(ratio, "num"),
+                 format_value([float(pairs.min()), float(pairs.max())]) if len(pairs) else "—"]
+        rows.append({"cells": cells, "noisy": False})
+    return {"columns": ["check", "implementation", "dtype", "rows", "largest error vs "
+                        "float64", "÷ naive's error, same dtype", "pair fraction"], "rows": rows}
 
 
-# ---------------------------------------------------------------- claims
+# ---------------------------------------------------------------- provenance
 
 
-def _anchor(claim_id: str, machine: str) -> str:
-    return f"prov-{claim_id}-{machine}"
-
-
-def _claim_cell(claim_id: str, machine: str, claims_by_machine: dict[str, dict]) -> str:
-    result = claims_by_machine.get(machine, {}).get(claim_id)
-    if result is None:
-        return "<span class=\"nm\">claims stage not run</span>"
-    value = format_value(result["value"]) if result["value"] is not None else ""
-    return (f"<a href=\"#{esc(_anchor(claim_id, machine))}\">{esc(result['verdict'])}</a>"
-            + (f"<br>{esc(value)}" if value else ""))
-
-
-def claims_table(claims: list[Claim], claims_by_machine: dict[str, dict]) -> str:
-    machines = sorted(claims_by_machine)
-    rows = [[c.id, c.sentence, c.chapter_value, c.kind]
-            + [_claim_cell(c.id, m, claims_by_machine) for m in machines] for c in claims]
-    raw = frozenset(range(4, 4 + len(machines)))
-    return table(["claim", "sentence", "chapter value", "kind"] + machines, rows, raw_columns=raw)
-
-
-def _provenance_block(claim: Claim, machine: str, result: dict, root: Path) -> str:
-    artifact = result.get("artifact") or {}
-    prov = {}
-    if artifact.get("version"):
+def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
+                      hardware: str) -> list[dict]:
+    """One block per claim and key: verdict, why, the artifact version and its hash
+    (checked now), commit, config and the command that reproduces it."""
+    entries = {}
+    for k in keys:
         try:
-            prov = Register(root, machine).entry(artifact["stage"],
-                                                 artifact["version"])["provenance"]
-        except ValueError:
-            prov = {}
-    items = [("verdict", result["verdict"]), ("value here", format_value(result["value"])),
-             ("chapter value", claim.chapter_value), ("why", result["reason"]),
-             ("artifact", artifact.get("path")), ("version", artifact.get("version")),
-             ("sha256", artifact.get("sha256")), ("created at", prov.get("created_at")),
-             ("git commit", f"{prov.get('git_commit')} (dirty: {prov.get('git_dirty')})"),
-             ("command", prov.get("command")), ("deciding rows", len(result.get("rows", [])))]
-    lines = "".join(f"<dt>{esc(k)}</dt><dd><code>{esc(v)}</code></dd>" for k, v in items)
-    return (f"<div class=\"prov\" id=\"{esc(_anchor(claim.id, machine))}\">"
-            f"<h4>{esc(claim.id)} on {esc(machine)}</h4><dl>{lines}</dl></div>")
+            entries[k.key] = {(e.get("stage"), e.get("version")): e
+                              for e in Register(root, k.key).history()}
+        except ValueError:  # an unreadable register: the blocks say what they can
+            entries[k.key] = {}
+    return [_block(k.result(c.id), k, entries[k.key], hardware)
+            for c in claims for k in keys if k.result(c.id) is not None]
 
 
-def section_claims(claims: list[Claim], claims_by_machine: dict[str, dict],
-                   root: Path) -> str:
-    parts = ["<p>Verdicts per machine, from each machine's claims.json; a verdict links to "
-             "the artifact version and provenance that decided it. Re-check any of them "
-             "with <code>inferlab audit ID</code>.</p>", claims_table(claims, claims_by_machine)]
-    for claim in claims:
-        for machine in sorted(claims_by_machine):
-            result = claims_by_machine[machine].get(claim.id)
-            if result is not None:
-                parts.append(_provenance_block(claim, machine, result, root))
-    return "".join(parts)
+def _block(result: dict, k: KeyData, entries: dict, hardware: str) -> dict:
+    artifact = result.get("artifact") or {}
+    stage = artifact.get("stage")
+    prov = (entries.get((stage, artifact.get("version"))) or {}).get("provenance") or {}
+    items = [("value here", result["value_text"], ""),
+             ("chapter value", plain_text(result["chapter_value"]), ""),
+             ("why", result["reason"].replace(f"; the chapter measured on {hardware}", ""), ""),
+             ("our reading", result.get("note") or "", ""),
+             ("judged on", result.get("judged_on") or "", "")]
+    if stage:
+        check = k.integrity[stage]
+        latest = (k.evidence[stage].entry or {}).get("version")
+        version = f"{artifact.get('version')}" + (
+            f" (the register is now at version {latest})"
+            if latest not in (None, artifact.get("version")) else "")
+        config = prov.get("config") or {}
+        items += [("artifact", artifact.get("path"), "code"), ("version", version, ""),
+                  ("sha256", artifact.get("sha256") or "not in the register", "code"),
+                  ("integrity now", f"{check['status']}: {check['detail']}",
+                   "ok" if check["status"] == "sha256 OK" else "bad"),
+                  ("created", prov.get("created_at"), ""),
+                  ("commit", (prov.get("git_commit") or "not recorded")
+                             + (" (dirty)" if prov.get("git_dirty") else ""), "code"),
+                  ("config", json.dumps(config.get(stage, config), sort_keys=True), "code"),
+                  ("command", prov.get("command") or "not recorded", "code")]
+    return {"claim": result["id"], "key": k.key, "anchor": f"prov-{result['id']}-{k.key}",
+            "verdict": result["verdict"], "items": [item for item in items if item[1]]}
 
 
-def section_provenance(data: dict[str, dict], root: Path) -> str:
-    """Per machine: each artifact's version, sha256 (re-checked now), time, commit, command."""
-    parts = []
-    columns = ["stage", "version", "sha256", "integrity now", "created at", "git commit",
-               "dirty", "command"]
-    for machine, artifacts in data.items():
-        rows = []
-        for stage, artifact in artifacts.items():
-            entry, prov = artifact.entry or {}, artifact.provenance
-            rows.append([stage, entry.get("version"), entry.get("sha256"),
-                         integrity(root, machine, artifact)["status"],
-                         prov.get("created_at"), prov.get("git_commit"), prov.get("git_dirty"),
-                         prov.get("command")])
-        parts.append(f"<h3>{esc(machine)}</h3>" + table(columns, rows))
-    return "".join(parts)
+def artifact_rows(k: KeyData) -> dict:
+    rows = []
+    for stage, found in k.evidence.items():
+        entry, prov = found.entry or {}, found.provenance
+        rows.append({"cells": [stage, _cell(entry.get("version"), "int"),
+                               entry.get("sha256") or "—", k.integrity[stage]["status"],
+                               prov.get("created_at") or "—",
+                               (prov.get("git_commit") or "—")[:10], prov.get("command") or "—"],
+                     "noisy": False})
+    return {"columns": ["stage", "version", "sha256", "integrity now", "created", "commit",
+                        "command"], "rows": rows}
 
 
 # ---------------------------------------------------------------- page
 
 
+def page_data(root: Path, keys: list[KeyData]) -> dict:
+    claims_file = load()
+    claims = list(claims_file.claims)
+    bands = figures.speedup_bands(claims)
+
+    def present(stage):
+        return [k for k in keys if k.frame(stage) is not None]
+
+    def missing(stage):
+        return [(k.key, k.missing(stage)) for k in keys if k.frame(stage) is None]
+
+    stages = {s: {"missing": missing(s)} for s in STAGES if s != "claims"}
+    stages["probe"]["tables"] = [(k.key, backends_table(k), raw_block(k, "probe", PROBE_COLUMNS))
+                                 for k in present("probe")]
+    stages["correctness"]["tables"] = [
+        (k.key, exactness_table(k), raw_block(k, "correctness", CORRECTNESS_COLUMNS))
+        for k in present("correctness")]
+    for stage, spec in (("prefill", PREFILL_COLUMNS), ("decode", DECODE_COLUMNS),
+                        ("traffic", TRAFFIC_COLUMNS)):
+        stages[stage]["raw"] = [raw_block(k, stage, spec) for k in present(stage)]
+    frames = {s: {k.key: k.frame(s).frame for k in present(s)}
+              for s in ("prefill", "decode", "traffic")}
+    copy = {k.key: ((k.evidence["probe"].data or {}).get("ceilings") or {}).get("copy_gbs")
+            for k in keys}
+    figs = {name: [Markup(svg) for svg in drawn]
+            for name, drawn in figures.report_figures(frames, copy, bands).items()}
+    return {"sections": SECTIONS, "cards": [summary_card(k) for k in keys],
+            "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
+            "hardware": claims_file.hardware, "stages": stages, "figures": figs,
+            "bands": bands, "provenance": provenance_blocks(claims, keys, root,
+                                                            claims_file.hardware),
+            "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
+
+
 def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:
-    """Write the report to ``out`` for ``keys`` (default: every results key under ``root``);
-    return its path."""
+    """Write the report to ``out`` for ``keys`` (default: every results key under
+    ``root``); return its path."""
     root, path = Path(root), Path(out)
-    machines = layout.keys(root) if keys is None else list(keys)
-    data = {m: load_machine(root, m) for m in machines}
-    recorded = recorded_results(root, machines)
-    claims_by_machine = {m: {c["id"]: c for c in r["claims"]} for m, r in recorded.items()}
-    claims = list(load().claims)
-    bodies = {
-        "ran": section_ran(data), "exactness": section_exactness(data),
-        "prefill": section_prefill(data, claims_by_machine, claims),
-        "decode": section_decode(data), "traffic": section_traffic(data),
-        "claims": section_claims(claims, claims_by_machine, root),
-        "provenance": section_provenance(data, root)}
+    names = layout.keys(root) if keys is None else list(keys)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(layout.TEMPLATE_DIR),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    text = env.get_template(TEMPLATE).render(
+        page_data(root, [load_key(root, k) for k in names]))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(machines, bodies), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -323,15 +414,3 @@ def from_snakemake(smk) -> Path:
             raise
         f.write(f"[report] wrote {path} for {', '.join(smk.params.results_keys)}\n")
     return path
-
-
-def page(machines: list[str], bodies: dict[str, str]) -> str:
-    nav = " · ".join(f"<a href=\"#{key}\">{esc(title)}</a>" for key, title in SECTIONS)
-    sections = "".join(f"<section id=\"{key}\"><h2>{esc(title)}</h2>{bodies[key]}</section>"
-                       for key, title in SECTIONS)
-    listed = ", ".join(esc(m) for m in machines) or "none yet"
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<title>Inference Lab: FlashAttention and Optimized Kernels</title>"
-            f"<style>{STYLE}</style></head><body>"
-            "<h1>Inference Lab: the evidence for “FlashAttention and Optimized Kernels”</h1>"
-            f"<p>Machines: {listed}.</p><nav>{nav}</nav>{sections}</body></html>\n")

@@ -1,82 +1,55 @@
-"""The report: every section and claim present, well-formed HTML, artifact strings escaped,
-missing stages said, noisy rows marked, nothing external."""
+"""The report: first screen, claims matrix, figures, raw data and provenance, read from
+the HTML (well-formed, escaped, self-contained, unique ids); the browser's view is
+tests/test_browser.py. Evidence: two machines at the book's sizes (report_evidence.py)."""
 
 from __future__ import annotations
 
-import random
+import json
+import re
+import shutil
+from collections import Counter
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_claims import CPU, GPU, SEED, build_evidence, probe_json, write_stage
+from markupsafe import escape
+from report_evidence import CUDA_ONLY, EVIL, two_machines
+from test_claims import CPU, GPU
 
-from inferlab import claims, layout
-from inferlab.audit import evaluate_key
+from inferlab import artifacts, claims, figures, layout, report
 from inferlab.report import NOT_MEASURED, SECTIONS, render_report
 
-EVIL = "<script>alert(1)</script>"
-VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr"}
+VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
+        "use", "rect", "circle", "line", "polyline", "polygon", "stop", "ellipse"}
+FIGURE_IDS = {"backends", "exactness", "prefill-speedup", "prefill-memory", "decode",
+              "traffic"}
 
 
-def decode_frame(rnd: random.Random) -> pd.DataFrame:
-    rows = []
-    for cache_len in (1024, 4096, 16384):
-        for batch in (1, 8):
-            for impl, splits in [("splitkv", s) for s in (1, 4, 16)] + [("sdpa_flash", None)]:
-                ms = rnd.uniform(0.2, 2.0) * cache_len / 4096
-                cache_bytes = 2 * batch * 12 * cache_len * 64 * 4
-                rows.append(dict(impl=impl, fused_sdpa=impl == "sdpa_flash",
-                                 cache_len=cache_len, batch=batch, heads=12, d=64,
-                                 dtype="float32", splits=splits, median_ms=ms, iqr_ms=ms / 50,
-                                 n_timings=9, round_spread=rnd.uniform(0, 0.4),
-                                 noisy=rnd.random() < 0.3, cache_bytes=cache_bytes,
-                                 achieved_gbs=cache_bytes / ms / 1e6, frac_copy_ceiling=0.3,
-                                 floor_ms=cache_bytes / 20e9 * 1e3, kernel="bmm", status="ok"))
-    return pd.DataFrame(rows)
+class Page(HTMLParser):
+    """Tags, ids (with repeats), the open tags at each table, and text per section."""
 
-
-def traffic_frame(rnd: random.Random) -> pd.DataFrame:
-    return pd.DataFrame([dict(T=T, d=64, causal=True, dtype="float32", block_q_model=128,
-                              model_ratio=rnd.uniform(9, 12), naive_ms=rnd.uniform(5, 50),
-                              fused_ms=rnd.uniform(1, 5), fused_impl="sdpa_flash",
-                              measured_ratio=rnd.uniform(2, 10), implied_block_q=64.0,
-                              cpu_kernel_q_split=None, cpu_kernel_kv_split=None, note="")
-                         for T in (512, 1024, 2048)])
-
-
-@pytest.fixture(scope="module")
-def report_html(tmp_path_factory) -> tuple[str, Path]:
-    """Evidence for two machines (decode and traffic only on the CPU one, and a malicious
-    string in its probe reason and a kernel name), claims.json for both, then the report."""
-    root = build_evidence(tmp_path_factory.mktemp("root"))
-    rnd = random.Random(SEED)
-    write_stage(root, CPU, "decode", decode_frame(rnd), "cpu")
-    write_stage(root, CPU, "traffic", traffic_frame(rnd), "cpu")
-    probe = probe_json("cpu", [{"backend": "cudnn", "dtype": "float32", "reason": EVIL,
-                                "limit_kind": "build"}])
-    write_stage(root, CPU, "probe", probe, "cpu")
-    prefill = pd.read_csv(layout.artifact_path(root, CPU, "prefill"))
-    prefill.loc[0, "kernel"], prefill.loc[1, "noisy"] = EVIL, True
-    write_stage(root, CPU, "prefill", prefill, "cpu")
-    for machine in (CPU, GPU):
-        write_stage(root, machine, "claims", evaluate_key(root, machine), "cpu")
-    path = render_report(root, layout.report_path(root), [CPU, GPU])
-    return path.read_text(encoding="utf-8"), path
-
-
-class TagChecker(HTMLParser):
-    """Collects tags and reports any end tag that does not close the open one."""
-
-    def __init__(self):
+    def __init__(self, text: str):
         super().__init__()
-        self.stack, self.problems, self.tags, self.ids = [], [], [], set()
+        self.stack, self.problems, self.tags, self.ids = [], [], [], []
+        self.tables: list[tuple[dict, list[str]]] = []
+        self.feed(text)
+        self.close()
 
     def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
         self.tags.append(tag)
-        self.ids.update(v for k, v in attrs if k == "id")
+        if "id" in attrs:
+            self.ids.append(attrs["id"])
+        if tag == "table":
+            self.tables.append((attrs, list(self.stack)))
         if tag not in VOID:
             self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in VOID:
+            self.stack.pop()
 
     def handle_endtag(self, tag):
         if not self.stack or self.stack[-1] != tag:
@@ -85,27 +58,78 @@ class TagChecker(HTMLParser):
             self.stack.pop()
 
 
+@pytest.fixture(scope="module")
+def evidence_root(tmp_path_factory) -> Path:
+    return two_machines(tmp_path_factory.mktemp("root"))
+
+
+@pytest.fixture(scope="module")
+def report_html(evidence_root) -> tuple[str, Path]:
+    path = render_report(evidence_root, layout.report_path(evidence_root), [CPU, GPU])
+    return path.read_text(encoding="utf-8"), path
+
+
+@pytest.fixture(scope="module")
+def page(report_html) -> Page:
+    return Page(report_html[0])
+
+
+def recorded(root: Path, key: str) -> dict:
+    return artifacts.read(layout.artifact_path(root, key, "claims"), "claims")
+
+
+def section(text: str, section_id: str) -> str:
+    start = text.index(f'<section id="{section_id}"')
+    return text[start:text.index("</section>", start)]
+
+
+def without_svg(text: str) -> str:
+    return re.sub(r"<svg.*?</svg>", "", text, flags=re.S)
+
+
+# ---------------------------------------------------------------- page
+
+
 def test_report_is_written_where_asked(report_html):
     _, path = report_html
     assert path == layout.report_path(path.parent.parent)
 
 
-def test_report_parses_with_balanced_tags(report_html):
-    checker = TagChecker()
-    checker.feed(report_html[0])
-    checker.close()
-    assert checker.problems == [] and checker.stack == []
+def test_report_parses_with_balanced_tags(page):
+    assert page.problems == [] and page.stack == []
 
 
-def test_report_has_every_section_and_every_claim(report_html):
+def test_no_id_is_repeated_not_even_inside_the_figures(page):
+    repeated = [i for i, n in Counter(page.ids).items() if n > 1]
+    assert repeated == []
+    assert {"svg", "text"} <= set(page.tags)  # figures are there, their labels are text
+
+
+def test_figure_text_is_text_not_outlined_glyphs(report_html):
     text = report_html[0]
-    checker = TagChecker()
-    checker.feed(text)
-    assert {key for key, _ in SECTIONS} <= checker.ids
+    assert "<text" in text and "DejaVuSans" not in text.replace("font-family", "")
+
+
+def test_report_has_every_section_figure_and_claim(report_html, page):
+    text = report_html[0]
+    assert {key for key, _ in SECTIONS} | FIGURE_IDS <= set(page.ids)
     for claim in claims.load().claims:
-        assert claim.id in text
-        assert f"prov-{claim.id}-{CPU}" in checker.ids  # each verdict's provenance anchor
-        assert f'href="#prov-{claim.id}-{GPU}"' in text
+        assert f"claim-{claim.id}" in page.ids
+        for key in (CPU, GPU):
+            assert f"prov-{claim.id}-{key}" in page.ids
+            assert f'href="#prov-{claim.id}-{key}"' in text
+
+
+def test_viewport_meta_for_phones(report_html):
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' \
+        in report_html[0]
+
+
+def test_report_is_self_contained(page, report_html):
+    assert {"svg", "table", "style"} <= set(page.tags)
+    assert not {"script", "link", "iframe", "img"} & set(page.tags)
+    assert "http://" not in report_html[0].replace('xmlns="http://www.w3.org/2000/svg"', "") \
+        .replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
 
 
 def test_artifact_strings_are_escaped(report_html):
@@ -114,20 +138,159 @@ def test_artifact_strings_are_escaped(report_html):
     assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 2  # probe reason, kernel
 
 
-def test_missing_stage_says_not_measured_here(report_html):
+# ---------------------------------------------------------------- first screen, matrix
+
+
+def test_first_screen_counts_each_machines_verdicts(report_html, evidence_root):
+    summary = section(report_html[0], "summary")
+    for key in (CPU, GPU):
+        counts = Counter(c["verdict"] for c in recorded(evidence_root, key)["claims"])
+        card = summary[summary.index(f'data-key="{key}"'):]
+        for verdict in ("reproduced", "not reproduced", "not measurable here", "not checkable"):
+            assert (f'data-verdict="{verdict}" data-count="{counts[verdict]}"'
+                    in card[:card.index("</div>")])
+    assert "not refuted" in summary or "not that" in summary  # what "not reproduced" means
+    assert "2.13.0" in summary and "Synthetic GPU" in summary and "Synthetic CPU" in summary
+
+
+def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_root):
+    text = section(report_html[0], "claims")
+    rows = {m.group(1): m.group(0) for m in
+            re.finditer(r'<tr id="claim-([CQ]13-\d\d)".*?</tr>', text, flags=re.S)}
+    assert set(rows) == {c.id for c in claims.load().claims}
+    for key in (CPU, GPU):
+        for result in recorded(evidence_root, key)["claims"]:
+            row = rows[result["id"]]
+            slug = result["verdict"].replace(" ", "-")
+            assert f'<span class="verdict {slug}">{result["verdict"]}</span>' in row
+            assert result["value_text"] in row
+            assert f'href="#prov-{result["id"]}-{key}"' in row
+            if result["figure"]:
+                assert f'href="#{result["figure"]}"' in row
+            if result["judged_on"]:
+                assert result["judged_on"].split(";")[0] in row
+
+
+def test_claim_sentences_are_plain_unicode(report_html):
     text = report_html[0]
-    decode = text[text.index('<section id="decode">'):text.index('<section id="traffic">')]
-    assert f"{GPU}: {NOT_MEASURED}" in decode and f"{CPU}: {NOT_MEASURED}" not in decode
+    assert "\\(" not in text and "\\times" not in text
+    assert "O(S²)" in text and "4.7 × 10⁻⁵" in text and "1×S" in text
 
 
-def test_noisy_rows_are_marked(report_html):
-    assert 'class="noisy"' in report_html[0]
+@pytest.mark.parametrize(("latex", "plain"), [
+    (r"\(O(S^2)\)", "O(S²)"), (r"\(4.7 \times 10^{-5}\)", "4.7 × 10⁻⁵"),
+    (r"a \(1\times S\) vector", "a 1×S vector"), (r"\(O(S\cdot d)\)", "O(S·d)"),
+    (r"\(3 \times 10^{-5}\) and \(2 \times 10^{-4}\)", "3 × 10⁻⁵ and 2 × 10⁻⁴"),
+    (r"\(e^{(\cdot)}\)", "e^(·)"), ("O(S^2) -> O(S·d)", "O(S²) → O(S·d)"),
+    ("no maths", "no maths")])
+def test_plain_text_of_latex(latex, plain):
+    assert report.plain_text(latex) == plain
 
 
-def test_report_is_self_contained(report_html):
-    checker = TagChecker()
-    checker.feed(report_html[0])
-    assert {"svg", "table", "style"} <= set(checker.tags)
-    assert not {"script", "link", "iframe", "img"} & set(checker.tags)
-    assert "http://" not in report_html[0].replace('xmlns="http://www.w3.org/2000/svg"', "") \
-        .replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
+def test_missing_stage_says_not_measured_here(report_html):
+    traffic = section(report_html[0], "traffic")
+    assert f"{GPU}: {NOT_MEASURED}" in traffic and f"{CPU}: {NOT_MEASURED}" not in traffic
+
+
+# ---------------------------------------------------------------- raw data, provenance
+
+
+def test_raw_tables_are_collapsed_and_scroll(page):
+    raw = [stack for attrs, stack in page.tables if "raw" in attrs.get("class", "")]
+    assert raw and all("details" in stack for stack in raw)
+    assert all("div" in stack for stack in raw)  # inside the horizontal scroll wrapper
+
+
+def test_unavailable_rows_collapse_to_one_line_per_backend(report_html):
+    prefill = without_svg(section(report_html[0], "prefill"))
+    for backend in ("efficient", "cudnn"):  # 12 unavailable rows each on the CPU key
+        assert prefill.count(CUDA_ONLY.format(backend)) == 1
+
+
+def test_numbers_carry_units_not_exponents_of_bytes(report_html):
+    text = without_svg(report_html[0])
+    assert "e+0" not in text
+    for unit in ("(MiB)", "(ms)", "(GB/s)"):
+        assert unit in section(text, "prefill") + section(text, "decode")
+
+
+def test_noisy_rows_are_marked_and_explained(report_html):
+    prefill = section(report_html[0], "prefill")
+    assert 'class="noisy"' in prefill
+    assert "hollow" in prefill  # the figures' caption says what a hollow marker is
+
+
+def test_provenance_block_per_claim_and_machine(report_html, evidence_root):
+    text = section(report_html[0], "provenance")
+    for key in (CPU, GPU):
+        for result in recorded(evidence_root, key)["claims"]:
+            start = text.index(f'id="prov-{result["id"]}-{key}"')
+            block = text[start:text.index("</details>", start)]
+            assert f'href="#claim-{result["id"]}"' in block
+            if result["artifact"] and result["artifact"]["sha256"]:
+                assert result["artifact"]["sha256"] in block and "sha256 OK" in block
+    assert text.count(escape(claims.load().hardware)) == 1  # the shared caveat, said once
+
+
+def test_tampered_claims_and_unreadable_artifact_are_shown(tmp_path, evidence_root):
+    root = tmp_path / "root"
+    shutil.copytree(evidence_root, root)
+    claims_json = layout.artifact_path(root, GPU, "claims")
+    claims_json.write_text(json.dumps(json.loads(claims_json.read_text()), indent=1))
+    prefill = layout.artifact_path(root, CPU, "prefill")
+    pd.read_csv(prefill).drop(columns=["fused_sdpa"]).to_csv(prefill, index=False)
+    text = render_report(root, layout.report_path(root), [CPU, GPU]).read_text()
+    summary = section(text, "summary")
+    gpu, cpu = (summary[summary.index(f'data-key="{k}"'):] for k in (GPU, CPU))
+    assert "claims.json MISMATCH" in gpu[:gpu.index("</div>")]
+    assert "claims.json" not in cpu[:cpu.index("</div>")]
+    assert "MISMATCH): prefill.csv" in cpu[:cpu.index("</div>")]  # edited after registering
+    head = section(text, "claims").split("</thead>")[0]
+    assert head.count("MISMATCH") == 1 and head.index(GPU) < head.index("MISMATCH")
+    assert f"{CPU}: prefill.csv cannot be read" in section(text, "prefill")
+    assert "fused_sdpa" in section(text, "prefill")  # the reader's error names the column
+
+
+def test_rows_that_only_say_unavailable_draw_no_figure(evidence_root):
+    frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
+    refused = frame[frame["status"] != "ok"]
+    drawn = figures.report_figures({"prefill": {CPU: refused}, "decode": {}, "traffic": {}},
+                                   {}, {})
+    assert drawn == {"speedup": [], "memory": [], "decode": [], "traffic": []}
+
+
+# ---------------------------------------------------------------- figures
+
+
+def test_speedup_bands_come_from_the_claims():
+    by_id = {c.id: c for c in claims.load().claims}
+    bands = figures.speedup_bands(claims.load().claims)
+    assert bands["naive ÷ fused"] == by_id["C13-05"].check.expect.bounds
+    assert bands["tiled ÷ naive"] == by_id["C13-07"].check.expect.bounds
+
+
+def test_each_implementation_has_its_own_colour(evidence_root):
+    frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
+    labels = sorted({figures.impl_label(r) for r in frame.to_dict("records")})
+    assert len(labels) >= 6
+    assert len({figures.colour(label) for label in labels}) == len(labels)
+    assert len({figures.DTYPE_STYLE[d] for d in ("float32", "bfloat16", "float16")}) == 3
+
+
+def test_prefill_ticks_are_the_real_lengths(report_html):
+    prefill = section(report_html[0], "prefill")
+    for length in ("256", "512", "1,024", "8,192"):
+        assert f">{length}</text>" in prefill
+    assert "×10" not in prefill and "10^" not in prefill
+
+
+def test_traffic_figure_has_one_model_line_per_mask(report_html):
+    traffic = section(report_html[0], "traffic")
+    assert traffic.count(">model, full</text>") == 1
+    assert traffic.count(">model, causal</text>") == 1
+
+
+def test_decode_figure_shows_every_batch(report_html):
+    decode = section(report_html[0], "decode")
+    for batch in (1, 4, 8):
+        assert f"batch {batch}</text>" in decode

@@ -1,0 +1,103 @@
+"""Headless Chromium for the report's browser tests (tests/test_browser.py).
+
+Playwright drives Debian's ``chromium`` (its own browser download cannot reach the
+network here), found as $INFERLAB_CHROMIUM, ``chromium``, ``chromium-browser`` or
+``google-chrome``.
+Playwright gives every launch a fresh temporary profile (``--user-data-dir``); the flags
+keep the browser off the network. ``why_not()`` says why the tests cannot run here;
+with INFERLAB_REQUIRE_BROWSER=1 (set by .ci/run) that is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREEN_HEIGHT = 900  # the "first screen": a laptop window or a tall phone
+
+# Everything the tests read from a loaded page, in one round trip.
+METRICS = """() => {
+  const de = document.documentElement;
+  const ids = [...document.querySelectorAll('[id]')].map(e => e.id);
+  const seen = new Set(), duplicates = new Set();
+  for (const id of ids) { if (seen.has(id)) duplicates.add(id); seen.add(id); }
+  const broken = [...document.querySelectorAll('a[href^="#"]')]
+    .map(a => decodeURIComponent(a.getAttribute('href').slice(1)))
+    .filter(id => !document.getElementById(id));
+  const counts = [...document.querySelectorAll('#summary [data-verdict]')].map(e => {
+    const r = e.getBoundingClientRect();
+    return {key: e.closest('[data-key]').dataset.key, verdict: e.dataset.verdict,
+            count: Number(e.dataset.count), text: e.innerText, top: r.top + scrollY,
+            bottom: r.bottom + scrollY, shown: r.width > 0 && r.height > 0};
+  });
+  const texts = [...document.querySelectorAll('p, li, td, th, summary, dd, dt, figcaption')]
+    .filter(e => e.getBoundingClientRect().width > 0 && e.innerText.trim());
+  const fonts = texts.map(e => parseFloat(getComputedStyle(e).fontSize));
+  const svgFonts = [...document.querySelectorAll('svg')].flatMap(svg => {
+    const box = svg.viewBox.baseVal, shown = svg.getBoundingClientRect();
+    if (!box || !box.width || !shown.width) return [];
+    return [...svg.querySelectorAll('text')].map(
+      t => parseFloat(getComputedStyle(t).fontSize) * shown.width / box.width);
+  });
+  return {scrollWidth: de.scrollWidth, clientWidth: de.clientWidth, height: de.scrollHeight,
+          duplicates: [...duplicates], broken,
+          links: document.querySelectorAll('a[href^="#"]').length,
+          counts, minFont: Math.min(...fonts), minSvgFont: Math.min(...svgFonts),
+          svgTexts: svgFonts.length, details: document.querySelectorAll('details').length};
+}"""
+OPEN_ALL = "() => document.querySelectorAll('details').forEach(d => d.open = true)"
+
+
+def chromium_path() -> str | None:
+    """The Chromium executable: $INFERLAB_CHROMIUM, else chromium on the PATH."""
+    if os.environ.get("INFERLAB_CHROMIUM"):
+        return shutil.which(os.environ["INFERLAB_CHROMIUM"])
+    return next(filter(None, map(shutil.which, ("chromium", "chromium-browser",
+                                                 "google-chrome"))), None)
+
+
+def why_not() -> str | None:
+    """Why the browser tests cannot run here (None: they can)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (pip install -e '.[test]')"
+    if os.environ.get("INFERLAB_CHROMIUM") and chromium_path() is None:
+        return f"INFERLAB_CHROMIUM={os.environ['INFERLAB_CHROMIUM']!r} is not an executable"
+    if chromium_path() is None:
+        return "no chromium on the PATH (apt-get install -y chromium, or set INFERLAB_CHROMIUM)"
+    return None
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """A headless Chromium (Playwright Browser), closed afterwards."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium_path(), headless=True, args=FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def measure(browser, page_path: Path, width: int, phone: bool = False,
+            open_details: bool = False) -> dict:
+    """METRICS of ``page_path`` at ``width`` CSS px (``phone``: a mobile viewport that
+    honours the page's viewport meta, as a phone's browser does)."""
+    context = browser.new_context(viewport={"width": width, "height": SCREEN_HEIGHT},
+                                  is_mobile=phone, has_touch=phone)
+    try:
+        page = context.new_page()
+        page.goto(Path(page_path).resolve().as_uri())
+        if open_details:
+            page.evaluate(OPEN_ALL)
+        return page.evaluate(METRICS)
+    finally:
+        context.close()

@@ -1,0 +1,180 @@
+"""Synthetic evidence at the book's sizes for two machines, written with the real writer,
+for the report tests (tests/test_report.py) and the browser tests (tests/test_browser.py).
+
+The CPU key has every stage at the CPU grid of config.yaml (256-1,024 tokens, fp32 and
+bf16, 12 heads, d = 64; caches 1,024-16,384 at batch 1 and 4), with CUDA-only backends
+unavailable, some noisy rows, model-only traffic rows, and a malicious string in a
+probe reason and a kernel name. The GPU key has the chapter's grid in fp16 (1,024-8,192
+tokens; caches 4,096-65,536 at batch 1 and 8) and no traffic stage. Both get the
+claims.json the claims stage would write.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pandas as pd
+from test_claims import CPU, GPU, SEED, correctness_frame, probe_json, write_stage
+
+from inferlab.audit import evaluate_key
+from inferlab.traffic import decode_cache_bytes, implied_block_q, traffic_ratio
+
+EVIL = "<script>alert(1)</script>"
+CUDA_ONLY = ("{} attention is a CUDA-only kernel and this PyTorch build has no CUDA "
+             "(torch.version.cuda is None, torch 2.13.0+cpu)")
+HEADS, D = 12, 64
+SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _probe(device: str, dtypes: tuple[str, ...], refused: dict[str, str],
+           copy_gbs: float) -> dict:
+    rows = []
+    for dtype in dtypes:
+        for causal in (False, True):
+            for backend in ("flash", "efficient", "cudnn", "math"):
+                reason = refused.get(backend)
+                rows.append({"backend": backend, "dtype": dtype, "causal": causal,
+                             "can_run": reason is None, "ran": reason is None,
+                             "reason": reason, "limit_kind": reason and "build",
+                             "reason_source": "inferlab" if reason else "pytorch"})
+    probe = probe_json(device, rows)
+    probe["environment"] = {"device": device, "build": {"torch": "2.13.0"},
+                            "host": {"cpu_model": "Synthetic CPU", "torch_threads": 2},
+                            "cuda": {"device_name": "Synthetic GPU"} if device == "cuda"
+                            else None}
+    probe["ceilings"]["copy_gbs"] = copy_gbs
+    return probe
+
+
+def _prefill_row(rnd: random.Random, impl: str, T: int, dtype: str, causal: bool,
+                 block: int | None, ms: float, fused: bool, status: str) -> dict:
+    scores = HEADS * T * T * SIZES[dtype]
+    memory = {"naive": 3 * scores, "sdpa_math": 2 * scores}.get(
+        impl, int(HEADS * T * D * SIZES[dtype] * (block or 64) / 64 * rnd.uniform(2, 3)))
+    spread = rnd.uniform(0.01, 0.6) if ms == ms else None
+    return dict(impl=impl, fused_sdpa=fused, T=T, batch=1, heads=HEADS, d=D, dtype=dtype,
+                causal=causal, block_q=block, block_k=block, threads=2,
+                median_ms=ms if ms == ms else None, iqr_ms=ms * 0.02 if ms == ms else None,
+                n_timings=10, round_spread=spread, noisy=spread is not None and spread > 0.25,
+                peak_extra_bytes=memory if ms == ms else None,
+                memory_method="synthetic", flops=4 * HEADS * T * T * D,
+                achieved_gflops=4 * HEADS * T * T * D / ms / 1e6 if ms == ms else None,
+                frac_matmul_ceiling=rnd.uniform(0.1, 0.6) if ms == ms else None,
+                kernel="aten::bmm" if ms == ms else None, status=status)
+
+
+def prefill_frame(rnd: random.Random, lengths, dtypes, fused_speedup, tiled_slowdown,
+                  unavailable: dict[str, str]) -> pd.DataFrame:
+    """Rows of every implementation; those in ``unavailable`` (impl -> reason) are
+    "unavailable: <reason>" rows without numbers."""
+    rows = []
+    for dtype in dtypes:
+        for T in lengths:
+            for causal in (False, True):
+                naive = rnd.uniform(2, 4) * (T / 256) ** 2
+                fused = naive / rnd.uniform(*fused_speedup)
+                tiled = naive * rnd.uniform(*tiled_slowdown)
+                impls = [("naive", None, naive, False), ("tiled", 128, tiled, False),
+                         ("tiled", 512, tiled * 0.6, False),
+                         ("tiled_fast", 128, tiled * 0.7, False),
+                         ("sdpa_flash", None, fused, True), ("sdpa_math", None, naive, False),
+                         ("sdpa_efficient", None, fused * 1.3, True),
+                         ("sdpa_cudnn", None, fused * 1.1, True)]
+                for impl, block, ms, fused_sdpa in impls:
+                    status = f"unavailable: {unavailable[impl]}" if impl in unavailable \
+                        else "ok"
+                    ms = math.nan if impl in unavailable else ms
+                    rows.append(_prefill_row(rnd, impl, T, dtype, causal, block, ms,
+                                             fused_sdpa, status))
+    return pd.DataFrame(rows)
+
+
+def decode_frame(rnd: random.Random, cache_lens, batches, dtype: str, copy_gbs: float,
+                 unavailable=("sdpa_efficient",)) -> pd.DataFrame:
+    rows = []
+    for cache_len in cache_lens:
+        for batch in batches:
+            cache_bytes = decode_cache_bytes(batch, HEADS, cache_len, D, SIZES[dtype])
+            floor_ms = cache_bytes / copy_gbs / 1e6
+            impls = [("splitkv", s) for s in (1, 4, 16, 64)] + [
+                ("sdpa_flash", None), ("sdpa_math", None), ("sdpa_efficient", None)]
+            for impl, splits in impls:
+                ok = impl not in unavailable
+                ms = floor_ms * rnd.uniform(1.5, 6) + 0.05
+                spread = rnd.uniform(0.01, 0.5)
+                rows.append(dict(
+                    impl=impl, fused_sdpa=impl in ("sdpa_flash", "sdpa_efficient"),
+                    cache_len=cache_len, batch=batch, heads=HEADS, d=D, dtype=dtype,
+                    splits=splits, median_ms=ms if ok else None,
+                    iqr_ms=ms / 50 if ok else None, n_timings=10,
+                    round_spread=spread if ok else None, noisy=ok and spread > 0.25,
+                    cache_bytes=cache_bytes, achieved_gbs=cache_bytes / ms / 1e6 if ok else None,
+                    frac_copy_ceiling=cache_bytes / ms / 1e6 / copy_gbs if ok else None,
+                    floor_ms=floor_ms, kernel="aten::bmm" if ok else None,
+                    status="ok" if ok else "unavailable: " + CUDA_ONLY.format("efficient")))
+    return pd.DataFrame(rows)
+
+
+def traffic_frame(prefill: pd.DataFrame, model_lengths=(1024, 2048, 4096, 8192)) -> pd.DataFrame:
+    """The traffic stage's rows from prefill rows: measured where prefill ran, model-only
+    (empty dtype) at the chapter's lengths it did not."""
+    ok = prefill[prefill["status"] == "ok"]
+    rows = []
+    for (T, dtype, causal), group in ok.groupby(["T", "dtype", "causal"]):
+        naive = group[group["impl"] == "naive"]["median_ms"].min()
+        fused_rows = group[group["fused_sdpa"]].sort_values("median_ms")
+        fused = fused_rows["median_ms"].iloc[0]
+        rows.append(dict(T=T, d=D, causal=causal, dtype=dtype, block_q_model=128,
+                         model_ratio=traffic_ratio(int(T), D, 128, causal=bool(causal)),
+                         naive_ms=naive, fused_ms=fused, fused_impl=fused_rows["impl"].iloc[0],
+                         measured_ratio=naive / fused,
+                         implied_block_q=implied_block_q(naive / fused, int(T), D, bool(causal)),
+                         cpu_kernel_q_split=32, cpu_kernel_kv_split=512, note=""))
+    for T in sorted(set(model_lengths) - set(ok["T"])):
+        for causal in (False, True):
+            rows.append(dict(T=T, d=D, causal=causal, dtype=None, block_q_model=128,
+                             model_ratio=traffic_ratio(T, D, 128, causal=causal),
+                             note="model only: prefill did not measure this length here"))
+    return pd.DataFrame(rows)
+
+
+def splitkv_rows(rnd: random.Random, dtype: str) -> pd.DataFrame:
+    base = {"float32": 1e-6, "bfloat16": 4e-3, "float16": 5e-4}[dtype]
+    return pd.DataFrame([dict(check="splitkv", impl="splitkv", T=4096, heads=4, d=D,
+                              dtype=dtype, causal=False, splits=s,
+                              max_abs_err=base * rnd.uniform(0.5, 1.5),
+                              naive_same_dtype_err=base, status="ok")
+                         for s in (1, 2, 3, 4, 8, 16, 32, 64)])
+
+
+def two_machines(root: Path) -> Path:
+    """The CPU and GPU keys described above, with claims.json; returns ``root``."""
+    rnd = random.Random(SEED)
+    cpu_refused = {b: CUDA_ONLY.format(b) for b in ("efficient", "cudnn")}
+    probe = _probe("cpu", ("float32", "bfloat16"), cpu_refused, 16.0)
+    probe["availability"][2]["reason"] = EVIL
+    write_stage(root, CPU, "probe", probe, "cpu")
+    write_stage(root, CPU, "correctness", pd.concat(
+        [correctness_frame(rnd), splitkv_rows(rnd, "float32")]), "cpu")
+    prefill = prefill_frame(rnd, (256, 512, 1024), ("float32", "bfloat16"), (1.5, 3.0),
+                            (1.5, 2.5), {f"sdpa_{b}": r for b, r in cpu_refused.items()})
+    prefill.loc[0, "kernel"] = EVIL
+    write_stage(root, CPU, "prefill", prefill, "cpu")
+    write_stage(root, CPU, "decode", decode_frame(rnd, (1024, 4096, 16384), (1, 4), "float32",
+                                                  16.0), "cpu")
+    write_stage(root, CPU, "traffic", traffic_frame(prefill), "cpu")
+
+    write_stage(root, GPU, "probe", _probe("cuda", ("float16",), {"flash": "not built"}, 300.0),
+                "cuda")
+    write_stage(root, GPU, "correctness", pd.concat(
+        [correctness_frame(rnd, ("float32", "float16")), splitkv_rows(rnd, "float16")]), "cuda")
+    write_stage(root, GPU, "prefill", prefill_frame(
+        rnd, (1024, 2048, 4096, 8192), ("float16",), (6.0, 13.0), (13.0, 22.0),
+        {"sdpa_flash": "not built"}), "cuda")
+    write_stage(root, GPU, "decode", decode_frame(rnd, (4096, 16384, 65536), (1, 8), "float16",
+                                                  300.0, unavailable=()), "cuda")
+    for key in (CPU, GPU):
+        write_stage(root, key, "claims", evaluate_key(root, key), "cpu")
+    return root

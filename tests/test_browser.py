@@ -1,0 +1,126 @@
+"""The report in a real browser (headless Chromium): it fits a phone and a laptop window,
+the first screen holds every machine's verdict counts, every internal link resolves, no
+id is repeated, and the page stays short with its details closed.
+
+Two reports: synthetic evidence for two machines at the book's sizes
+(tests/report_evidence.py), and the smoke pipeline's real evidence (slow). Without a
+browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from browser import SCREEN_HEIGHT, chromium, measure, why_not
+from report_evidence import two_machines
+
+from inferlab import artifacts, layout
+from inferlab.report import render_report
+
+MAX_HEIGHT_PX = 15_000   # the issue's bound on the page at 1,400 px, details closed
+MIN_FONT_PX = 12         # body text on a phone
+MIN_SVG_FONT_PX = 7      # figure labels on a phone
+REPORTS = ["synthetic", pytest.param("smoke", marks=pytest.mark.slow)]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = why_not()
+    if reason and os.environ.get("INFERLAB_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"INFERLAB_REQUIRE_BROWSER=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    root = two_machines(tmp_path_factory.mktemp("synthetic"))
+    return render_report(root, layout.report_path(root))
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> Path:
+    """The report the smoke pipeline writes (every rule, in a copy of the repository)."""
+    from test_pipeline import SMOKE, _copy_repo, _run
+
+    repo = _copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
+    result = _run(repo, "--cores", "1", *SMOKE)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return layout.report_path(repo)
+
+
+@pytest.fixture(params=REPORTS)
+def report(request) -> Path:
+    return request.getfixturevalue(request.param)
+
+
+def _verdict_counts(page: Path) -> dict[str, Counter]:
+    """key -> Counter of verdicts in its claims.json (what the first screen must show)."""
+    root = page.parent.parent
+    return {key: Counter(c["verdict"] for c in
+                         artifacts.read(layout.artifact_path(root, key, "claims"),
+                                        "claims")["claims"])
+            for key in layout.keys(root)}
+
+
+@pytest.mark.parametrize("width", [500, 1400])
+def test_nothing_is_wider_than_the_window(browser, report, width):
+    for open_details in (False, True):
+        m = measure(browser, report, width, phone=width == 500, open_details=open_details)
+        assert m["clientWidth"] == width
+        assert m["scrollWidth"] <= width, (width, open_details, m["scrollWidth"])
+
+
+@pytest.mark.parametrize("width", [500, 1400])
+def test_first_screen_shows_every_machines_verdict_counts(browser, report, width):
+    m = measure(browser, report, width, phone=width == 500)
+    expected = _verdict_counts(report)
+    shown: dict[str, Counter] = {key: Counter() for key in expected}
+    for c in m["counts"]:
+        assert c["shown"] and c["bottom"] <= SCREEN_HEIGHT, c
+        assert str(c["count"]) in c["text"] and c["verdict"] in c["text"]
+        shown[c["key"]][c["verdict"]] = c["count"]
+    for key in expected:  # zero counts may be shown or left out, never miscounted
+        assert +shown[key] == +expected[key], key
+    for key in expected:  # the four verdicts the chapter's reader asks about, even at 0
+        assert {"reproduced", "not reproduced", "not measurable here", "not checkable"} <= {
+            c["verdict"] for c in m["counts"] if c["key"] == key}
+
+
+def test_every_internal_link_resolves_and_no_id_repeats(browser, report):
+    m = measure(browser, report, 1400)
+    assert m["links"] > 0 and m["broken"] == []
+    assert m["duplicates"] == []
+
+
+def test_page_is_short_with_details_closed(browser, report):
+    m = measure(browser, report, 1400)
+    assert m["details"] > 0
+    assert m["height"] <= MAX_HEIGHT_PX
+
+
+def test_a_phone_shows_the_page_at_its_own_width_with_readable_type(browser, report):
+    m = measure(browser, report, 500, phone=True)
+    assert m["clientWidth"] == 500  # the viewport meta: no zoomed-out 980 px layout
+    assert m["minFont"] >= MIN_FONT_PX
+    assert m["svgTexts"] > 0 and m["minSvgFont"] >= MIN_SVG_FONT_PX
+
+
+def test_a_provenance_link_opens_its_block(browser, synthetic):
+    context = browser.new_context(viewport={"width": 1400, "height": SCREEN_HEIGHT})
+    try:
+        page = context.new_page()
+        page.goto(synthetic.resolve().as_uri())
+        link = page.locator('#claims a[href^="#prov-"]').first
+        target = link.get_attribute("href")[1:]
+        link.click()
+        opened = page.evaluate("id => document.getElementById(id).closest('details').open",
+                               target)
+        assert opened
+    finally:
+        context.close()
