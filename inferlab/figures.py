@@ -192,53 +192,52 @@ def _noisy(frame: pd.DataFrame) -> pd.Series:
 
 def speedup_bands(claims) -> dict[str, tuple[float, float]]:
     """The chapter's claimed ranges for naive ÷ fused and tiled ÷ naive: the union of the
-    bounds of every prefill ratio claim between those two row sets."""
+    bounds of every prefill claim on a paired ratio between those two row sets."""
     bands: dict[str, tuple[float, float]] = {}
     for claim in claims:
         check = claim.check
-        if check is None or check.stage != "prefill" or not check.measure.is_ratio \
+        if check is None or check.stage != "prefill" or check.measure.column != "ratio" \
                 or check.expect.kind != "between":
             continue
-        sides = [_side(check.measure.numerator), _side(check.measure.denominator)]
-        for name, pair in SPEEDUPS.items():
-            if list(pair) == sides:
-                lo, hi = check.expect.bounds
-                old = bands.get(name, (lo, hi))
-                bands[name] = (min(lo, old[0]), max(hi, old[1]))
+        name = _band_name(check)
+        if name is not None:
+            lo, hi = check.expect.bounds
+            old = bands.get(name, (lo, hi))
+            bands[name] = (min(lo, old[0]), max(hi, old[1]))
     return bands
 
 
-def _side(rows) -> str | None:
-    """'naive', 'tiled' or 'fused': what a ratio's row set selects."""
-    where = {c.column: c.values for c in rows.where if c.values is not None}
-    if where.get("fused_sdpa") == (True,):
-        return "fused"
-    impl = where.get("impl")
-    return impl[0] if impl and len(impl) == 1 else None
+def _band_name(check) -> str | None:
+    """'naive ÷ fused' for the fused rows' inverted ratio, 'tiled ÷ naive' for tiled rows."""
+    where = {c.column: c.values for c in check.rows.where if c.values is not None}
+    if where.get("fused_sdpa") == (True,) and check.measure.invert:
+        return "naive ÷ fused"
+    if where.get("impl") == ("tiled",) and not check.measure.invert:
+        return "tiled ÷ naive"
+    return None
 
 
 def _ratios(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(series label, colour, rows of T, ratio, low, high, noisy) per series and dtype."""
+    """(series label, colour, rows of T, dtype, ratio, low, high, noisy) per series: the
+    paired ratios the prefill stage measured (each row against naive of its mask, round
+    by round, with its 95% interval); naive ÷ fused is the fastest fused row's, inverted."""
     out = []
-    keys = ["T", "dtype"]
-    naive = frame[frame["impl"] == "naive"].set_index(keys)
-    fused = frame[_flag(frame, "fused_sdpa")]
-    fused = fused.sort_values("median_ms").groupby(keys).head(1)
-    pairs = [("naive ÷ fused", colour("sdpa_flash"), naive, fused.set_index(keys))]
-    for block, tiled in frame[frame["impl"] == "tiled"].groupby("block_q"):
+    if "ratio" not in frame.columns:
+        return out
+    paired = frame[frame["ratio_to"] == "naive"] if "ratio_to" in frame else frame.iloc[:0]
+    fused = paired[_flag(paired, "fused_sdpa")].sort_values("median_ms")
+    fused = fused.groupby(["T", "dtype"]).head(1)
+    if not fused.empty:
+        out.append(("naive ÷ fused", colour("sdpa_flash"), pd.DataFrame({
+            "T": fused["T"], "dtype": fused["dtype"], "ratio": 1 / fused["ratio"],
+            "low": 1 / fused["ratio_ci_high"], "high": 1 / fused["ratio_ci_low"],
+            "noisy": _noisy(fused)}).reset_index(drop=True)))
+    for block, tiled in paired[paired["impl"] == "tiled"].groupby("block_q"):
         label = impl_label({"impl": "tiled", "block_q": block})
-        pairs.append((f"{label} ÷ naive", colour(label), tiled.set_index(keys), naive))
-    for label, colour_, num, den in pairs:
-        joined = num.merge(den, left_index=True, right_index=True, suffixes=("_n", "_d"))
-        if joined.empty:
-            continue
-        ratio = joined["median_ms_n"] / joined["median_ms_d"]
-        factor = ((1 + joined["round_spread_n"].fillna(0)) *
-                  (1 + joined["round_spread_d"].fillna(0))) ** 0.5
-        noisy = _flag(joined, "noisy_n") | _flag(joined, "noisy_d")
-        rows = pd.DataFrame({"ratio": ratio, "low": ratio / factor, "high": ratio * factor,
-                             "noisy": noisy})
-        out.append((label, colour_, rows.reset_index()))
+        out.append((f"{label} ÷ naive", colour(label), pd.DataFrame({
+            "T": tiled["T"], "dtype": tiled["dtype"], "ratio": tiled["ratio"],
+            "low": tiled["ratio_ci_low"], "high": tiled["ratio_ci_high"],
+            "noisy": _noisy(tiled)}).reset_index(drop=True)))
     return out
 
 

@@ -1,4 +1,5 @@
-"""Numbers for people: three significant figures, ranges, and units.
+"""Numbers and text for people: three significant figures, ranges, units, table cells,
+and the chapter's LaTeX as plain Unicode.
 
 Every value a reader sees (in claims.json's ``value_text``, the audit, the report) is
 formatted here, so a number reads the same everywhere.
@@ -7,7 +8,10 @@ formatted here, so a number reads the same everywhere.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
+
+import pandas as pd
 
 from inferlab.claims import Check
 
@@ -61,3 +65,41 @@ def with_unit(value: Any, unit: str | None) -> str:
     if not unit:
         return text
     return f"{text}{unit}" if unit == "×" else f"{text} {unit}"
+
+
+_SUPERSCRIPT = dict(zip("0123456789-+()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁽⁾ⁿ", strict=True))
+_SYMBOLS = {"times": "×", "cdot": "·", "approx": "≈", "le": "≤", "ge": "≥", "sim": "∼",
+            "ldots": "…", "infty": "∞", "to": "→"}
+
+
+def _superscript(text: str) -> str:
+    if all(ch in _SUPERSCRIPT for ch in text):
+        return "".join(_SUPERSCRIPT[ch] for ch in text)
+    return "^" + (text if text.startswith("(") and text.endswith(")") else f"({text})")
+
+
+def plain_text(text: str) -> str:
+    r"""A sentence's LaTeX as plain Unicode: ``\(O(S^2)\)`` -> O(S²), ``\(4.7 \times
+    10^{-5}\)`` -> 4.7 × 10⁻⁵, ``\(1\times S\)`` -> 1×S, ``->`` -> →."""
+    text = text.replace(r"\(", "").replace(r"\)", "").replace(r"\,", " ").replace(" -> ", " → ")
+    text = re.sub(r"(\s?)\\([a-zA-Z]+)\s*",
+                  lambda m: m.group(1) + _SYMBOLS.get(m.group(2), m.group(2)) + m.group(1), text)
+    text = re.sub(r"\^\{([^{}]*)\}", lambda m: _superscript(m.group(1)), text)
+    return re.sub(r"\^(\w)", lambda m: _superscript(m.group(1)), text)
+
+
+# How a raw-table cell reads, by kind (units are in the column's header).
+_FORMATS = {"int": lambda v: f"{int(v):,}", "mask": lambda v: "causal" if v else "full",
+            "yes": lambda v: "yes" if v else "no", "num": lambda v: format_value(float(v)),
+            "mib": lambda v: format_value(float(v) / 2**20),
+            "pct": lambda v: f"{format_value(float(v) * 100)} %"}
+
+
+def table_cell(value, kind: str, nonfinite: bool = False) -> str:
+    """One cell for people: 3 significant figures, "—" where the column does not apply,
+    nan/inf where a number was computed and is not finite."""
+    if nonfinite:
+        return str(value)
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "—"
+    return _FORMATS.get(kind, str)(value)

@@ -45,7 +45,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inferlab.attention import Partial, TileStats, _check_inputs, _check_positive_int
+from inferlab.attention import TileStats, _check_inputs, _check_positive_int
+from inferlab.partials import Partial
 
 try:
     import triton

@@ -17,7 +17,6 @@ whose hash no longer matches its register entry, is said on the page, never a cr
 from __future__ import annotations
 
 import json
-import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from inferlab import figures, layout
 from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
-from inferlab.formats import format_value
+from inferlab.formats import format_value, plain_text, table_cell
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 from inferlab.verdicts import Evidence
@@ -40,26 +39,32 @@ TEMPLATE = "report.html.j2"
 SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),
             ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
             ("traffic", "Traffic model"), ("provenance", "Provenance"))
-VERDICTS = ("reproduced", "not reproduced", "not measurable here", "not checkable")
+VERDICTS = ("reproduced", "not reproduced", "not measurable here",
+            "not comparable on this device", "not checkable")
 NOT_MEASURED = "not measured here"
 
 # Raw tables: column -> header (units in the header); a column's format follows from its
 # type and name (_cell_kind). Columns an artifact lacks are left out.
 PREFILL_COLUMNS = {
     "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "median_ms": "median (ms)", "iqr_ms": "IQR (ms)", "round_spread": "round spread",
-    "noisy": "noisy", "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
+    "median_ms": "median (ms)", "ci_low_ms": "95% CI low (ms)", "ci_high_ms": "95% CI high (ms)",
+    "rounds": "rounds", "converged": "converged", "noisy": "noisy",
+    "ratio": "÷ naive", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "causal_over_full": "causal ÷ full",
+    "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
     "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
 DECODE_COLUMNS = {
     "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
-    "dtype": "dtype", "median_ms": "median (ms)", "round_spread": "round spread",
-    "noisy": "noisy", "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
+    "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
+    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
     "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
     "status": "status"}
 TRAFFIC_COLUMNS = {
     "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "block_q_model": "model B_q",
     "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
     "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
+    "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",
     "implied_block_q": "implied B_q", "note": "note"}
 PROBE_COLUMNS = {
     "backend": "backend", "dtype": "dtype", "causal": "mask", "T": "tokens",
@@ -71,46 +76,6 @@ CORRECTNESS_COLUMNS = {
     "splits": "splits", "max_abs_err": "error vs float64",
     "naive_same_dtype_err": "naive, same dtype", "pair_fraction": "pair fraction",
     "status": "status"}
-
-# ---------------------------------------------------------------- text
-
-_SUPERSCRIPT = dict(zip("0123456789-+()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁽⁾ⁿ", strict=True))
-_SYMBOLS = {"times": "×", "cdot": "·", "approx": "≈", "le": "≤", "ge": "≥", "sim": "∼",
-            "ldots": "…", "infty": "∞", "to": "→"}
-
-
-def _superscript(text: str) -> str:
-    if all(ch in _SUPERSCRIPT for ch in text):
-        return "".join(_SUPERSCRIPT[ch] for ch in text)
-    return "^" + (text if text.startswith("(") and text.endswith(")") else f"({text})")
-
-
-def plain_text(text: str) -> str:
-    r"""A sentence's LaTeX as plain Unicode: ``\(O(S^2)\)`` -> O(S²), ``\(4.7 \times
-    10^{-5}\)`` -> 4.7 × 10⁻⁵, ``\(1\times S\)`` -> 1×S, ``->`` -> →."""
-    text = text.replace(r"\(", "").replace(r"\)", "").replace(r"\,", " ").replace(" -> ", " → ")
-    text = re.sub(r"(\s?)\\([a-zA-Z]+)\s*",
-                  lambda m: m.group(1) + _SYMBOLS.get(m.group(2), m.group(2)) + m.group(1), text)
-    text = re.sub(r"\^\{([^{}]*)\}", lambda m: _superscript(m.group(1)), text)
-    return re.sub(r"\^(\w)", lambda m: _superscript(m.group(1)), text)
-
-
-# How a raw-table cell reads, by kind (units are in the column's header).
-_FORMATS = {"int": lambda v: f"{int(v):,}", "mask": lambda v: "causal" if v else "full",
-            "yes": lambda v: "yes" if v else "no", "num": lambda v: format_value(float(v)),
-            "mib": lambda v: format_value(float(v) / 2**20),
-            "pct": lambda v: f"{format_value(float(v) * 100)} %"}
-
-
-def _cell(value, kind: str, nonfinite: bool = False) -> str:
-    """One cell for people: 3 significant figures, "—" where the column does not apply,
-    nan/inf where a number was computed and is not finite."""
-    if nonfinite:
-        return str(value)
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-        return "—"
-    return _FORMATS.get(kind, str)(value)
-
 
 # ---------------------------------------------------------------- data
 
@@ -219,7 +184,7 @@ def _cell_kind(column: str, dtype) -> str:
         return "mask"
     if column.endswith("_bytes"):
         return "mib"
-    if column.startswith("frac_") or column == "round_spread":
+    if column.startswith("frac_"):
         return "pct"
     return {"boolean": "yes", "Int64": "int", "float64": "num"}.get(str(dtype), "text")
 
@@ -232,7 +197,7 @@ def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = No
     nonfinite = table.nonfinite.loc[frame.index]
     body = []
     for i, record in zip(frame.index, frame.to_dict("records"), strict=True):
-        cells = [_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
+        cells = [table_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
                  for c, kind in spec]
         body.append({"cells": cells, "noisy": record.get("noisy") is True})
     return {"columns": [columns[c] for c, _ in spec], "rows": body}
@@ -283,7 +248,7 @@ def exactness_table(data: KeyData) -> dict:
         ratio = (g["max_abs_err"] / g["naive_same_dtype_err"]).max()
         pairs = g["pair_fraction"].dropna()
         cells = [check, impl, "—" if pd.isna(dtype) else dtype, f"{len(g):,}",
-                 _cell(g["max_abs_err"].max(), "num"), _cell(ratio, "num"),
+                 table_cell(g["max_abs_err"].max(), "num"), table_cell(ratio, "num"),
                  format_value([float(pairs.min()), float(pairs.max())]) if len(pairs) else "—"]
         rows.append({"cells": cells, "noisy": False})
     return {"columns": ["check", "implementation", "dtype", "rows", "largest error vs "
@@ -341,7 +306,7 @@ def artifact_rows(k: KeyData) -> dict:
     rows = []
     for stage, found in k.evidence.items():
         entry, prov = found.entry or {}, found.provenance
-        rows.append({"cells": [stage, _cell(entry.get("version"), "int"),
+        rows.append({"cells": [stage, table_cell(entry.get("version"), "int"),
                                entry.get("sha256") or "—", k.integrity[stage]["status"],
                                prov.get("created_at") or "—",
                                (prov.get("git_commit") or "—")[:10], prov.get("command") or "—"],

@@ -16,7 +16,7 @@ import random
 from pathlib import Path
 
 import pandas as pd
-from test_claims import CPU, GPU, SEED, correctness_frame, probe_json, write_stage
+from test_claims import CPU, GPU, SEED, correctness_rows, probe_json, write_stage
 
 from inferlab.audit import evaluate_key
 from inferlab.traffic import decode_cache_bytes, implied_block_q, traffic_ratio
@@ -48,16 +48,30 @@ def _probe(device: str, dtypes: tuple[str, ...], refused: dict[str, str],
     return probe
 
 
+def _timing(rnd: random.Random, ms: float, ref_ms: float | None, ref: str | None) -> dict:
+    """The harness's columns: median, its interval, rounds, and the ratio paired with
+    ``ref`` (interval width drawn, some rows noisy)."""
+    if ms != ms:
+        return {}
+    width = rnd.uniform(0.005, 0.2)
+    ratio = None if ref_ms is None else ms / ref_ms
+    return dict(median_ms=ms, ci_low_ms=ms * (1 - width), ci_high_ms=ms * (1 + width),
+                iqr_ms=ms * width, rounds=rnd.choice((6, 12, 30)), converged=width <= 0.02,
+                noisy=width > 0.1, timing_method="synthetic", ratio_to=ref, ratio=ratio,
+                ratio_ci_low=None if ratio is None else ratio * (1 - width),
+                ratio_ci_high=None if ratio is None else ratio * (1 + width))
+
+
 def _prefill_row(rnd: random.Random, impl: str, T: int, dtype: str, causal: bool,
-                 block: int | None, ms: float, fused: bool, status: str) -> dict:
+                 block: int | None, ms: float, fused: bool, status: str,
+                 naive_ms: float) -> dict:
     scores = HEADS * T * T * SIZES[dtype]
     memory = {"naive": 3 * scores, "sdpa_math": 2 * scores}.get(
         impl, int(HEADS * T * D * SIZES[dtype] * (block or 64) / 64 * rnd.uniform(2, 3)))
-    spread = rnd.uniform(0.01, 0.6) if ms == ms else None
     return dict(impl=impl, fused_sdpa=fused, T=T, batch=1, heads=HEADS, d=D, dtype=dtype,
                 causal=causal, block_q=block, block_k=block, threads=2,
-                median_ms=ms if ms == ms else None, iqr_ms=ms * 0.02 if ms == ms else None,
-                n_timings=10, round_spread=spread, noisy=spread is not None and spread > 0.25,
+                **_timing(rnd, ms, naive_ms, "naive"),
+                causal_over_full=rnd.uniform(0.55, 0.75) if causal and ms == ms else None,
                 peak_extra_bytes=memory if ms == ms else None,
                 memory_method="synthetic", flops=4 * HEADS * T * T * D,
                 achieved_gflops=4 * HEADS * T * T * D / ms / 1e6 if ms == ms else None,
@@ -87,7 +101,7 @@ def prefill_frame(rnd: random.Random, lengths, dtypes, fused_speedup, tiled_slow
                         else "ok"
                     ms = math.nan if impl in unavailable else ms
                     rows.append(_prefill_row(rnd, impl, T, dtype, causal, block, ms,
-                                             fused_sdpa, status))
+                                             fused_sdpa, status, naive))
     return pd.DataFrame(rows)
 
 
@@ -100,16 +114,15 @@ def decode_frame(rnd: random.Random, cache_lens, batches, dtype: str, copy_gbs: 
             floor_ms = cache_bytes / copy_gbs / 1e6
             impls = [("splitkv", s) for s in (1, 4, 16, 64)] + [
                 ("sdpa_flash", None), ("sdpa_math", None), ("sdpa_efficient", None)]
+            fused_ms = floor_ms * 3 + 0.05
             for impl, splits in impls:
                 ok = impl not in unavailable
-                ms = floor_ms * rnd.uniform(1.5, 6) + 0.05
-                spread = rnd.uniform(0.01, 0.5)
+                ms = fused_ms if impl == "sdpa_flash" else floor_ms * rnd.uniform(1.5, 6) + 0.05
                 rows.append(dict(
                     impl=impl, fused_sdpa=impl in ("sdpa_flash", "sdpa_efficient"),
                     cache_len=cache_len, batch=batch, heads=HEADS, d=D, dtype=dtype,
-                    splits=splits, median_ms=ms if ok else None,
-                    iqr_ms=ms / 50 if ok else None, n_timings=10,
-                    round_spread=spread if ok else None, noisy=ok and spread > 0.25,
+                    splits=splits, **_timing(rnd, ms if ok else math.nan, fused_ms,
+                                             "sdpa_flash"),
                     cache_bytes=cache_bytes, achieved_gbs=cache_bytes / ms / 1e6 if ok else None,
                     frac_copy_ceiling=cache_bytes / ms / 1e6 / copy_gbs if ok else None,
                     floor_ms=floor_ms, kernel="aten::bmm" if ok else None,
@@ -129,7 +142,8 @@ def traffic_frame(prefill: pd.DataFrame, model_lengths=(1024, 2048, 4096, 8192))
         rows.append(dict(T=T, d=D, causal=causal, dtype=dtype, block_q_model=128,
                          model_ratio=traffic_ratio(int(T), D, 128, causal=bool(causal)),
                          naive_ms=naive, fused_ms=fused, fused_impl=fused_rows["impl"].iloc[0],
-                         measured_ratio=naive / fused,
+                         measured_ratio=naive / fused, measured_ratio_ci_low=naive / fused * 0.98,
+                         measured_ratio_ci_high=naive / fused * 1.02,
                          implied_block_q=implied_block_q(naive / fused, int(T), D, bool(causal)),
                          cpu_kernel_q_split=32, cpu_kernel_kv_split=512, note=""))
     for T in sorted(set(model_lengths) - set(ok["T"])):
@@ -157,7 +171,7 @@ def two_machines(root: Path) -> Path:
     probe["availability"][2]["reason"] = EVIL
     write_stage(root, CPU, "probe", probe, "cpu")
     write_stage(root, CPU, "correctness", pd.concat(
-        [correctness_frame(rnd), splitkv_rows(rnd, "float32")]), "cpu")
+        [pd.DataFrame(correctness_rows(rnd)), splitkv_rows(rnd, "float32")]), "cpu")
     prefill = prefill_frame(rnd, (256, 512, 1024), ("float32", "bfloat16"), (1.5, 3.0),
                             (1.5, 2.5), {f"sdpa_{b}": r for b, r in cpu_refused.items()})
     prefill.loc[0, "kernel"] = EVIL
@@ -169,7 +183,8 @@ def two_machines(root: Path) -> Path:
     write_stage(root, GPU, "probe", _probe("cuda", ("float16",), {"flash": "not built"}, 300.0),
                 "cuda")
     write_stage(root, GPU, "correctness", pd.concat(
-        [correctness_frame(rnd, ("float32", "float16")), splitkv_rows(rnd, "float16")]), "cuda")
+        [pd.DataFrame(correctness_rows(rnd, ("float32", "float16"))),
+         splitkv_rows(rnd, "float16")]), "cuda")
     write_stage(root, GPU, "prefill", prefill_frame(
         rnd, (1024, 2048, 4096, 8192), ("float16",), (6.0, 13.0), (13.0, 22.0),
         {"sdpa_flash": "not built"}), "cuda")

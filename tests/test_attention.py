@@ -10,16 +10,15 @@ import pytest
 import torch
 
 from inferlab.attention import (
+    TILED,
     TileStats,
     naive_attention,
-    splitkv_decode,
     tiled_attention,
     tiled_attention_fast,
 )
+from inferlab.partials import splitkv_decode
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-TILED = {"tiled": tiled_attention, "tiled_fast": tiled_attention_fast}
 BLOCKS = [(16, 16), (64, 64), (128, 128), (64, 128), (128, 64)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 HEADS, HEAD_DIM = 2, 64

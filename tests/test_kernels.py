@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.attention import Partial, finalize, naive_attention, partial_attention
+from inferlab.attention import naive_attention
+from inferlab.partials import Partial, finalize, partial_attention
 from inferlab.traffic import block_pairs
 
 # TRITON_INTERPRET is set for the imports below and then put back, and set again only

@@ -8,11 +8,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferlab.attention import (
+from inferlab.attention import naive_attention
+from inferlab.partials import (
     Partial,
     finalize,
     merge_partials,
-    naive_attention,
     partial_attention,
     splitkv_decode,
     splitkv_decode_fold,

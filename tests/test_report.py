@@ -17,7 +17,7 @@ from markupsafe import escape
 from report_evidence import CUDA_ONLY, EVIL, two_machines
 from test_claims import CPU, GPU
 
-from inferlab import artifacts, claims, figures, layout, report
+from inferlab import artifacts, claims, figures, formats, layout
 from inferlab.report import NOT_MEASURED, SECTIONS, render_report
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
@@ -184,7 +184,7 @@ def test_claim_sentences_are_plain_unicode(report_html):
     (r"\(e^{(\cdot)}\)", "e^(·)"), ("O(S^2) -> O(S·d)", "O(S²) → O(S·d)"),
     ("no maths", "no maths")])
 def test_plain_text_of_latex(latex, plain):
-    assert report.plain_text(latex) == plain
+    assert formats.plain_text(latex) == plain
 
 
 def test_missing_stage_says_not_measured_here(report_html):

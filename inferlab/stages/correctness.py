@@ -21,15 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.attention import (
-    TILED,
-    finalize,
-    merge_partials,
-    naive_attention,
-    partial_attention,
-    splitkv_decode,
-)
+from inferlab.attention import TILED, naive_attention
 from inferlab.backends import FUSED_SDPA, sdpa_cases
+from inferlab.partials import finalize, merge_partials, partial_attention, splitkv_decode
 from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
 from inferlab.traffic import block_pairs
 

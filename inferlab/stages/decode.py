@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferlab.attention import splitkv_decode
 from inferlab.backends import kernel_that_ran, sdpa_cases
 from inferlab.measure import time_interleaved
+from inferlab.partials import splitkv_decode
 from inferlab.stages.common import (
     TimingParams,
     harness_progress,
