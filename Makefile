@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -c 'import torch' 2>/dev/null || $(VPY) -m pip install -q '$(TORCH_SPEC)'
-	$(VPY) -m pip install -q -e '.[test]'
+	$(VPY) -m pip install -q -e '.[test,kernels]'
 	touch $(STAMP)
 
 # The main job: every stage for this machine, then claims and report/index.html.
