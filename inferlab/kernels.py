@@ -366,3 +366,12 @@ def _split_partials(q: Tensor, k: Tensor, v: Tensor, splits: int, block_n: int,
         *k.stride()[:3], *v.stride()[:3], BLOCK_N=BLOCK_N, HEAD_DIM=_padded_head_dim(D), D=D,
         **_launch_options())
     return Partial(m, l, o)
+
+
+def not_timeable(device: str) -> str | None:
+    """None when the kernels can be timed on ``device``, else the reason for a row that
+    says "not measured here" (the interpreter on CPU tensors is for tests, never timing)."""
+    if device == "cuda" and AVAILABLE and not INTERPRETED:
+        return None
+    why = _STATUS_REASON if not AVAILABLE else f"{_STATUS_REASON}; timing needs a CUDA device"
+    return f"not measured here: needs CUDA and Triton ({why})"

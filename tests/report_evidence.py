@@ -139,7 +139,7 @@ def traffic_frame(prefill: pd.DataFrame, model_lengths=(1024, 2048, 4096, 8192))
         naive = group[group["impl"] == "naive"]["median_ms"].min()
         fused_rows = group[group["fused_sdpa"]].sort_values("median_ms")
         fused = fused_rows["median_ms"].iloc[0]
-        rows.append(dict(T=T, d=D, causal=causal, dtype=dtype, block_q_model=128,
+        rows.append(dict(T=T, d=D, causal=causal, dtype=dtype, tile="assumed", block_q_model=128,
                          model_ratio=traffic_ratio(int(T), D, 128, causal=bool(causal)),
                          naive_ms=naive, fused_ms=fused, fused_impl=fused_rows["impl"].iloc[0],
                          measured_ratio=naive / fused, measured_ratio_ci_low=naive / fused * 0.98,
@@ -148,7 +148,8 @@ def traffic_frame(prefill: pd.DataFrame, model_lengths=(1024, 2048, 4096, 8192))
                          cpu_kernel_q_split=32, cpu_kernel_kv_split=512, note=""))
     for T in sorted(set(model_lengths) - set(ok["T"])):
         for causal in (False, True):
-            rows.append(dict(T=T, d=D, causal=causal, dtype=None, block_q_model=128,
+            rows.append(dict(T=T, d=D, causal=causal, dtype=None, tile="assumed",
+                             block_q_model=128,
                              model_ratio=traffic_ratio(T, D, 128, causal=causal),
                              note="model only: prefill did not measure this length here"))
     return pd.DataFrame(rows)

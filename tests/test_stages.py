@@ -115,7 +115,8 @@ def prefill_run(tmp_path_factory):
 
 def test_prefill_rows_and_rates(prefill_run):
     params, ceilings, _, rows = prefill_run
-    assert len(rows) == 2 * (1 + 2 + 3)  # causal x (naive, tiled, tiled_fast, 3 backends)
+    # causal x (naive, tiled, tiled_fast, 3 backends, Triton at 2 tiles)
+    assert len(rows) == 2 * (1 + 2 + 3 + 2)
     ok = rows[rows["status"] == "ok"]
     flops = 4 * params.heads * 48 * 48 * params.d / ok["causal"].map({True: 2, False: 1})
     assert (ok["flops"] == flops).all()
@@ -132,6 +133,14 @@ def test_prefill_names_refused_backends(prefill_run):
     cudnn = rows[rows["impl"] == "sdpa_cudnn"]
     assert cudnn["status"].str.startswith("unavailable: ").all()  # CPU: no cuDNN kernel
     assert cudnn["median_ms"].isna().all()
+
+
+def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
+    _, _, _, rows = prefill_run
+    ours = rows[rows["impl"] == "triton_flash"]
+    assert sorted(ours["block_q"]) == [64, 64, 128, 128] and ours["median_ms"].isna().all()
+    assert ours["status"].str.startswith("unavailable: not measured here: needs CUDA and "
+                                         "Triton").all()
 
 
 def test_only_fused_sdpa_backends_are_marked_fused(prefill_run):
@@ -235,6 +244,9 @@ def test_decode_rows_are_paired_with_the_fastest_fused_backend(tmp_path):
         TIMING, "decode.d=8", "decode.splits=[1, 3]", "decode.backends=[flash, math]",
         "decode.cpu={heads: 2, cache_lens: [200], batches: [1], dtypes: [float32]}"])
     rows = _table("decode", decode.run(params, _ctx(tmp_path, "decode", probe=probe)))
-    assert set(rows["ratio_to"]) == {"sdpa_flash"}  # math is not a fused kernel
+    ok = rows[rows["status"] == "ok"]
+    assert set(ok["ratio_to"]) == {"sdpa_flash"}  # math is not a fused kernel
+    ours = rows[rows["impl"] == "triton_decode"]  # CUDA only: said, not timed
+    assert sorted(ours["splits"]) == [1, 3] and ours["status"].str.contains("needs CUDA").all()
     flash = rows[rows["impl"] == "sdpa_flash"]
     assert (flash["ratio"] == 1.0).all() and bool(flash["fused_sdpa"].all())

@@ -1,5 +1,6 @@
-"""decode -> decode.csv: one query against a KV cache, split-KV decode (plain PyTorch)
-against fused SDPA forced to each backend that runs here.
+"""decode -> decode.csv: one query against a KV cache, split-KV decode (plain PyTorch, and
+our fused Triton kernel on a CUDA machine) against fused SDPA forced to each backend that
+runs here.
 
 A decode step must read the whole cache (K and V), so its time is bounded below by
 cache_bytes / bandwidth: ``floor_ms`` is that bound at the probe's measured copy
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferlab import kernels
 from inferlab.backends import kernel_that_ran, sdpa_cases
 from inferlab.measure import time_interleaved
 from inferlab.partials import splitkv_decode
@@ -36,6 +38,7 @@ class Params:
     dtypes: tuple[str, ...]
     splits: tuple[int, ...]
     backends: tuple[str, ...]
+    triton: bool                  # also time our fused split-KV kernel (kernels.flash_decode)
     timing: TimingParams
 
     @classmethod
@@ -53,6 +56,16 @@ def _cases(params: Params, q, k, v) -> tuple[dict, dict, list]:
             meta[f"splitkv splits={splits}"] = {"impl": "splitkv", "fused_sdpa": False,
                                                 "splits": splits}
     sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, False, params.backends)
+    if params.triton:
+        why = kernels.not_timeable(q.device.type)
+        for splits in (s for s in params.splits if s <= k.shape[2]):
+            fields = {"impl": "triton_decode", "fused_sdpa": False, "splits": splits}
+            if why is not None:
+                refused.append({**fields, "status": f"unavailable: {why}"})
+                continue
+            label = f"triton_decode splits={splits}"
+            cases[label] = lambda s=splits: kernels.flash_decode(q, k, v, s)
+            meta[label] = {**fields, "kernel": "_decode_split + _decode_merge (Triton)"}
     return {**cases, **sdpa}, {**meta, **sdpa_meta}, refused
 
 

@@ -19,13 +19,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import kernel_that_ran, sdpa_cases
 from inferlab.measure import paired_ratio, time_interleaved
 from inferlab.memory import is_oom, memory_cap, peak_extra_bytes
-from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
+from inferlab.stages.common import (
+    TimingParams,
+    harness_progress,
+    random_qkv,
+    ratio,
+    tuples,
+)
 
 GIB = 1 << 30
+TRITON_BLOCK_N = 64
 
 
 @dataclass(frozen=True)
@@ -38,6 +46,7 @@ class Params:
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
     blocks: tuple[int, ...]
+    triton_blocks: tuple[int, ...]   # block_m of our Triton kernel (block_n 64)
     memory_cap_gib: float | None
     timing: TimingParams
 
@@ -70,6 +79,18 @@ def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
         sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, causal, params.backends)
         cases.update({f"{label} {mask}": fn for label, fn in sdpa.items()})
         meta.update({f"{label} {mask}": fields for label, fields in sdpa_meta.items()})
+    if "triton" in params.implementations:
+        why = kernels.not_timeable(q.device.type)
+        for b in params.triton_blocks:
+            fields = {"impl": "triton_flash", "fused_sdpa": False, "block_q": b,
+                      "block_k": TRITON_BLOCK_N}
+            if why is not None:
+                refused.append({**fields, "status": f"unavailable: {why}"})
+                continue
+            label = f"triton_flash block={b} {mask}"
+            cases[label] = lambda b=b: kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N)
+            meta[label] = {**fields, "kernel": f"_attn_fwd (Triton, BLOCK_M={b}, "
+                                              f"BLOCK_N={TRITON_BLOCK_N})"}
     for fields in meta.values():
         fields["causal"] = causal
     return cases, meta, [{**row, "causal": causal} for row in refused]

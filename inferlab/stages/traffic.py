@@ -10,7 +10,10 @@ interval. "Fused" is the fastest prefill row marked ``fused_sdpa``: PyTorch's fu
 backend that never writes the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
 names it. On a CPU the tile PyTorch's CPU
 flash kernel really uses is set beside the implied one (backends.cpu_flash_split_sizes);
-CUDA kernels do not report theirs.
+CUDA kernels do not report theirs: the model's B_q there is an assumption (``tile``
+"assumed"). Our Triton kernel (inferlab.kernels, CUDA only) runs at tiles we choose, so
+beside each of its prefill rows the model is evaluated at that kernel's own B_q (``tile``
+"known"): the model tested without assuming a tile.
 """
 
 from __future__ import annotations
@@ -58,15 +61,28 @@ def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str |
     return q_split, kv_split, None
 
 
-def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
-              params: Params, device: str) -> dict:
-    """One traffic row from the prefill rows of one (T, d, causal, dtype) point."""
-    naive, fused = _fastest(rows[rows["impl"] == "naive"]), \
-        _fastest(rows[rows["fused_sdpa"].fillna(False)])
+def point_rows(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
+               params: Params, device: str) -> list[dict]:
+    """The traffic rows of one (T, d, causal, dtype) point: PyTorch's fused kernel at the
+    assumed tile, and our Triton kernel at each tile it really used."""
+    naive = _fastest(rows[rows["impl"] == "naive"])
+    out = [point_row(naive, _fastest(rows[rows["fused_sdpa"].fillna(False)]), T, d, causal,
+                     dtype, params.block_q_model, "assumed", device)]
+    ours = rows[(rows["impl"] == "triton_flash") & (rows["status"] == "ok")]
+    for block_q, group in ours.groupby("block_q"):
+        out.append(point_row(naive, _fastest(group), T, d, causal, dtype, int(block_q),
+                             "known", device))
+    return out
+
+
+def point_row(naive: pd.Series | None, fused: pd.Series | None, T: int, d: int, causal: bool,
+              dtype: str, block_q: int, tile: str, device: str) -> dict:
+    """One traffic row: the model at ``block_q`` beside the measured naive/fused ratio."""
     naive_ms = None if naive is None else float(naive["median_ms"])
     fused_ms = None if fused is None else float(fused["median_ms"])
     measured, low, high = _naive_over(fused)
-    q_split, kv_split, note = _cpu_kernel_tile(T, device)
+    q_split, kv_split, note = _cpu_kernel_tile(T, device) if tile == "assumed" \
+        else (None, None, f"our Triton kernel's own tile: B_q = {block_q}")
     implied = None if measured is None else implied_block_q(measured, T, d, causal=causal)
     if measured is None:
         note = "no measured ratio: " + ("naive did not run" if naive_ms is None
@@ -74,9 +90,8 @@ def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
     elif not math.isfinite(implied):
         implied, note = None, ("the measured ratio is at or above the model's limit at this "
                                "T for any tile: no finite B_q implies it")
-    return {"T": T, "d": d, "causal": causal, "dtype": dtype,
-            "block_q_model": params.block_q_model,
-            "model_ratio": traffic_ratio(T, d, params.block_q_model, causal=causal),
+    return {"T": T, "d": d, "causal": causal, "dtype": dtype, "tile": tile,
+            "block_q_model": block_q, "model_ratio": traffic_ratio(T, d, block_q, causal=causal),
             "naive_ms": naive_ms, "fused_ms": fused_ms,
             "fused_impl": None if fused is None else str(fused["impl"]),
             "measured_ratio": measured, "measured_ratio_ci_low": low,
@@ -86,7 +101,7 @@ def point_row(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
 
 def model_row(T: int, d: int, causal: bool, params: Params) -> dict:
     """The model's prediction at a length prefill did not measure: nothing measured beside it."""
-    return {"T": T, "d": d, "causal": causal, "dtype": None,
+    return {"T": T, "d": d, "causal": causal, "dtype": None, "tile": "assumed",
             "block_q_model": params.block_q_model,
             "model_ratio": traffic_ratio(T, d, params.block_q_model, causal=causal),
             "note": "model only: prefill did not measure this length here"}
@@ -94,8 +109,9 @@ def model_row(T: int, d: int, causal: bool, params: Params) -> dict:
 
 def run(params: Params, ctx) -> list[dict]:
     prefill = ctx.inputs["prefill"].frame
-    rows = [point_row(group, int(T), int(d), bool(causal), str(dtype), params, ctx.device)
-            for (T, d, causal, dtype), group in prefill.groupby(["T", "d", "causal", "dtype"])]
+    rows = [row for (T, d, causal, dtype), group in prefill.groupby(["T", "d", "causal", "dtype"])
+            for row in point_rows(group, int(T), int(d), bool(causal), str(dtype), params,
+                                  ctx.device)]
     measured = {(row["T"], row["d"]) for row in rows}
     rows += [model_row(T, d, causal, params)
              for T in params.model_lengths for d in sorted({int(x) for x in prefill["d"]})
