@@ -10,7 +10,9 @@ them from the config the way the Snakefile does.
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import os
 import shlex
 import sys
 import time
@@ -104,12 +106,44 @@ def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
     return Evidence(name, path, artifacts.read(path, name), entry, now)
 
 
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_NEVER, _TOP_PAD = 2**31 - 1, 256 << 20
+
+
+def steady_process() -> dict:
+    """Keep one run's timings like the next's (benchmarks/bimodal.py found the causes):
+
+    * glibc serves a buffer above its mmap threshold with fresh pages and returns them on
+      free, and trims the heap top; whether a call's score matrix then faults on every
+      page depended on what ran before it, so naive attention at 256 tokens read 5 or 9 ms
+      run to run (1,537 minor faults a call; none with this setting, and 1.5-1.9x faster
+      at 256-2,048 tokens). No mmap, no trimming, the heap grown 256 MiB at a time:
+      freed buffers stay warm, as a GPU's caching allocator keeps them;
+    * OpenMP threads that spin-wait on a shared 2-vCPU VM made two threads up to 8x
+      slower than one; passive waiting (unless the caller chose) stops the spinning.
+
+    Must run before torch loads OpenMP. Returns what was set, for the provenance.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    malloc = None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _NEVER) \
+                and libc.mallopt(_M_TOP_PAD, _TOP_PAD):
+            malloc = {"mmap_max": 0, "trim_threshold": _NEVER, "top_pad": _TOP_PAD}
+    except OSError:  # not glibc: nothing to set
+        pass
+    return {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"], "glibc_mallopt": malloc}
+
+
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     """Run the stage of ``job`` and write its artifact; return the register entry.
 
     Nothing is written before the stage has finished and its output passed its schema,
     so an interrupted or failing stage leaves no artifact and no register entry.
     """
+    process = steady_process()  # before torch is imported
     import torch
 
     from inferlab.environment import fingerprint
@@ -133,7 +167,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
         job.root, job.key, job.stage, content, config=job.config,
         code_files=[job.root / f for f in code_files(job.stage)],
         inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
-        environment=fingerprint(ctx.device, collect_env=False))
+        environment={**fingerprint(ctx.device, collect_env=False), "process": process})
     log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
         f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
     return entry
