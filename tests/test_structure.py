@@ -47,6 +47,15 @@ def test_each_stage_has_its_schema_module_caption_and_params(name):
     assert set(declared.reads) < set(STAGES) and name not in pipeline.upstream(name)
 
 
+def test_the_claims_schemas_list_exactly_the_stages_a_claim_can_read():
+    readable = set(STAGES) - {"claims"}
+    spec = json.loads(layout.schema_path("claims.schema.json").read_text())
+    assert set(spec["$defs"]["check"]["properties"]["stage"]["enum"]) == readable
+    result = json.loads(layout.schema_path("claims_result.schema.json").read_text())
+    assert set(result["$defs"]["artifact"]["properties"]["stage"]["enum"]) == readable
+    assert set(STAGES["claims"].reads) == readable
+
+
 def test_sidecar_and_register_schemas_list_exactly_the_stages():
     sidecar = json.loads(layout.schema_path("sidecar.schema.json").read_text())
     props = sidecar["properties"]
