@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import kernel_that_ran, sdpa_cases
 from inferlab.measure import time_interleaved
-from inferlab.memory import is_oom, memory_cap, peak_extra_bytes
+from inferlab.memory import capped, is_oom, peak_extra_bytes
 from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
 
 GIB = 1 << 30
@@ -69,18 +69,6 @@ def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
     return cases, meta, refused
 
 
-def _capped(fn, cap_bytes: int | None, device: str):
-    """``fn`` run under ``measure.memory_cap``: only the attention call is capped, not the
-    harness or the profiler around it (a cap of a few MiB would starve Python itself)."""
-    if cap_bytes is None:
-        return fn
-
-    def capped():
-        with memory_cap(cap_bytes, device):
-            return fn()
-    return capped
-
-
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
     """Peak extra memory and the kernel that ran; status 'oom' if either ran out."""
     try:
@@ -103,7 +91,7 @@ def point_rows(params: Params, ctx, T: int, dtype: str, causal: bool,
             "flops": prefill_flops(params.batch, params.heads, T, params.d, causal)}
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
     cases, meta, refused = _cases(params, q, k, v, causal)
-    cases = {label: _capped(fn, cap, ctx.device) for label, fn in cases.items()}
+    cases = {label: capped(fn, cap, ctx.device) for label, fn in cases.items()}
     timings = time_interleaved(cases, progress=progress,
                                **params.timing.options(ctx)) if cases else {}
     rows = []
