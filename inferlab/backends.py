@@ -4,11 +4,11 @@ The chapter's rule: a timing row names the kernel that ran, read from the profil
 not assumed, and every backend that did not run carries PyTorch's own reason. So the
 probe keeps two facts per backend and never lets one overwrite the other:
 
-- the *check*: PyTorch's verdict before running (``can_use_*_attention`` with
-  ``debug=True`` on CUDA tensors, the dispatcher's choice on other devices), with the
-  warnings PyTorch emitted as the reason (``reason_source="pytorch"``); where PyTorch
-  says nothing useful (a CUDA-only kernel asked about CPU tensors) the reason is ours,
-  built from stated facts (``reason_source="inferlab"``);
+- the *check*: PyTorch's verdict before running, from the SDPA dispatcher itself
+  (``torch._fused_sdp_choice`` with only this backend enabled), with the reasons it gave
+  for this backend (``reason_source="pytorch"``); where PyTorch says nothing useful (a
+  CUDA-only kernel asked about CPU tensors) the reason is ours, built from stated facts
+  (``reason_source="inferlab"``);
 - the *run*: the backend forced with ``sdpa_kernel([backend])`` under the profiler,
   recording whether it ran, the ATen op that executed, and the exception if it failed.
 
@@ -17,15 +17,24 @@ a ``hardware`` limit (this device cannot run it) or an ``input`` limit (dtype, h
 dimension, mask, device of the tensors): the chapter's distinction between
 "FlashAttention is not in this build" and "cuDNN attention needs a newer GPU".
 
-References: PyTorch ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`` (CUDA
-checks and their warnings) and ``sdp_utils_cpp.cpp`` (CPU checks).
+Why the dispatcher and not ``torch.backends.cuda.can_use_*_attention(params, debug=True)``:
+those are plain pybind11 functions, so their ``TORCH_WARN`` reasons go to stderr as
+``[W...] Warning:`` lines and never become Python warnings, and every refusal on CUDA
+would read "no reason given". ``torch._fused_sdp_choice`` is an ATen op: its warnings
+reach Python. When nothing is enabled that can run, it re-runs every backend's check
+with debug on, each headed "<backend> kernel not used because:", then raises; the
+reasons under this backend's header are this backend's.
+
+References: PyTorch ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
+(``select_sdp_backend``: the CUDA checks, their warnings and headers) and
+``sdp_utils_cpp.cpp`` (the CPU checks).
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from itertools import groupby
 from typing import Any
@@ -33,8 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.profiler import ProfilerActivity, profile
 
+from inferlab.kernel_names import kernel_that_ran
 from inferlab.shapes import check_qkv
 
 # Our names, in the order the table prints them -> PyTorch's enum.
@@ -49,15 +58,14 @@ LIMIT_KINDS = ("build", "hardware", "input")
 # (math is the unfused composite). Rows timing one of them carry fused_sdpa = True.
 FUSED_SDPA = ("flash", "efficient", "cudnn")
 
-# torch.backends.cuda functions that answer "can this backend run these tensors?".
-_CUDA_CHECKS = {
-    "flash": "can_use_flash_attention",
-    "efficient": "can_use_efficient_attention",
-    "cudnn": "can_use_cudnn_attention",
-}
 _CUDA_ONLY = ("efficient", "cudnn")
-# Dtypes the CPU flash kernel accepts: use_flash_attention_cpp in sdp_utils_cpp.cpp.
-_CPU_FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+# The dispatcher's header line before each backend's reasons (select_sdp_backend; the
+# CPU dispatcher has flash only). cuDNN's read "CuDNN" in older releases.
+_SECTIONS = {
+    "efficient": re.compile(r"^memory efficient kernel not used because", re.IGNORECASE),
+    "flash": re.compile(r"^flash attention kernel not used because", re.IGNORECASE),
+    "cudnn": re.compile(r"^cudnn attention kernel not used because", re.IGNORECASE),
+}
 
 # Reason text -> limit kind, first match wins: a missing kernel in the build makes
 # every other limit moot, and a hardware limit outranks an input one.
@@ -73,14 +81,8 @@ _LIMIT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"sequence length|dropout|stride|layout|nested|batch size|num_heads|"
         r"requires_grad|causal|divisible|multiple of|align", re.IGNORECASE)),
 )
-# PyTorch prints a header line before each backend's reasons, and a source location
-# after each message; neither is a reason.
-_HEADER = re.compile(r"kernel not used because:?$", re.IGNORECASE)
+# PyTorch adds a source location to each message; it is not part of the reason.
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
-# kernel_that_ran for a non-SDPA function: ops holding at least this share of the
-# self time, at most this many, name the work.
-DOMINANT_SHARE = 0.10
-MAX_DOMINANT_OPS = 3
 _MAX_ERROR_CHARS = 500
 
 
@@ -89,15 +91,17 @@ class BackendStatus:
     """One backend's check and run on one input.
 
     ``can_run``: the check's verdict (PyTorch's, or ours where ``reason_source`` is
-    ``"inferlab"``). ``ran``: it actually ran under ``sdpa_kernel([backend])``.
+    ``"inferlab"``; None where this PyTorch has no dispatcher to ask). ``ran``: it
+    actually ran under ``sdpa_kernel([backend])``.
     ``reason``: why the check said no (``None`` when it said yes). ``limit_kind``:
     ``"build"``, ``"hardware"``, ``"input"`` or ``None`` (unclassified or no limit).
     ``op``: the ATen op the profiler saw. ``error``: the exception text if running
-    failed. ``shape`` is the query's ``(B, H, T, D)``.
+    failed. ``shape`` is the query's ``(B, H, T, D)``; ``kv_heads`` the keys' heads (fewer
+    under grouped-query attention); ``mask`` the explicit attention mask's dtype, if any.
     """
 
     backend: str
-    can_run: bool
+    can_run: bool | None
     ran: bool
     reason: str | None
     reason_source: str
@@ -108,6 +112,10 @@ class BackendStatus:
     causal: bool
     shape: tuple[int, int, int, int]
     device: str
+    kv_heads: int | None = None
+    mask: str | None = None
+    dropout_p: float = 0.0
+    enable_gqa: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The ``probe.json`` availability row (docs/contracts.md), in contract order."""
@@ -123,7 +131,7 @@ class BackendStatus:
 class _Check:
     """What a backend's check said before anything ran."""
 
-    can_run: bool
+    can_run: bool | None
     reason: str | None
     reason_source: str
     limit_kind: str | None
@@ -136,16 +144,33 @@ def _check_backend(backend: str) -> SDPBackend:
     return BACKENDS[backend]
 
 
+def sdpa_options(causal: bool = False, attn_mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0, enable_gqa: bool = False) -> dict[str, Any]:
+    """The keyword arguments that ``scaled_dot_product_attention`` and the dispatcher's
+    ``_fused_sdp_choice`` share, checked: the inputs besides q, k, v that pick a backend."""
+    if not isinstance(causal, bool) or not isinstance(enable_gqa, bool):
+        raise ValueError(f"causal={causal!r} and enable_gqa={enable_gqa!r} must be bools")
+    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+        raise ValueError(f"attn_mask must be a tensor or None; got {type(attn_mask).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) \
+            or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p={dropout_p!r} must be a number in [0, 1)")
+    return {"attn_mask": attn_mask, "dropout_p": float(dropout_p), "is_causal": causal,
+            "enable_gqa": enable_gqa}
+
+
 def run_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str,
-             causal: bool = False) -> torch.Tensor:
+             causal: bool = False, **options: Any) -> torch.Tensor:
     """``scaled_dot_product_attention`` forced to one backend; raises if it cannot run.
 
-    q: (B, H, T_q, D), k: (B, H, T_k, D), v: (B, H, T_k, D_v) -> (B, H, T_q, D_v).
+    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v) -> (B, H, T_q, D_v);
+    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
     """
     sdp_backend = _check_backend(backend)
     check_qkv(q, k, v, strict=False)
+    kwargs = sdpa_options(causal, **options)
     with sdpa_kernel([sdp_backend]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
 def classify_reason(reason: str | None) -> str | None:
@@ -158,20 +183,28 @@ def classify_reason(reason: str | None) -> str | None:
     return None
 
 
-def _pytorch_reasons(caught: Iterable[warnings.WarningMessage]) -> list[str]:
-    """PyTorch's refusal warnings as clean sentences, headers and source locations dropped."""
-    reasons = []
+def _pytorch_reasons(caught: Iterable[warnings.WarningMessage], backend: str) -> list[str]:
+    """PyTorch's refusal warnings for ``backend`` as clean sentences: the ones under its
+    header when the dispatcher headed them (other backends' sections are theirs), all of
+    them when it did not; headers and source locations dropped."""
+    sections: dict[str | None, list[str]] = {None: []}
+    current = None
     for w in caught:
         text = _TRIGGERED.sub("", str(w.message)).strip()
-        if text and not _HEADER.search(text) and text not in reasons:
-            reasons.append(text)
-    return reasons
+        header = next((b for b, pattern in _SECTIONS.items() if pattern.search(text)), None)
+        if header is not None:
+            current = header
+            sections.setdefault(current, [])
+        elif text and text not in sections[current]:
+            sections[current].append(text)
+    headed = len(sections) > 1
+    return sections.get(backend, []) if headed else sections[None]
 
 
-def _from_pytorch(ok: bool, caught: Iterable[warnings.WarningMessage]) -> _Check:
+def _from_pytorch(ok: bool, caught: Iterable[warnings.WarningMessage], backend: str) -> _Check:
     if ok:
         return _Check(True, None, "pytorch", None)
-    reasons = _pytorch_reasons(caught)
+    reasons = _pytorch_reasons(caught, backend)
     if not reasons:
         # TORCH_WARN_ONCE messages appear once per process; say so rather than invent one.
         return _Check(False, "PyTorch's check said no and gave no reason (a once-per-process "
@@ -179,29 +212,6 @@ def _from_pytorch(ok: bool, caught: Iterable[warnings.WarningMessage]) -> _Check
     kinds = [classify_reason(r) for r in reasons]
     kind = next((k for k in LIMIT_KINDS if k in kinds), None)
     return _Check(False, "; ".join(reasons), "pytorch", kind)
-
-
-def _sdpa_params(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Any:
-    # The constructor gained enable_gqa in torch 2.5 (7 arguments); older takes 6.
-    params_cls = torch.backends.cuda.SDPAParams
-    try:
-        return params_cls(q, k, v, None, 0.0, causal, False)
-    except TypeError:
-        return params_cls(q, k, v, None, 0.0, causal)
-
-
-def _cuda_check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                causal: bool) -> _Check:
-    """PyTorch's own check for a fused backend on CUDA tensors, with its warnings."""
-    can_use = getattr(torch.backends.cuda, _CUDA_CHECKS[backend], None)
-    if can_use is None:
-        return _Check(False, f"this PyTorch has no torch.backends.cuda.{_CUDA_CHECKS[backend]} "
-                      "to ask", "inferlab", None)
-    # Inside sdpa_kernel so that a globally disabled backend is not reported as the reason.
-    with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ok = bool(can_use(_sdpa_params(q, k, v, causal), debug=True))
-    return _from_pytorch(ok, caught)
 
 
 def _cuda_only_check(backend: str, q: torch.Tensor) -> _Check:
@@ -219,35 +229,26 @@ def _cuda_only_check(backend: str, q: torch.Tensor) -> _Check:
 
 
 def _dispatcher_check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      causal: bool) -> _Check:
-    """Ask the SDPA dispatcher (flash on CPU, math anywhere), with our fallback."""
+                      options: dict[str, Any]) -> _Check:
+    """Ask PyTorch's SDPA dispatcher, with only ``backend`` enabled, and keep its reasons."""
     choose = getattr(torch, "_fused_sdp_choice", None)  # private, so guarded
-    if choose is not None:
-        with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                return _from_pytorch(choose(q, k, v, is_causal=causal) ==
-                                     BACKENDS[backend].value, caught)
-            except TypeError:
-                pass  # another signature in another torch: use our own rule below
-            except RuntimeError:
-                return _from_pytorch(False, caught)
-    if backend == "math":
-        return _Check(True, None, "inferlab", None)
-    if q.dtype not in _CPU_FLASH_DTYPES or not (q.shape[-1] == k.shape[-1] == v.shape[-1]):
-        return _Check(False, f"the CPU flash kernel takes {list(map(str, _CPU_FLASH_DTYPES))} "
-                      f"and equal head dims; got {q.dtype}, head dims {q.shape[-1]}, "
-                      f"{k.shape[-1]}, {v.shape[-1]}", "inferlab", "input")
-    return _Check(True, None, "inferlab", None)
+    if choose is None:
+        return _Check(None, f"torch {torch.__version__} has no torch._fused_sdp_choice to ask; "
+                      "the ran column says what happened", "inferlab", None)
+    with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ok = choose(q, k, v, **options) == BACKENDS[backend].value
+        except RuntimeError:  # "No available kernel": the reasons were warned first
+            ok = False
+    return _from_pytorch(ok, caught, backend)
 
 
 def _check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           causal: bool) -> _Check:
-    if backend in _CUDA_CHECKS and q.is_cuda:
-        return _cuda_check(backend, q, k, v, causal)
-    if backend in _CUDA_ONLY:
+           options: dict[str, Any]) -> _Check:
+    if backend in _CUDA_ONLY and not q.is_cuda:
         return _cuda_only_check(backend, q)
-    return _dispatcher_check(backend, q, k, v, causal)
+    return _dispatcher_check(backend, q, k, v, options)
 
 
 def _one_line(text: str) -> str:
@@ -256,31 +257,37 @@ def _one_line(text: str) -> str:
 
 
 def _run(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-         causal: bool) -> tuple[bool, str | None, str | None]:
+         options: dict[str, Any]) -> tuple[bool, str | None, str | None]:
     """(ran, op, error) from actually running the backend under the profiler."""
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel([BACKENDS[backend]]):
         warnings.simplefilter("always")
         try:
-            return True, kernel_that_ran(lambda: run_sdpa(q, k, v, backend, causal)), None
+            op = kernel_that_ran(lambda: F.scaled_dot_product_attention(q, k, v, **options))
+            return True, op, None
         except RuntimeError as exc:  # a refused backend raises; that is the fact to keep
-            said = _pytorch_reasons(caught)
+            said = _pytorch_reasons(caught, backend)
             suffix = f" PyTorch warned: {'; '.join(said)}" if said else ""
             return False, None, _one_line(f"{exc}{suffix}")
 
 
-def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 causal: bool = False) -> list[BackendStatus]:
+def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                 **options: Any) -> list[BackendStatus]:
     """Check, then run, each SDPA backend on these inputs; one status per backend.
 
-    q: (B, H, T_q, D), k: (B, H, T_k, D), v: (B, H, T_k, D_v), all on one device.
+    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v), all on one device;
+    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
     """
     check_qkv(q, k, v, strict=False)
-    context = {"dtype": str(q.dtype).removeprefix("torch."), "causal": bool(causal),
-               "shape": tuple(q.shape), "device": str(q.device)}
+    kwargs = sdpa_options(causal, **options)
+    mask = kwargs["attn_mask"]
+    context = {"dtype": str(q.dtype).removeprefix("torch."), "causal": causal,
+               "shape": tuple(q.shape), "device": str(q.device), "kv_heads": k.shape[1],
+               "mask": None if mask is None else str(mask.dtype).removeprefix("torch."),
+               "dropout_p": kwargs["dropout_p"], "enable_gqa": kwargs["enable_gqa"]}
     rows = []
     for backend in BACKENDS:
-        check = _check(backend, q, k, v, causal)
-        ran, op, error = _run(backend, q, k, v, causal)
+        check = _check(backend, q, k, v, kwargs)
+        ran, op, error = _run(backend, q, k, v, kwargs)
         rows.append(BackendStatus(backend, check.can_run, ran, check.reason,
                                   check.reason_source, check.limit_kind, op, error, **context))
     return rows
@@ -315,65 +322,8 @@ def _refusal_status(status: BackendStatus) -> str:
     return f"unavailable: {status.reason or status.error or 'refused without a reason'}"
 
 
-def _depth(event: Any) -> int:
-    depth, parent = 0, event.cpu_parent
-    while parent is not None:
-        depth, parent = depth + 1, parent.cpu_parent
-    return depth
-
-
-def _attention_op(events: Iterable[Any]) -> str | None:
-    """The most specific (deepest-called) ATen attention op, e.g. the backend's own op."""
-    ops = [e for e in events if e.name.startswith("aten::") and "attention" in e.name]
-    if not ops:
-        return None
-    deepest = max(_depth(e) for e in ops)
-    return next(e.name for e in ops if _depth(e) == deepest)
-
-
-def _dominant_ops(prof: profile, use_device_time: bool) -> str | None:
-    """'op+op' for the ATen ops that took most self time, in the order they first ran."""
-    averages = [a for a in prof.key_averages() if a.key.startswith("aten::")]
-    totals = {a.key: a.self_cpu_time_total for a in averages}
-    if use_device_time:
-        on_device = {a.key: getattr(a, "self_device_time_total", 0) or 0 for a in averages}
-        # A function that launched nothing on the GPU is named by its CPU time instead.
-        totals = on_device if sum(on_device.values()) > 0 else totals
-    grand = sum(totals.values())
-    if grand <= 0:
-        # Ops too short for the profiler's clock (tiny inputs): rank them by call count.
-        totals = {a.key: a.count for a in averages}
-        grand = sum(totals.values())
-    if grand <= 0:
-        return None
-    top = sorted(totals, key=totals.get, reverse=True)[:MAX_DOMINANT_OPS]
-    # The largest op always names the work, even when the time is spread thin.
-    chosen = {top[0]} | {name for name in top if totals[name] >= DOMINANT_SHARE * grand}
-    first_seen = list(dict.fromkeys(e.name for e in prof.events() if e.name in chosen))
-    return "+".join(first_seen) or None
-
-
-def kernel_that_ran(fn: Callable[[], Any]) -> str | None:
-    """Run ``fn()`` once under the profiler and name the kernel that did the work.
-
-    For SDPA: the most specific attention ATen op (e.g.
-    ``aten::_scaled_dot_product_flash_attention_for_cpu``). For anything else (naive or
-    tiled attention in plain PyTorch): the dominant ATen ops by self time, joined with
-    ``+`` (e.g. ``aten::bmm+aten::_softmax``). ``None`` if no ATen op ran. Exceptions
-    from ``fn`` propagate.
-    """
-    cuda = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()  # kernels still in flight would be missed
-    events = prof.events()
-    return _attention_op(events) or _dominant_ops(prof, use_device_time=cuda)
-
-
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
+def _yes_no(flag: bool | None) -> str:
+    return "?" if flag is None else "yes" if flag else "no"
 
 
 def format_availability(rows: list[BackendStatus]) -> str:

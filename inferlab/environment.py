@@ -5,6 +5,11 @@ traced to the Python, PyTorch build, device, driver, CPU and thread settings tha
 produced it, and every results folder is named by ``machine_id(device)``, a stable
 slug of the hardware (``cpu-amd-epyc-2c``, ``cuda-nvidia-h200``).
 
+A machine with an NVIDIA GPU whose torch cannot use it (a CPU build, or a CUDA build
+newer than the driver) is stopped with the reason and the fix (``gpu_not_visible``),
+never quietly measured as a CPU: ``default_device`` raises, and ``python -m
+inferlab.environment`` (run by ``make setup``) exits 1.
+
 The fingerprint holds facts about hardware and software only: no hostname, no user
 name, no path under $HOME. A fact PyTorch does not expose is recorded as ``None`` and
 explained in ``notes``, never guessed.
@@ -19,7 +24,10 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
+import warnings
+from importlib import metadata
 from typing import Any
 
 # torch.utils.collect_env shells out (pip, lscpu, nvidia-smi); it is not allowed to
@@ -40,7 +48,8 @@ _MAX_MACHINE_CHARS = 80
 
 
 def default_device() -> str:
-    """``"cuda"`` when PyTorch sees a CUDA device, else ``"cpu"``.
+    """``"cuda"`` when PyTorch sees a CUDA device, else ``"cpu"``; a ValueError with the
+    reason and the fix when an NVIDIA GPU is here that torch cannot use.
 
     A machine with no GPU driver at all (no NVIDIA driver, no ROCm device node) is a CPU
     machine without asking torch: importing it costs seconds that a no-op
@@ -51,7 +60,63 @@ def default_device() -> str:
         return "cpu"
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    problem = gpu_not_visible()
+    if problem is not None:
+        raise ValueError(problem)
+    return "cpu"
+
+
+def _nvidia_smi(*args: str) -> str | None:
+    """nvidia-smi's output for ``args``, None when it is absent or fails (no driver)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, *args], capture_output=True, text=True,
+                             timeout=NVIDIA_SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _nvidia_gpus() -> list[str]:
+    """'<name>, <driver version>' for each GPU the NVIDIA driver sees, [] if none."""
+    out = _nvidia_smi("--query-gpu=name,driver_version", "--format=csv,noheader") or ""
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def gpu_not_visible() -> str | None:
+    """Why torch cannot use the NVIDIA GPU that is here, and how to fix it; None when no
+    NVIDIA GPU is here or torch sees it."""
+    gpus = _nvidia_gpus()
+    if not gpus:
+        return None
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if torch.cuda.is_available():
+            return None
+    said = "; ".join(" ".join(str(w.message).split()) for w in caught)
+    driver_cuda = re.search(r"CUDA Version:\s*([\d.]+)", _nvidia_smi() or "")
+    build = (f"is built for CUDA {torch.version.cuda}" if torch.version.cuda
+             else "is a CPU build, without CUDA")
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    parts = [
+        f"An NVIDIA GPU is here ({gpus[0]}) but torch {torch.__version__} {build}, and "
+        "torch.cuda.is_available() is False" + (f" (PyTorch said: {said})." if said else "."),
+        f"The driver supports CUDA {driver_cuda.group(1)} at most." if driver_cuda else "",
+        f"CUDA_VISIBLE_DEVICES={hidden!r} may hide it." if hidden is not None else "",
+        "Run as it is, every stage would time the CPU and file it as a cpu-... machine.",
+        "Fix: install torch 2.13.0's CUDA build for this driver into the venv: make "
+        "clean-venv && make setup (PyPI's build is for CUDA 13 and needs driver 580 or "
+        "newer; for an older driver add TORCH_INDEX=<PyTorch's wheel index of a CUDA 12 "
+        "build>, see docs/gpu-run.md). To run the CPU grid here on purpose: --config "
+        "device=cpu (python -m inferlab ...: --set device=cpu).",
+    ]
+    return " ".join(part for part in parts if part)
 
 
 def _torch_sees_cuda() -> bool:
@@ -115,22 +180,23 @@ def machine_id(device: str) -> str:
     if device.startswith("cuda"):
         import torch
 
+        # The stages use this one device, however many are visible: the id names it alone.
         index = torch.device(device).index or 0
-        return slug_machine("cuda", torch.cuda.get_device_name(index), torch.cuda.device_count())
+        return slug_machine("cuda", torch.cuda.get_device_name(index), 1)
     return slug_machine("cpu", _cpu_model(), _cpus_available())
 
 
 def _nvidia_driver() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+    lines = (_nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader") or "").split()
+    return lines[0] if lines else None
+
+
+def _version(package: str) -> str | None:
+    """An installed distribution's version, without importing it (None: not installed)."""
     try:
-        out = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
         return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if out.returncode == 0 and lines else None
 
 
 def _collect_env() -> dict[str, Any]:
@@ -190,6 +256,8 @@ def _build_facts() -> dict[str, Any]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "blas_info": setting.get("BLAS_INFO"),
         "lapack_info": setting.get("LAPACK_INFO"),
+        # our kernels' compiler (inferlab.kernels); the timing clocks do not use it
+        "triton": _version("triton"),
     }
 
 
@@ -280,3 +348,18 @@ def hardware(env: dict) -> dict:
     build, host, cuda = env.get("build") or {}, env.get("host") or {}, env.get("cuda") or {}
     return {"cpu_model": host.get("cpu_model"), "cpu_capability": build.get("cpu_capability"),
             "gpu": cuda.get("device_name")}
+
+
+def _main() -> int:
+    """The setup check: print the device and machine id, or why the GPU here is unusable."""
+    try:
+        device = default_device()
+    except ValueError as exc:
+        print(f"inferlab: {exc}", file=sys.stderr)
+        return 1
+    print(f"device {device}, machine {machine_id(device)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -72,10 +72,17 @@ def triton_status() -> tuple[bool, str]:
         return False, "triton is not installed (pip install 'inferlab[kernels]')"
     if INTERPRETED:
         return True, f"triton {triton.__version__} interpreter (TRITON_INTERPRET=1), CPU tensors"
-    if torch.cuda.is_available():
-        return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
-    return False, ("needs a CUDA device, or TRITON_INTERPRET=1 set before importing "
-                   "inferlab.kernels to run the interpreter on CPU tensors")
+    if not torch.cuda.is_available():
+        return False, ("needs a CUDA device, or TRITON_INTERPRET=1 set before importing "
+                       "inferlab.kernels to run the interpreter on CPU tensors")
+    try:  # the first use builds Triton's C helper with the system's compiler
+        triton.runtime.driver.active.get_current_device()
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the kernels cannot launch
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return False, (f"triton {triton.__version__} cannot start its CUDA driver here: "
+                       f"{first[:300]} (its C helper needs a C compiler and Python's "
+                       "headers: e.g. apt-get install gcc python3-dev)")
+    return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
 
 
 # --------------------------------------------------------------------------- checks

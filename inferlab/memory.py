@@ -1,5 +1,6 @@
 """The one memory measurement: peak extra bytes of a call, a cap that turns a size that
-does not fit into an ``oom`` result, and what counts as out of memory.
+does not fit into an ``oom`` result (``memory_cap``, and ``capped`` for a call to be
+timed), and what counts as out of memory.
 
 Peak extra memory is what ``fn`` allocated beyond what existed before it (the inputs
 are excluded): on CPU from the profiler's allocation trace, on CUDA from
@@ -143,8 +144,8 @@ def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
     memory the allocator already holds does not: glibc serves allocations below its mmap
     threshold (up to 32 MiB) from freed heap chunks, so a cap is exact only for tensors
     larger than that.
-    CUDA: ``set_per_process_memory_fraction`` of (reserved + cap) / total, set back to 1.0
-    on exit (torch cannot report the fraction that was set before). None = no cap.
+    CUDA: see ``_cuda_cap``. It synchronizes and empties the allocator's cache, so it must
+    not be entered inside a timed call: time ``capped(fn, ...)`` instead. None = no cap.
     """
     check_device(device)
     if cap_bytes is None:
@@ -152,15 +153,69 @@ def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
         return
     _check_count("cap_bytes", cap_bytes, 1)
     if device == "cuda":
-        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        fraction = min(1.0, (torch.cuda.memory_reserved() + cap_bytes) / total)
-        torch.cuda.set_per_process_memory_fraction(fraction)
-        try:
-            yield
-        finally:
-            torch.cuda.set_per_process_memory_fraction(1.0)
+        yield from _cuda_cap(cap_bytes)
         return
     yield from _cpu_address_space_cap(cap_bytes)
+
+
+def _cuda_cap(cap_bytes: int) -> Iterator[None]:
+    """The caching allocator (c10/cuda/CUDACachingAllocator.cpp) serves a request from a
+    cached free block without any check, and refuses a new segment only when reserved
+    memory plus its size would pass ``fraction x total``. So: empty the cache first (no
+    cached block can slip past the cap), set the fraction to (bytes in use + cap) / total
+    (reserved memory is in-use memory then, up to the free space of live segments), and
+    on exit set it back to 1.0 and empty the cache again, so that blocks freed inside,
+    after an out-of-memory too, go back to the device. Exact to the allocator's rounding
+    (2 MiB; 20 MiB segments for requests of 1-10 MiB).
+    """
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    fraction = min(1.0, (torch.cuda.memory_allocated() + cap_bytes) / total)
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    try:
+        yield
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
+
+
+def capped(fn: Callable[[], object], cap_bytes: int | None,
+           device: str = "cpu") -> Callable[[], object]:
+    """``fn`` as a harness should time it under a cap of ``cap_bytes`` (None: ``fn``).
+
+    CPU: every call runs inside ``memory_cap`` (two setrlimit calls: cheap), and only the
+    call, not the harness or the profiler around it (a cap of a few MiB would starve
+    Python itself).
+    CUDA: the cap synchronizes and empties the cache, which must not be timed, and a
+    call's allocations do not change from one call to the next; so ``fn`` runs once under
+    the cap, now. If it fits, ``fn`` itself is returned and timed without a cap; if not,
+    a function that raises that out-of-memory error again, so the harness records
+    ``oom`` without running a case known not to fit.
+    """
+    check_device(device)
+    if cap_bytes is None:
+        return fn
+    if device == "cpu":
+        def under_cap():
+            with memory_cap(cap_bytes, device):
+                return fn()
+        return under_cap
+    try:
+        with memory_cap(cap_bytes, device):
+            fn()
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any other failure recurs in the harness
+        if not is_oom(exc):
+            return fn
+        # Keep the message, not the exception: its traceback holds the case's tensors.
+        message = f"over the {cap_bytes / 2**30:.2f} GiB cap: {str(exc).splitlines()[0]}"
+    else:
+        return fn
+
+    def over_cap():
+        raise torch.OutOfMemoryError(message)
+    return over_cap
 
 
 def _cpu_address_space_cap(cap_bytes: int) -> Iterator[None]:

@@ -8,8 +8,10 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from inferlab.backend_map import MAP_COLUMNS, format_map, map_cases, map_rows
 from inferlab.backends import (
     BACKENDS,
     BackendStatus,
@@ -20,6 +22,7 @@ from inferlab.backends import (
     kernel_that_ran,
     run_sdpa,
 )
+from inferlab.layout import REPO_ROOT
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
@@ -275,3 +278,232 @@ def test_cuda_probe_keeps_pytorch_reasons_and_ops(dtype):
     if dtype == torch.float32 and torch.backends.cuda.is_flash_attention_available():
         # flash takes only fp16/bf16: PyTorch says so, and it is an input limit
         assert not rows["flash"].can_run and rows["flash"].limit_kind == "input"
+
+
+# --------------------------------------------------------------------------- CUDA, on CPU
+# The CUDA checks cannot run here; their failure modes can. PyTorch's CUDA dispatcher
+# (select_sdp_backend in sdp_utils.cpp) and the pybind11 can_use_* checks are replaced by
+# stand-ins that behave as the real ones do: the check's warnings bypass Python's warnings
+# machinery (they are written to fd 2), the dispatcher's reach Python, headed per backend.
+
+FLASH_DTYPE_REASON = ("Expected query, key and value to all be of dtype: {Half, BFloat16}. "
+                      "Got Query dtype: float, Key dtype: float, and Value dtype: float "
+                      "instead.")
+TRIGGERED = " (Triggered internally at /pytorch/aten/src/ATen/native/transformers/cuda/" \
+            "sdp_utils.cpp:512.)"
+
+
+def _pybind_style_check(params, debug=False):
+    """can_use_flash_attention as a plain pybind11 function: TORCH_WARN goes to stderr."""
+    import os
+
+    if debug:
+        os.write(2, f"[W101 12:00:00.000000000 sdp_utils.cpp:512] Warning: "
+                    f"{FLASH_DTYPE_REASON} (function check_dtypes_flash_attention)\n".encode())
+    return False
+
+
+def _cuda_dispatcher(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                     enable_gqa=False):
+    """torch._fused_sdp_choice on CUDA float32 inputs: flash refuses the dtype, the others
+    are disabled by sdpa_kernel; every backend's reasons, headed, then the error."""
+    import warnings
+
+    from torch.nn.attention import SDPBackend
+
+    if torch.backends.cuda.math_sdp_enabled():
+        return SDPBackend.MATH.value
+    if torch.backends.cuda.mem_efficient_sdp_enabled():
+        return SDPBackend.EFFICIENT_ATTENTION.value
+    for message in ("Memory efficient kernel not used because:",
+                    "Memory Efficient attention has been runtime disabled.",
+                    "Flash attention kernel not used because:",
+                    *(["Flash attention has been runtime disabled."]
+                      if not torch.backends.cuda.flash_sdp_enabled() else [FLASH_DTYPE_REASON]),
+                    "cuDNN attention kernel not used because:",
+                    "cuDNN attention has been runtime disabled."):
+        warnings.warn(message + TRIGGERED, UserWarning, stacklevel=2)
+    raise RuntimeError("No available kernel. Aborting execution.")
+
+
+@pytest.fixture
+def as_if_on_cuda(monkeypatch):
+    """Tensors that say they are on CUDA, PyTorch's CUDA checks replaced by stand-ins."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.backends.cuda, "can_use_flash_attention", _pybind_style_check)
+    monkeypatch.setattr(torch.backends.cuda, "can_use_efficient_attention", _pybind_style_check)
+    monkeypatch.setattr(torch.backends.cuda, "can_use_cudnn_attention", _pybind_style_check)
+    monkeypatch.setattr(torch, "_fused_sdp_choice", _cuda_dispatcher)
+
+
+def test_cuda_refusal_keeps_pytorchs_reason_for_that_backend_only(as_if_on_cuda):
+    rows = {r.backend: r for r in availability(*qkv())}
+    flash = rows["flash"]
+    assert (flash.can_run, flash.reason_source) == (False, "pytorch")
+    assert flash.reason == FLASH_DTYPE_REASON, "only flash's section, without the header"
+    assert flash.limit_kind == "input"
+    cudnn = rows["cudnn"]
+    assert (cudnn.can_run, cudnn.reason_source) == (False, "pytorch")
+    assert cudnn.reason == "cuDNN attention has been runtime disabled."
+    assert cudnn.limit_kind is None
+    assert rows["efficient"].can_run and rows["efficient"].reason is None
+    assert rows["math"].can_run and rows["math"].reason is None
+
+
+def test_kernel_that_ran_names_the_sdpa_backend_op_on_every_device():
+    """CUDA's flash SDPA op calls a deeper attention op (aten::_flash_attention_forward);
+    CPU's does not. The rule names the backend's op, the same level on both."""
+    class Event:
+        def __init__(self, name, parent=None):
+            self.name, self.cpu_parent = name, parent
+
+    top = Event("aten::scaled_dot_product_attention")
+    flash = Event("aten::_scaled_dot_product_flash_attention", top)
+    cuda_events = [top, flash, Event("aten::_flash_attention_forward", flash),
+                   Event("aten::empty", flash)]
+    cpu_top = Event("aten::scaled_dot_product_attention")
+    cpu_events = [cpu_top, Event(FLASH_CPU_OP, cpu_top)]
+    from inferlab.kernel_names import _attention_op
+
+    assert _attention_op(cuda_events) == "aten::_scaled_dot_product_flash_attention"
+    assert _attention_op(cpu_events) == FLASH_CPU_OP
+    assert _attention_op([Event("aten::scaled_dot_product_attention")]) == \
+        "aten::scaled_dot_product_attention"
+
+
+# --------------------------------------------------------------------------- options, map
+
+
+def test_cpu_flash_refuses_dropout_with_pytorchs_reason():
+    rows = {r.backend: r for r in availability(*qkv(), dropout_p=0.25)}
+    flash = rows["flash"]
+    assert (flash.can_run, flash.ran, flash.reason_source) == (False, False, "pytorch")
+    assert "dropout" in flash.reason and flash.limit_kind == "input"
+    assert rows["math"].ran and rows["math"].dropout_p == 0.25
+
+
+def test_grouped_heads_and_a_mask_reach_sdpa():
+    q, k, v = qkv(shape=(1, 4, 24, 16))
+    mask = torch.ones(24, 24, dtype=torch.bool).tril()
+    rows = {r.backend: r for r in availability(q, k[:, :2], v[:, :2], enable_gqa=True,
+                                               attn_mask=mask)}
+    math_row = rows["math"]
+    assert math_row.ran and (math_row.kv_heads, math_row.enable_gqa) == (2, True)
+    assert math_row.mask == "bool"
+    expected = F.scaled_dot_product_attention(
+        q, k[:, :2].repeat_interleave(2, dim=1), v[:, :2].repeat_interleave(2, dim=1),
+        attn_mask=mask)
+    got = run_sdpa(q, k[:, :2], v[:, :2], "math", enable_gqa=True, attn_mask=mask)
+    torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize(("options", "argument"), [
+    ({"dropout_p": 1.0}, "dropout_p="), ({"dropout_p": -0.1}, "dropout_p="),
+    ({"dropout_p": True}, "dropout_p="), ({"attn_mask": "causal"}, "attn_mask"),
+    ({"enable_gqa": 1}, "enable_gqa="),
+])
+def test_sdpa_options_reject_bad_values(options, argument):
+    with pytest.raises(ValueError, match=argument):
+        availability(*qkv(), **options)
+
+
+def test_map_cases_name_each_head_dim_and_feature():
+    cases = map_cases((32, 80), d=64, heads=12, gqa_groups=4, dropout_p=0.1)
+    assert [c.name for c in cases] == ["d=32", "d=80", "causal", "gqa 12:3", "bool mask",
+                                       "dropout 0.1"]
+    assert [c.d for c in cases] == [32, 80, 64, 64, 64, 64]
+    assert cases[3].kv_heads == 3 and cases[2].causal and cases[4].mask
+    with pytest.raises(ValueError, match="gqa_groups=5"):
+        map_cases((32,), d=64, heads=12, gqa_groups=5, dropout_p=0.1)
+
+
+@pytest.fixture(scope="module")
+def map_table() -> list[dict]:
+    cases = map_cases((16, 24), d=16, heads=4, gqa_groups=2, dropout_p=0.5)
+    return map_rows(cases, (torch.float32, torch.bfloat16), heads=4, tokens=32, device="cpu",
+                    seed=0)
+
+
+def test_map_rows_are_the_probe_json_backend_map(map_table):
+    schema = json.loads((REPO_ROOT / "schemas" / "probe.schema.json").read_text())
+    assert list(MAP_COLUMNS) == schema["properties"]["backend_map"]["items"]["required"]
+    assert all(list(row) == list(MAP_COLUMNS) for row in map_table)
+    assert len(map_table) == 6 * 2 * len(BACKENDS)
+    assert json.loads(json.dumps(map_table)) == map_table
+
+
+def test_map_rows_on_this_cpu(map_table):
+    cell = {(r["case"], r["dtype"], r["backend"]): r for r in map_table}
+    gqa = cell[("gqa 4:2", "float32", "math")]
+    assert gqa["ran"] and (gqa["heads"], gqa["kv_heads"]) == (4, 2)
+    assert cell[("bool mask", "bfloat16", "math")]["mask"] == "bool"
+    dropout = cell[("dropout 0.5", "float32", "flash")]
+    assert not dropout["ran"] and dropout["limit_kind"] == "input"
+    assert "dropout" in dropout["reason"] and dropout["reason_source"] == "pytorch"
+    assert all(r["ran"] for r in map_table if r["backend"] == "math")
+    assert cell[("d=24", "float32", "flash")]["d"] == 24
+
+
+def test_format_map_is_a_grid_of_cases_by_backends(map_table):
+    lines = format_map(map_table).splitlines()
+    assert lines[0].split() == ["case", "dtype", *BACKENDS]
+    assert len(lines) == 1 + 6 * 2
+    dropout = next(line for line in lines if line.startswith("dropout 0.5  float32"))
+    assert "refused (input)" in dropout and dropout.rstrip().endswith("ran")
+    with pytest.raises(ValueError, match="rows is empty"):
+        format_map([])
+
+
+def test_probe_stage_writes_the_map_and_the_timing_method(tmp_path):
+    from inferlab import artifacts
+    from inferlab.config import effective_config, load_config
+    from inferlab.runner import StageContext
+    from inferlab.stages import probe
+
+    raw = load_config([REPO_ROOT / "profiles" / "smoke.yaml"], [
+        "device=cpu", "probe.map={tokens: 16, heads: 2, d: 8, head_dims: [8, 16], "
+        "gqa_groups: 2, dropout_p: 0.5, dtypes: [float32]}"])
+    params = probe.Params.from_config(effective_config(raw, "probe", "cpu"))
+    ctx = StageContext("probe", tmp_path, "test-probe", "cpu", 1, 0, {}, lambda line: None)
+    content = probe.run(params, ctx)
+    assert artifacts.decode("probe", artifacts.encode("probe", content)) == content
+    assert {r["case"] for r in content["backend_map"]} == {
+        "d=8", "d=16", "causal", "gqa 2:1", "bool mask", "dropout 0.5"}
+    methods = {t["method"] for t in content["ceilings"]["timings"].values()}
+    assert methods == {content["ceilings"]["method"]}
+
+
+@requires_cuda
+def test_cuda_map_refusals_carry_pytorchs_reasons():
+    cases = map_cases((64, 256), d=64, heads=4, gqa_groups=2, dropout_p=0.1)
+    rows = map_rows(cases, (torch.float16, torch.float32), heads=4, tokens=128,
+                    device="cuda", seed=0)
+    cell = {(r["case"], r["dtype"], r["backend"]): r for r in rows}
+    assert cell[("d=64", "float16", "math")]["ran"]
+    for row in rows:
+        if row["backend"] != "math" and row["can_run"] is False:
+            # item 1 of issue 13: on CUDA every refusal has PyTorch's own words
+            assert row["reason_source"] == "pytorch" and row["reason"], row
+    if torch.backends.cuda.is_flash_attention_available():
+        assert cell[("d=64", "float16", "flash")]["ran"]
+        fp32 = cell[("d=64", "float32", "flash")]
+        assert not fp32["can_run"] and fp32["limit_kind"] == "input"
+        mask = cell[("bool mask", "float16", "flash")]
+        assert not mask["can_run"] and mask["limit_kind"] == "input" and "mask" in mask["reason"]
+
+
+def test_probe_json_of_before_the_map_still_reads():
+    """A probe.json written before the map (committed evidence, other machines') is valid:
+    readers say the map was not probed rather than refuse the file."""
+    from inferlab import artifacts
+
+    old = {"environment": {"device": "cpu"}, "availability": [
+        {"dtype": "float32", "causal": False, "T": 8, "heads": 1, "d": 8, "backend": "math",
+         "can_run": True, "ran": True, "reason": None, "reason_source": "pytorch",
+         "limit_kind": None, "op": None, "error": None}],
+        "ceilings": {"copy_gbs": 1.0, "matmul_gflops": {"float32": 1.0}, "copy_bytes": 1,
+                     "matmul_size": 16, "method": "torch.utils.benchmark.Timer",
+                     "timings": {"copy": {"median_ms": 1.0, "iqr_ms": 0.0, "n_timings": 1,
+                                          "round_spread": 0.0, "noisy": False,
+                                          "status": "ok"}}}}
+    assert artifacts.decode("probe", artifacts.encode("probe", old)) == old

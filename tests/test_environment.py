@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,14 +15,14 @@ import torch
 
 from inferlab import environment
 from inferlab.environment import default_device, fingerprint, machine_id, slug_machine
-from inferlab.layout import check_machine
+from inferlab.layout import REPO_ROOT, check_machine
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
 TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "notes"}
 BUILD_KEYS = {"torch", "torch_git_version", "torch_cuda", "torch_hip", "cuda_built",
               "cudnn_version", "flash_attention_compiled", "mem_efficient_attention_compiled",
-              "mkldnn_available", "cpu_capability", "blas_info", "lapack_info"}
+              "mkldnn_available", "cpu_capability", "blas_info", "lapack_info", "triton"}
 HOST_KEYS = {"python", "python_implementation", "platform", "machine", "cpu_model",
              "logical_cpus", "cpus_available", "torch_threads", "torch_interop_threads",
              "parallel_info", "numpy"}
@@ -170,3 +173,131 @@ def test_cuda_fingerprint_and_machine_id():
 def test_cuda_fingerprint_refused_without_cuda():
     with pytest.raises(ValueError, match="device='cuda'"):
         fingerprint("cuda")
+
+
+# --------------------------------------------------------------------------- GPU, on CPU
+
+FAKE_SMI = """#!/bin/sh
+# nvidia-smi as an H200 machine's driver 550 answers it
+case "$*" in
+  *--query-gpu=name,driver_version*) echo "NVIDIA H200, 550.54.15" ;;
+  *--query-gpu=driver_version*) echo "550.54.15" ;;
+  *-L*) echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *) echo "| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |" ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path, monkeypatch):
+    """An nvidia-smi on the PATH that reports an H200, on this machine's torch."""
+    exe = tmp_path / "bin" / "nvidia-smi"
+    exe.parent.mkdir()
+    exe.write_text(FAKE_SMI)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    return exe
+
+
+def test_machine_id_names_the_one_gpu_used_not_all_visible(monkeypatch):
+    monkeypatch.setattr(environment, "_torch_sees_cuda", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: "NVIDIA H200")
+    assert machine_id("cuda") == "cuda-nvidia-h200"
+    assert machine_id("cuda:0") == "cuda-nvidia-h200"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+def test_gpu_that_torch_cannot_see_stops_the_run(fake_nvidia_smi):
+    with pytest.raises(ValueError) as info:
+        default_device()
+    message = str(info.value)
+    assert "NVIDIA H200" in message and torch.__version__ in message
+    assert "CUDA 12.4" in message, "the driver's CUDA version, to pick a torch build by"
+    assert "device=cpu" in message and "make setup" in message, "how to fix it, both ways"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+def test_config_auto_device_stops_too(fake_nvidia_smi):
+    from inferlab.config import resolve_device
+
+    with pytest.raises(ValueError, match="NVIDIA H200"):
+        resolve_device({"device": "auto"})
+    assert resolve_device({"device": "cpu"}) == "cpu", "the CPU grid on purpose still runs"
+
+
+def _check_command(env: dict) -> subprocess.CompletedProcess:
+    """The setup check the Makefile runs after installing torch."""
+    return subprocess.run([sys.executable, "-m", "inferlab.environment"], cwd=REPO_ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+def test_setup_check_fails_with_a_fake_gpu_and_passes_without(fake_nvidia_smi):
+    failed = _check_command(dict(os.environ))
+    assert failed.returncode == 1
+    assert "NVIDIA H200" in failed.stderr and "make setup" in failed.stderr
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if p != str(fake_nvidia_smi.parent))
+    passed = _check_command({**os.environ, "PATH": path})
+    if shutil.which("nvidia-smi", path=path) is None:
+        assert passed.returncode == 0, passed.stderr
+        assert passed.stdout.startswith("device cpu, machine cpu-")
+
+
+def test_makefile_pins_torch_on_a_gpu_machine_too(fake_nvidia_smi):
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run([make, "-n", "-B", "setup", "VENV=/nonexistent-venv"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    install = [line for line in out.stdout.splitlines()
+               if "pip install" in line and "torch" in line]
+    assert install and all("torch==2.13.0" in line for line in install), out.stdout
+    assert "inferlab.environment" in out.stdout, "setup checks that torch sees the GPU"
+
+
+def test_fingerprint_records_triton(cpu_facts):
+    from importlib import metadata
+
+    try:
+        expected = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        expected = None
+    assert cpu_facts["build"]["triton"] == expected
+
+
+def _gpu_check(tmp_path, path: str) -> subprocess.CompletedProcess:
+    """scripts/gpu-check.sh as a person starts it (no GPU_CHECK_* settings inherited)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
+    env.update(PATH=path, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu-check.sh")], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None or torch.cuda.is_available(),
+                    reason="checks the refusal on a machine without a GPU")
+def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
+    done = _gpu_check(tmp_path, os.environ["PATH"])
+    assert done.returncode == 2
+    assert "no NVIDIA driver here" in done.stderr and "nothing was run" in done.stderr
+    assert (tmp_path / "out" / "steps.txt").read_text() == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+def test_gpu_check_refuses_a_gpu_that_torch_cannot_see(tmp_path, fake_nvidia_smi):
+    done = _gpu_check(tmp_path, os.environ["PATH"])
+    assert done.returncode == 2
+    assert "nothing was run" in done.stderr
+    assert "NVIDIA H200" in done.stderr and "make setup" in done.stderr
+    assert (tmp_path / "out" / "steps.txt").read_text() == ""
+
+
+def test_book_profile_forces_cuda_and_keeps_the_book_grid():
+    from inferlab.config import load_config, resolve_grid
+
+    raw = load_config([REPO_ROOT / "profiles" / "book.yaml"])
+    assert raw["device"] == "cuda"
+    # the same effective configs as config.yaml's on a GPU: results/{machine}/, no @grid
+    assert resolve_grid(raw, "cuda") is None

@@ -339,6 +339,25 @@ def test_compiled_mode_without_cuda_says_why(monkeypatch):
     assert available is False and "needs a CUDA device" in reason
 
 
+class _BrokenDriver:
+    """triton.runtime.driver where Triton 3.9 cannot build its C helper (cuda_utils)."""
+
+    @property
+    def active(self):
+        raise RuntimeError("Failed to compile cuda_utils.c: fatal error: Python.h: No such "
+                           "file or directory")
+
+
+def test_cuda_without_a_working_triton_driver_says_why(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    module = _fresh_kernels_module(monkeypatch, "kernels_broken_driver")
+    monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(module.triton.runtime, "driver", _BrokenDriver())
+    available, reason = module.triton_status()
+    assert available is False
+    assert "Python.h" in reason and "python3-dev" in reason
+
+
 
 # ---------------------------------------------------------------- the compiled path
 

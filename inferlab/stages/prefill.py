@@ -23,14 +23,8 @@ from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import kernel_that_ran, sdpa_cases
 from inferlab.measure import paired_ratio, time_interleaved
-from inferlab.memory import is_oom, memory_cap, peak_extra_bytes
-from inferlab.stages.common import (
-    TimingParams,
-    harness_progress,
-    random_qkv,
-    ratio,
-    tuples,
-)
+from inferlab.memory import capped, is_oom, peak_extra_bytes
+from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
 
 GIB = 1 << 30
 TRITON_BLOCK_N = 64
@@ -96,18 +90,6 @@ def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
     return cases, meta, [{**row, "causal": causal} for row in refused]
 
 
-def _capped(fn, cap_bytes: int | None, device: str):
-    """``fn`` run under ``measure.memory_cap``: only the attention call is capped, not the
-    harness or the profiler around it (a cap of a few MiB would starve Python itself)."""
-    if cap_bytes is None:
-        return fn
-
-    def capped():
-        with memory_cap(cap_bytes, device):
-            return fn()
-    return capped
-
-
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
     """Peak extra memory and the kernel that ran; status 'oom' if either ran out."""
     try:
@@ -133,7 +115,7 @@ def point_rows(params: Params, ctx, T: int, dtype: str, matmul_gflops: float | N
     cases, meta, refused = {}, {}, []
     for causal in params.causal:
         more, more_meta, more_refused = _cases(params, q, k, v, causal)
-        cases.update({label: _capped(fn, cap, ctx.device) for label, fn in more.items()})
+        cases.update({label: capped(fn, cap, ctx.device) for label, fn in more.items()})
         meta.update(more_meta)
         refused += more_refused
     pair_with = {label: [f"naive {label.rsplit(' ', 1)[1]}"] for label in cases

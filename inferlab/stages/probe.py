@@ -1,5 +1,9 @@
 """probe -> probe.json: where the work runs, which SDPA backends run here (and why the
-others do not), and the machine's measured ceilings.
+others do not), the backend map, and the machine's measured ceilings.
+
+``availability`` is each backend at the representative shape, per dtype and causal;
+``backend_map`` (``inferlab.backend_map``) is each backend across head dims, grouped
+key/value heads, a mask, dropout and every dtype, at a small shape.
 
 Ceilings are what later stages divide by: a large copy's bandwidth (bytes read plus bytes
 written per second, the decode floor's bandwidth) and a square matmul's rate per dtype
@@ -13,12 +17,26 @@ from dataclasses import dataclass
 
 import torch
 
+from inferlab.backend_map import map_cases, map_rows
 from inferlab.backends import availability
 from inferlab.environment import fingerprint
 from inferlab.measure import time_interleaved
 from inferlab.stages.common import TimingParams, harness_progress, random_qkv, torch_dtype, tuples
 
 MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class MapParams:
+    """The config's ``probe.map``: the backend map's inputs."""
+
+    tokens: int
+    heads: int
+    d: int
+    head_dims: tuple[int, ...]
+    gqa_groups: int
+    dropout_p: float
+    dtypes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -30,12 +48,14 @@ class Params:
     matmul_size: int
     dtypes: tuple[str, ...]
     causal: tuple[bool, ...]
+    map: MapParams
     timing: TimingParams
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
-        probe = {k: tuples(v) for k, v in cfg["probe"].items()}
-        return cls(**probe, timing=TimingParams(**cfg["timing"]))
+        probe = {k: tuples(v) for k, v in cfg["probe"].items() if k != "map"}
+        backend_map = MapParams(**{k: tuples(v) for k, v in cfg["probe"]["map"].items()})
+        return cls(**probe, map=backend_map, timing=TimingParams(**cfg["timing"]))
 
 
 def availability_rows(params: Params, ctx) -> list[dict]:
@@ -48,6 +68,15 @@ def availability_rows(params: Params, ctx) -> list[dict]:
                              ctx.seed)
         rows += [status.as_dict() for status in availability(q, k, v, causal=causal)]
     return rows
+
+
+def backend_map_rows(params: Params, ctx) -> list[dict]:
+    """Every backend over the map's cases (head dims, then causal, GQA, mask, dropout at
+    its head dim d), in each of the map's dtypes."""
+    m = params.map
+    cases = map_cases(m.head_dims, m.d, m.heads, m.gqa_groups, m.dropout_p)
+    return map_rows(cases, tuple(torch_dtype(name) for name in m.dtypes), m.heads,
+                    m.tokens, ctx.device, ctx.seed, progress=ctx.progress)
 
 
 def _ceiling_cases(params: Params, device: str) -> dict:
@@ -65,8 +94,8 @@ def _ceiling_cases(params: Params, device: str) -> dict:
 
 
 def _row(timing) -> dict:
-    """A timing as JSON (NaN, the harness's 'not measured', as None)."""
-    row = {**timing.as_row(), "status": timing.status}
+    """A timing as JSON (NaN, the harness's 'not measured', as None), with its method."""
+    row = {**timing.as_row(), "status": timing.status, "method": timing.method}
     return {k: None if isinstance(v, float) and v != v else v for k, v in row.items()}
 
 
@@ -94,4 +123,4 @@ def ceilings(params: Params, ctx) -> dict:
 
 def run(params: Params, ctx) -> dict:
     return {"environment": fingerprint(ctx.device), "availability": availability_rows(params, ctx),
-            "ceilings": ceilings(params, ctx)}
+            "backend_map": backend_map_rows(params, ctx), "ceilings": ceilings(params, ctx)}

@@ -1,0 +1,184 @@
+"""Tests for inferlab.memory's CUDA memory cap, on CPU, against an allocator-state model.
+
+The cap rests on two rules of PyTorch's CUDA caching allocator (c10/cuda/
+CUDACachingAllocator.cpp): a request that a cached free block can serve is served from
+it without any check, and a new segment is refused when the memory already reserved plus
+its size would pass ``fraction x total``. ``FakeAllocator`` keeps exactly that state and
+stands in for ``torch.cuda``'s memory functions, so the scenarios that broke the cap (a
+cache left by an earlier case, a fraction taken from reserved memory) run here.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from inferlab.memory import capped, is_oom, memory_cap
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                   reason="needs a CUDA device; this machine has none")
+GiB = 1 << 30
+TOTAL = 80 * GiB
+
+
+class FakeAllocator:
+    """Allocated, reserved and cached bytes, and the per-process fraction."""
+
+    def __init__(self, in_use: int = 0, cached: tuple[int, ...] = ()):
+        self.allocated = in_use
+        self.cached = list(cached)          # free blocks held by the cache
+        self.reserved = in_use + sum(cached)
+        self.fraction = 1.0
+        self.fractions_set: list[float] = []
+        self.emptied = 0
+
+    def malloc(self, size: int) -> int:
+        fits = sorted(b for b in self.cached if b >= size)
+        if fits:  # reused without a check against the fraction
+            self.cached.remove(fits[0])
+            self.allocated += fits[0]
+            return fits[0]
+        if self.reserved + size > self.fraction * TOTAL:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate {size / GiB:.2f} GiB. Of the "
+                f"allocated memory {self.allocated / GiB:.2f} GiB is allocated by PyTorch")
+        self.reserved += size
+        self.allocated += size
+        return size
+
+    def free(self, block: int) -> None:
+        self.allocated -= block
+        self.cached.append(block)
+
+    # torch.cuda's functions
+    def memory_allocated(self, device=None) -> int:
+        return self.allocated
+
+    def memory_reserved(self, device=None) -> int:
+        return self.reserved
+
+    def empty_cache(self) -> None:
+        self.emptied += 1
+        self.reserved -= sum(self.cached)
+        self.cached.clear()
+
+    def set_per_process_memory_fraction(self, fraction: float, device=None) -> None:
+        assert 0.0 <= fraction <= 1.0, fraction
+        self.fraction = fraction
+        self.fractions_set.append(fraction)
+
+
+@pytest.fixture
+def allocator(monkeypatch):
+    """A CUDA allocator holding 1 GiB in use and 8 GiB cached by an earlier case."""
+    fake = FakeAllocator(in_use=1 * GiB, cached=(8 * GiB,))
+    for name in ("memory_allocated", "memory_reserved", "empty_cache",
+                 "set_per_process_memory_fraction"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: SimpleNamespace(total_memory=TOTAL))
+    return fake
+
+
+def _work(allocator: FakeAllocator, size: int):
+    """A case that allocates ``size`` bytes and frees them again."""
+    calls = []
+
+    def fn():
+        calls.append(1)
+        allocator.free(allocator.malloc(size))
+    return fn, calls
+
+
+def test_cuda_cap_refuses_what_the_cache_would_have_served(allocator):
+    fn, _ = _work(allocator, 4 * GiB)
+    with pytest.raises(torch.OutOfMemoryError) as info:
+        with memory_cap(2 * GiB, device="cuda"):
+            fn()
+    assert is_oom(info.value)
+
+
+def test_cuda_cap_admits_what_fits(allocator):
+    fn, calls = _work(allocator, 1 * GiB)
+    with memory_cap(2 * GiB, device="cuda"):
+        fn()
+    assert calls == [1]
+
+
+def test_cuda_cap_is_lifted_and_the_cache_emptied_after_an_oom(allocator):
+    fn, _ = _work(allocator, 4 * GiB)
+    with pytest.raises(torch.OutOfMemoryError), memory_cap(2 * GiB, device="cuda"):
+        fn()
+    assert allocator.fraction == 1.0
+    assert allocator.reserved == allocator.allocated == 1 * GiB, "nothing left cached"
+
+
+def test_cuda_cap_fraction_counts_memory_in_use_not_reserved(allocator):
+    with memory_cap(2 * GiB, device="cuda"):
+        assert allocator.fraction * TOTAL == pytest.approx(3 * GiB)
+
+
+def test_cuda_cap_above_the_device_is_no_cap(allocator):
+    with memory_cap(200 * GiB, device="cuda"):
+        assert allocator.fraction == 1.0
+
+
+def test_capped_on_cuda_tries_once_outside_the_timing_and_returns_fn_when_it_fits(allocator):
+    fn, calls = _work(allocator, 1 * GiB)
+    timed = capped(fn, 2 * GiB, device="cuda")
+    assert timed is fn, "a case that fits is timed as it is, with no cap in the timed call"
+    fractions_after_trial = list(allocator.fractions_set)
+    for _ in range(5):
+        timed()
+    assert allocator.fractions_set == fractions_after_trial, "no cap entered while timed"
+    assert len(calls) == 1 + 5
+
+
+def test_capped_on_cuda_turns_a_case_over_the_cap_into_an_oom(allocator):
+    fn, calls = _work(allocator, 4 * GiB)
+    timed = capped(fn, 2 * GiB, device="cuda")
+    with pytest.raises(torch.OutOfMemoryError, match="2.00 GiB cap") as info:
+        timed()
+    assert is_oom(info.value)
+    assert calls == [1], "the case is not run again once it is known not to fit"
+    assert allocator.fraction == 1.0
+
+
+def test_capped_without_a_cap_is_fn(allocator):
+    fn, _ = _work(allocator, 1 * GiB)
+    assert capped(fn, None, device="cuda") is fn
+    assert capped(fn, None, device="cpu") is fn
+
+
+def test_capped_on_cpu_caps_every_call():
+    MiB = 1 << 20
+
+    def big():
+        torch.empty(256 * MiB, dtype=torch.uint8).fill_(1)
+
+    timed = capped(big, 64 * MiB, device="cpu")
+    for _ in range(2):
+        with pytest.raises(Exception) as info:
+            timed()
+        assert is_oom(info.value)
+    big()  # and no cap outside the timed calls
+
+
+@pytest.mark.parametrize("device", ["tpu", "CUDA"])
+def test_capped_rejects_an_unknown_device(device):
+    with pytest.raises(ValueError, match="device="):
+        capped(lambda: None, 1, device=device)
+
+
+@requires_cuda
+def test_real_cuda_cap_after_a_cached_block():
+    block = torch.empty(2 * GiB, dtype=torch.uint8, device="cuda")
+    del block  # 2 GiB now cached by the allocator
+    fn = lambda: torch.empty(1 * GiB, dtype=torch.uint8, device="cuda")  # noqa: E731
+    with pytest.raises(torch.OutOfMemoryError), memory_cap(256 << 20, device="cuda"):
+        fn()
+    assert capped(fn, 2 * GiB, device="cuda") is fn
