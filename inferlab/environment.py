@@ -167,6 +167,39 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+# Vector ISA levels that change what a CPU computes fast, best first: (name, flags needed).
+# torch dispatches its CPU kernels by AVX2 / AVX512 (f, bw, vl, dq); bf16 matmuls take a
+# fast path only with AVX512-BF16 or AMX (without it, bf16 naive attention ran ~12x slower
+# than fp32 on an AVX2 EPYC; with it, faster than fp32 on an AVX512-BF16 one).
+_ISA_LEVELS = (("amx", {"amx_bf16", "amx_tile"}),
+               ("avx512bf16", {"avx512_bf16", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+               ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+               ("avx2", {"avx2", "fma"}))
+
+
+def cpu_isa(flags: set[str]) -> str | None:
+    """The best ISA level of ``_ISA_LEVELS`` whose flags are all present, else None."""
+    return next((name for name, needed in _ISA_LEVELS if needed <= flags), None)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass  # not Linux: no flags known
+    return set()
+
+
+def _cpu_name() -> str:
+    """The CPU's model and its ISA level: two EPYCs that both say "AMD EPYC" in a VM but
+    differ in AVX512-BF16 are different machines for this project's numbers."""
+    isa = cpu_isa(_cpu_flags())
+    return f"{_cpu_model()} {isa}" if isa else _cpu_model()
+
+
 def _cpus_available() -> int:
     # The CPUs this process may run on (a container or taskset may allow fewer than exist).
     if hasattr(os, "sched_getaffinity"):
@@ -183,7 +216,7 @@ def machine_id(device: str) -> str:
         # The stages use this one device, however many are visible: the id names it alone.
         index = torch.device(device).index or 0
         return slug_machine("cuda", torch.cuda.get_device_name(index), 1)
-    return slug_machine("cpu", _cpu_model(), _cpus_available())
+    return slug_machine("cpu", _cpu_name(), _cpus_available())
 
 
 def _nvidia_driver() -> str | None:

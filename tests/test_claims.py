@@ -51,7 +51,9 @@ def probe_json(device: str, availability: list[dict]) -> dict:
     return {"environment": {"device": device},
             "availability": [{**row, **a} for a in availability],
             "ceilings": {"copy_gbs": 300.0, "matmul_gflops": {"float16": 1000.0},
-                         "copy_bytes": 1 << 20, "matmul_size": 1024, "method": "synthetic",
+                         "copy_bytes": 1 << 20, "matmul_sizes": [1024],
+                         "matmul_gflops_by_size": {"float16": {"1024": 1000.0}},
+                         "method": "synthetic",
                          "timings": {}}}
 
 

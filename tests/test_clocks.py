@@ -124,14 +124,14 @@ def test_gpu_clock_sets_and_restores_threads(gpu):
 def test_harness_on_gpu_clock_records_the_method_and_the_calls(gpu):
     calls = []
     timings = time_interleaved({"a": lambda: calls.append(gpu.call())}, device="cuda",
-                               threads=1, rounds=2, timings_per_round=2, warmup=1,
+                               threads=1, min_rounds=6, max_rounds=6, warmup=1,
                                min_run_s=0.0)
     timing = timings["a"]
     assert timing.status == "ok"
     assert timing.median_ms == pytest.approx(CALL_MS)
     assert "L2 flushed" in timing.method
-    # one warm-up call and one call per timing: min_run_s=0 asks for no more
-    assert len(calls) == 1 + 2 * 2
+    # one warm-up call and one call per round: min_run_s=0 asks for no more
+    assert len(calls) == 1 + 6
 
 
 def test_cpu_clock_makes_exactly_the_calls_asked():

@@ -71,10 +71,22 @@ def test_slug_machine_rejects_bad_input_naming_the_argument(args, argument):
         slug_machine(*args)
 
 
+@pytest.mark.parametrize(("flags", "level"), [
+    ({"avx2", "fma"}, "avx2"),
+    ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, "avx512"),
+    ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16"},
+     "avx512bf16"),
+    ({"avx512f"}, None),  # AVX512F alone is not torch's AVX512 level
+    (set(), None),
+])
+def test_the_cpu_isa_level_names_what_changes_the_numbers(flags, level):
+    assert environment.cpu_isa(flags) == level
+
+
 def test_machine_id_cpu_names_this_cpu_and_its_available_cpus():
     n = len(os.sched_getaffinity(0))
     mid = machine_id("cpu")
-    assert mid == slug_machine("cpu", environment._cpu_model(), n)
+    assert mid == slug_machine("cpu", environment._cpu_name(), n)
     assert mid.startswith("cpu-") and mid.endswith(f"-{n}c")
     assert check_machine(mid) == mid
 

@@ -45,7 +45,7 @@ class Params:
     heads: int
     d: int
     copy_mib: int
-    matmul_size: int
+    matmul_sizes: tuple[int, ...]
     dtypes: tuple[str, ...]
     causal: tuple[bool, ...]
     map: MapParams
@@ -80,16 +80,18 @@ def backend_map_rows(params: Params, ctx) -> list[dict]:
 
 
 def _ceiling_cases(params: Params, device: str) -> dict:
-    """{label: fn}: one large copy and one n x n matmul per dtype, outputs preallocated."""
+    """{label: fn}: one large copy and an n x n matmul per size and dtype, outputs
+    preallocated."""
     gen = torch.Generator(device="cpu").manual_seed(0)
     src = torch.rand(params.copy_mib * MIB // 4, generator=gen).to(device)
     dst = torch.empty_like(src)
     cases = {"copy": lambda: dst.copy_(src)}
-    n = params.matmul_size
-    for dtype in params.dtypes:
-        a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype)) for _ in "ab")
-        c = torch.empty_like(a)
-        cases[f"matmul {dtype}"] = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
+    for n in params.matmul_sizes:
+        for dtype in params.dtypes:
+            a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype))
+                    for _ in "ab")
+            c = torch.empty_like(a)
+            cases[f"matmul {dtype} {n}"] = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
     return cases
 
 
@@ -100,22 +102,35 @@ def _row(timing) -> dict:
 
 
 def ceilings(params: Params, ctx) -> dict:
-    """Copy bandwidth (GB/s) and matmul rate per dtype (GFLOP/s); None where it failed."""
+    """Copy bandwidth (GB/s) and the matmul ceiling per dtype (GFLOP/s); None where it failed.
+
+    A ceiling is the best the machine reaches: the best rate over the matmul sizes (large
+    enough to saturate), and for a dtype the fp32 rate when that is higher, since kernels
+    may compute that dtype in fp32 (PyTorch's CPU flash kernel does with bf16): without
+    AVX512-BF16 a bf16 matmul runs at ~1 GFLOP/s while the flash kernel computes at the
+    fp32 rate, which a bf16-only "ceiling" would put at 100x its ceiling.
+    """
     cases = _ceiling_cases(params, ctx.device)
     progress = harness_progress(ctx, 1, 1, "ceilings")
     timings = time_interleaved(cases, progress=progress, **params.timing.options(ctx))
     copy_bytes = params.copy_mib * MIB
-    n = params.matmul_size
 
     def rate(label: str, amount: float) -> float | None:
         t = timings[label]
         return amount / (t.median_ms * 1e-3) / 1e9 if t.status == "ok" else None
 
+    by_size = {dtype: {str(n): rate(f"matmul {dtype} {n}", 2 * n**3)
+                       for n in params.matmul_sizes} for dtype in params.dtypes}
+    own = {dtype: max((r for r in rates.values() if r is not None), default=None)
+           for dtype, rates in by_size.items()}
+    fp32 = own.get("float32")
     return {
         "copy_gbs": rate("copy", 2 * copy_bytes),  # a copy reads and writes every byte
-        "matmul_gflops": {dtype: rate(f"matmul {dtype}", 2 * n**3) for dtype in params.dtypes},
+        "matmul_gflops": {d: max((r for r in (r_own, fp32) if r is not None), default=None)
+                          for d, r_own in own.items()},
+        "matmul_gflops_by_size": by_size,
         "copy_bytes": copy_bytes,
-        "matmul_size": n,
+        "matmul_sizes": list(params.matmul_sizes),
         "method": next(iter(timings.values())).method,
         "timings": {label: _row(t) for label, t in timings.items()},
     }
