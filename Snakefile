@@ -22,6 +22,10 @@ include: "rules/stages.smk"
 include: "rules/report.smk"
 
 
+# Every stage's artifact is a target, not only the report: Snakemake does not rerun a job
+# for a missing intermediate file while its downstream outputs exist, so an artifact
+# deleted by an interrupted forced run would otherwise stay missing ("Nothing to be done").
 rule all:
     input:
         layout.report_path(".").as_posix(),
+        [artifact(name) for name in STAGES],

@@ -17,6 +17,19 @@ GRID = resolve_grid(config, DEVICE)
 # book grid): rules name this one folder, never a wildcard, so a run can never write into
 # another machine's or another grid's folder.
 KEY = layout.results_key(MACHINE, GRID)
+
+
+onstart:
+    # On a cluster every job reads this file again on its own node, and only what was
+    # given at submission (--config, --configfile) reaches it: an id detected there could
+    # differ from the one this process planned the paths with (docs/slurm.md).
+    if workflow.non_local_exec and config["machine"] == "auto":
+        raise WorkflowError(
+            f"a run through --executor {workflow.executor_plugin.name} needs the machine id "
+            f"fixed at submission, e.g. --config machine={MACHINE} (the id detected here; "
+            "give the compute nodes' id if they differ from this host)"
+        )
+
 # torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
 # lowers to --cores (so --cores 1 means one thread); a cluster profile sets its own.
 THREADS = config["threads"] if config["threads"] != "auto" else available_cpus()
