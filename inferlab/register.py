@@ -11,9 +11,10 @@ so editing the last line and recomputing its hash is still caught.
 
 The chain's head is anchored outside it, in git (``anchor``): the register committed at
 HEAD must be a prefix of the working one, so deleting committed entries (a tail with a
-matching rollback of results/) or rewriting them shows. Entries appended since the
-last commit have no anchor yet: a consistent forged entry there looks like a run made
-here, which is why ``inferlab adopt`` trusts only committed entries.
+matching rollback of results/) or rewriting them shows, and nothing is appended to
+such a register. Entries appended since the last commit have no anchor yet: a
+consistent forged entry there looks like a run made here, which is why ``inferlab
+adopt`` trusts only committed entries.
 
 Appends take an exclusive ``flock`` on ``evidence/{key}/.lock``, so two stages of one
 machine running in parallel (``snakemake --cores 2``) cannot fork the chain. Each line
@@ -199,19 +200,16 @@ class Register:
         """
         with self._locked():
             tail = self.torn_tail()
-            if not tail:
+            if tail and _is_whole_entry(tail):
+                durable_append(self.path, b"\n")
                 return b""
-            fd = os.open(self.path, os.O_RDWR)
-            try:
-                if _is_whole_entry(tail):
-                    os.lseek(fd, 0, os.SEEK_END)
-                    os.write(fd, b"\n")
-                    tail = b""
-                else:
+            if tail:
+                fd = os.open(self.path, os.O_RDWR)
+                try:
                     os.ftruncate(fd, os.fstat(fd).st_size - len(tail))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         return tail
 
     def append(self, stage: str, path: str, sha256: str, sidecar_sha256: str,
@@ -231,6 +229,8 @@ class Register:
                                  "retain the file before registering it")
         with self._locked():
             entries = self.entries()
+            for problem in self.anchor().problems:  # never extend a rewritten history
+                raise ValueError(f"refusing to append to {self.path}: {problem.message}")
             entry = {
                 "seq": len(entries),
                 "stage": stage,

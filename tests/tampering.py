@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab import layout
+from inferlab.files import canonical_json
 from inferlab.provenance import sidecar_bytes
-from inferlab.register import Register
+from inferlab.register import Register, entry_hash
 
 
 def rollback_results(root: Path, key: str, stage: str, version: int) -> None:
@@ -32,14 +33,22 @@ def delete_tail(root: Path, key: str, n: int) -> None:
 
 def forge(root: Path, key: str, stage: str, content: bytes,
           provenance: dict | None = None) -> dict:
-    """Append a consistent entry for a forged artifact: retained copies, results files, a
-    correctly chained line with the latest version's provenance. ``provenance`` (if
-    given) goes into the entry but not into the sidecar."""
+    """Append, by hand, a consistent entry for a forged artifact: retained copies, results
+    files, a correctly hashed and chained line with the latest version's provenance.
+    ``provenance`` (if given) goes into the entry but not into the sidecar."""
     register = Register(root, key)
+    entries = register.entries()
     latest = register.latest(stage)
     artifact = layout.artifact_path(root, key, stage)
     sidecar = sidecar_bytes(stage, artifact.name, content, latest["provenance"])
     artifact.write_bytes(content)
     layout.sidecar_path(artifact).write_bytes(sidecar)
-    return register.append(stage, latest["path"], register.retain(content),
-                           register.retain(sidecar), provenance or latest["provenance"])
+    entry = {"seq": len(entries), "stage": stage, "version": latest["version"] + 1,
+             "path": latest["path"], "sha256": register.retain(content),
+             "sidecar_sha256": register.retain(sidecar),
+             "provenance": provenance or latest["provenance"],
+             "prev_hash": entries[-1]["entry_hash"]}
+    entry["entry_hash"] = entry_hash(entry)
+    with open(register.path, "ab") as f:
+        f.write(canonical_json(entry) + b"\n")
+    return entry
