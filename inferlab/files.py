@@ -29,6 +29,8 @@ from inferlab import layout
 
 TMP_SUFFIX = ".tmp"
 BACKUP_SUFFIX = ".bak"
+# file systems without hard links (FAT, some network mounts) say so with these
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -161,16 +163,25 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
     Each existing file gets a hard link (a second name for the same bytes, so it needs no
     free space: a full disk cannot stop the restore); on failure the link is renamed back
     over the file, and a file that did not exist is removed. Links a killed process left
-    behind are removed on the next call.
+    behind are removed on the next call. Where the file system has no hard links the
+    old file cannot be kept: a failed block then leaves the new one (unregistered, which
+    ``inferlab verify`` reports).
     """
+    paths = [Path(p) for p in paths]
+    new = [p for p in paths if not p.is_file()]
     backups: dict[Path, Path] = {}
     try:
-        for path in map(Path, paths):
+        for path in paths:
             for stale in path.parent.glob(f".{path.name}.*{BACKUP_SUFFIX}"):
                 stale.unlink(missing_ok=True)
             if path.is_file():
                 backup = path.with_name(f".{path.name}.{os.getpid()}{BACKUP_SUFFIX}")
-                os.link(path, backup)  # a full disk may refuse even a name
+                try:
+                    os.link(path, backup)  # a full disk may refuse even a name
+                except OSError as exc:
+                    if exc.errno not in NO_HARD_LINKS:
+                        raise
+                    continue  # no backup: a failed write leaves the new file, unregistered
                 backups[path] = backup
     except BaseException:
         for backup in backups.values():
@@ -179,12 +190,11 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for path in map(Path, paths):
-            if path in backups:
-                os.replace(backups[path], path)
-                backups[path].unlink(missing_ok=True)  # rename does nothing if still linked
-            else:
-                path.unlink(missing_ok=True)
+        for path, backup in backups.items():
+            os.replace(backup, path)
+            backup.unlink(missing_ok=True)  # rename does nothing if both name one file
+        for path in new:
+            path.unlink(missing_ok=True)
         raise
     for backup in backups.values():
         backup.unlink()

@@ -131,6 +131,23 @@ def test_a_short_register_write_is_undone(tmp_path, monkeypatch, short):
     assert Register(tmp_path, MACHINE).verify() == []
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_a_failed_group_of_writes_is_undone(tmp_path, monkeypatch, hard_links):
+    old, new = tmp_path / "old.csv", tmp_path / "new.csv"
+    old.write_bytes(b"old\n")
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    if not hard_links:  # e.g. a FAT drive: the old file cannot be kept, and is not lost
+        monkeypatch.setattr(files.os, "link", no_link)
+    with pytest.raises(OSError, match="disk full"), files.restored_on_failure([old, new]):
+        files.atomic_write(old, b"replaced\n")
+        files.atomic_write(new, b"made\n")
+        raise OSError(errno.ENOSPC, "disk full")
+    assert old.read_bytes() == (b"old\n" if hard_links else b"replaced\n")
+    assert not new.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["old.csv"]
+
+
 # ------------------------------------------------------------------ a torn line
 
 
