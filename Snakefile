@@ -6,6 +6,7 @@
 import json
 import os
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -18,10 +19,28 @@ validate(config, "schemas/config.schema.json", set_default=False)
 
 
 include: "rules/common.smk"
+
+
+onstart:
+    # On a cluster every job reads this file again on its own node, and only what was
+    # given at submission (--config, --configfile) reaches it: an id detected there could
+    # differ from the one this process planned the paths with (docs/slurm.md).
+    if workflow.non_local_exec and config["machine"] == "auto":
+        raise WorkflowError(
+            f"a run through --executor {workflow.executor_plugin.name} needs the machine id "
+            f"fixed at submission, e.g. --config machine={MACHINE} (the id detected here; "
+            "give the compute nodes' id if they differ from this host)"
+        )
+
+
 include: "rules/stages.smk"
 include: "rules/report.smk"
 
 
+# Every stage's artifact is a target, not only the report: Snakemake does not rerun a job
+# for a missing intermediate file while its downstream outputs exist, so an artifact
+# deleted by an interrupted forced run would otherwise stay missing ("Nothing to be done").
 rule all:
     input:
         layout.report_path(".").as_posix(),
+        [artifact(name) for name in STAGES],

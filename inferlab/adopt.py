@@ -2,13 +2,22 @@
 
 A fresh clone has no ``.snakemake/`` metadata and checkout mtimes in no useful order, so
 Snakemake would either redo everything or trust whatever happens to look newer. Adopt
-decides instead, stage by stage in DAG order: a stage is *current* when its artifact and
-sidecar are the register's latest version of it, that entry's own hash is intact, the
-code and effective config it was made with equal today's (the same effective config the
-Snakefile hands the rule), and it was measured on this hardware (CPU model and ISA level,
-or GPU), not merely under this machine id. A current stage's outputs get an mtime newer than their
-inputs and in the past; every other stage, and all downstream of it, an old one, so
-that it reruns.
+decides instead, stage by stage in DAG order. A stage is *current* when
+
+* ``trust.doubt`` finds nothing: the register's chain and its anchor in git are intact,
+  and the artifact and sidecar are its latest version, the sidecar agreeing with it;
+* that version is anchored: it is in the register committed at HEAD (a version made
+  or forged here since the last commit is rerun; outside git nothing can be anchored,
+  which adopt says);
+* the code and effective config it was made with equal today's (the same effective
+  config the Snakefile hands the rule);
+* it was measured on this hardware (CPU model and ISA level, or GPU), not merely under
+  this machine id.
+
+A current stage's outputs get mtimes newer than every code file its rule reads and than
+its upstream outputs, yet in the past (Snakemake stops a run whose outputs look older
+than their inputs, and fails the report on a file from the future); every other stage,
+and all downstream of it, an old one, so that it reruns.
 """
 
 from __future__ import annotations
@@ -20,25 +29,27 @@ from pathlib import Path
 from inferlab import layout
 from inferlab.config import Config, load_config, resolve
 from inferlab.environment import fingerprint, hardware
-from inferlab.files import sha256_file
 from inferlab.pipeline import STAGES, code_files
 from inferlab.provenance import code_hash, config_hash
-from inferlab.register import Register, entry_hash
+from inferlab.register import Register
+from inferlab.trust import doubt
+
+STEP_S = 0.001      # between the stamps of consecutive stages
+MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
 
 
 def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     """None if the committed artifact of stage ``name`` is current, else why it must rerun.
     ``here`` is this machine's ``environment.hardware``: results measured on other
     hardware under the same id are not this machine's."""
-    path = layout.artifact_path(root, config.key, name)
-    sidecar = layout.sidecar_path(path)
-    entry = Register(root, config.key).latest(name)
-    if entry is None or not path.is_file() or not sidecar.is_file():
-        return "no artifact, sidecar or register entry"
-    if entry_hash(entry) != entry["entry_hash"]:
-        return f"its register entry (version {entry['version']}) was edited"
-    if sha256_file(path) != entry["sha256"] or sha256_file(sidecar) != entry["sidecar_sha256"]:
-        return f"{entry['path']} or its sidecar differs from its latest register entry (edited?)"
+    why = doubt(root, config.key, name)
+    if why is not None:
+        return why
+    register = Register(root, config.key)
+    entry, committed = register.latest(name), register.anchor().committed
+    if committed is not None and entry["seq"] >= committed:
+        return (f"version {entry['version']} was registered after the last commit, so git "
+                "does not vouch for it (a run made here, or a forged entry)")
     if code_hash([root / f for f in code_files(name)], root) != \
             entry["provenance"]["code_sha256"]:
         return "its code changed since it was made"
@@ -50,6 +61,19 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     return None
 
 
+def stamps(root: Path, n: int) -> list[float]:
+    """``n`` increasing mtimes after the newest code file of any stage, and before now."""
+    files = {f for name in STAGES for f in code_files(name)}
+    newest = max((root / f).stat().st_mtime for f in files if (root / f).is_file())
+    wait = newest + (n + 1) * STEP_S - time.time()
+    if wait > MAX_WAIT_S:
+        raise ValueError(f"a code file's mtime is {wait:.1f} s in the future (clock skew?): "
+                         "fix the clock or touch the files, then run adopt again")
+    if wait > 0:
+        time.sleep(wait)
+    return [newest + (i + 1) * STEP_S for i in range(n)]
+
+
 def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> int:
     root = Path(root)
     if (root / ".snakemake" / "metadata").is_dir():
@@ -57,14 +81,16 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> i
         return 0
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
     here = hardware(fingerprint(config.device, collect_env=False))
+    if Register(root, config.key).anchor().committed is None:
+        print(f"adopt: {config.key}: its register is not committed in git here, so nothing "
+              "anchors it; adopting what its chain and hashes vouch for")
     stale: set[str] = set()
-    now = time.time()
+    when = stamps(root, len(STAGES))
     for i, name in enumerate(STAGES):
         stale_up = sorted(stale & set(STAGES[name].reads))
         why = (f"upstream {', '.join(stale_up)} reruns" if stale_up
                else why_stale(root, config, name, here))
-        # adopted: newer than the checkout, older than now, in DAG order; stale: 1970
-        stamp = now - (len(STAGES) - i) * 0.01 if why is None else 0
+        stamp = when[i] if why is None else 0  # stale: 1970, older than anything
         path = layout.artifact_path(root, config.key, name)
         for p in (path, layout.sidecar_path(path)):
             if p.is_file():

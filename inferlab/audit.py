@@ -4,7 +4,9 @@
 ``audit`` re-evaluates a claim on each results key, re-hashes the results file, its
 sidecar and the register's retained copy, and prints the provenance that produced the
 artifact (commit, code and config, environment, the command that reproduces it).
-``claims_matrix`` is every claim's recorded verdict per key, from each claims.json.
+``claims_matrix`` is every claim's recorded verdict per key, from each claims.json,
+with the key's grid and whether its evidence still passes ``trust.doubt``; ``integrity``
+is that check for one artifact, as audit and the report show it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from inferlab.files import relative, sha256_file
 from inferlab.formats import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
+from inferlab.trust import doubt
 from inferlab.verdicts import evaluate, evaluate_all
 
 # ---------------------------------------------------------------- evidence
@@ -41,13 +44,34 @@ def recorded_results(root: Path | str, keys: list[str] | None = None) -> dict[st
     for key in layout.keys(root) if keys is None else keys:
         path = layout.artifact_path(root, key, "claims")
         if path.is_file():
-            out[key] = artifacts.read(path, "claims")
+            try:
+                out[key] = artifacts.read(path, "claims")
+            except ValueError as exc:
+                raise ValueError(f"{relative(path, root)}: {exc}; rerun its claims stage") \
+                    from exc
     return out
 
 
+def key_integrity(root: Path | str, key: str) -> dict:
+    """The grid of ``key`` and whether its claims can be trusted now: ``doubts`` lists
+    each of its artifacts (claims.json and what it was computed from) that fails
+    ``trust.doubt``, and a claims.json that names another machine or grid."""
+    machine, grid = layout.split_key(key)
+    doubts = [f"{stage}: {why}" for stage in STAGES
+              if layout.artifact_path(root, key, stage).is_file()
+              and (why := doubt(root, key, stage))]
+    recorded = recorded_results(root, [key]).get(key) or {}
+    if (recorded.get("machine"), recorded.get("grid")) != (machine, grid):
+        doubts.append(f"claims: claims.json says machine {recorded.get('machine')!r}, grid "
+                      f"{recorded.get('grid')!r}, but lies in results/{key}/")
+    return {"machine": machine, "grid": grid or "book", "doubts": doubts}
+
+
 def claims_matrix(root: Path | str, claims_path: Path | str | None = None) -> dict:
-    """{claim id: {key: {verdict, value}}} from every key's claims.json."""
+    """{claim id: {key: {verdict, value, grid, trusted}}} from every key's claims.json;
+    ``trusted`` is False where ``key_integrity`` finds a doubt."""
     recorded = recorded_results(root)
+    checked = {key: key_integrity(root, key) for key in recorded}
     matrix: dict[str, dict] = {}
     for claim in load(claims_path).claims:
         row = matrix.setdefault(claim.id, {})
@@ -55,62 +79,68 @@ def claims_matrix(root: Path | str, claims_path: Path | str | None = None) -> di
             entry = next((c for c in data["claims"] if c["id"] == claim.id), None)
             row[key] = ({"verdict": entry["verdict"], "value": entry.get("value")}
                         if entry else {"verdict": "not evaluated", "value": None})
+            row[key] |= {"grid": checked[key]["grid"], "trusted": not checked[key]["doubts"]}
     return matrix
 
 
 def cli_claims(root: Path | str, as_json: bool = False) -> int:
-    """Print every claim with its verdict per key (from each key's claims.json)."""
+    """Print every claim with its verdict per key (from each key's claims.json), the grid
+    of each key, and a mark on every key whose evidence fails its check now; exit 1 then."""
     matrix = claims_matrix(root)
+    keys = sorted({k for row in matrix.values() for k in row})
+    doubts = {k: key_integrity(root, k)["doubts"] for k in keys}
     if as_json:
         print(json.dumps(matrix, indent=2))
-        return 0
-    keys = sorted({k for row in matrix.values() for k in row})
+        return 1 if any(doubts.values()) else 0
     if not keys:
         print(f"no results/{{key}}/claims.json under {Path(root).resolve()}: run the claims "
               "stage first")
         return 0
-    width = max(22, *(len(k) for k in keys))
-    print("claim   " + "".join(k.ljust(width + 2) for k in keys))
-    for claim_id, row in matrix.items():
-        cells = [f"{row[k]['verdict']} ({format_value(row[k]['value'])})"
-                 if row[k]["value"] is not None else row[k]["verdict"] for k in keys]
-        print(f"{claim_id:<8}" + "".join(c.ljust(width + 2) for c in cells))
-    return 0
+    mark = {k: " !" if doubts[k] else "" for k in keys}
+    lines = [["claim", *(k + mark[k] for k in keys)],
+             ["", *(f"grid {layout.split_key(k)[1] or 'book (config.yaml)'}" for k in keys)]]
+    lines += [[claim_id, *((f"{row[k]['verdict']} ({format_value(row[k]['value'])})"
+                            if row[k]["value"] is not None else row[k]["verdict"]) + mark[k]
+                           for k in keys)] for claim_id, row in matrix.items()]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(keys) + 1)]
+    for line in lines:
+        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    for key in keys:
+        for why in doubts[key]:
+            print(f"! {key}: MISMATCH {why}: its verdicts are not evidence until it is rerun")
+    return 1 if any(doubts.values()) else 0
 
 
 # ---------------------------------------------------------------- integrity
 
 
 def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
-    """Re-hash NOW the results file, its sidecar and the register's retained copy."""
+    """Check NOW the register's chain and anchor, the results file, its sidecar and the
+    register's retained copy (``trust.doubt``); status "sha256 OK", "MISMATCH" or
+    "not run". ``anchored`` says whether git vouches for the version (None: no git)."""
     entry = evidence.entry
     if evidence.sha256_now is None and entry is None:
         return {"status": "not run", "detail": "no artifact and no register entry"}
-    if entry is None:
-        return {"status": "MISMATCH", "detail": "the results file is not in the register"}
-    if evidence.sha256_now is None:
-        return {"status": "MISMATCH", "detail": f"the results file is missing; the register "
-                f"has version {entry.get('version')} of {evidence.stage}"}
-    expected = entry.get("sha256")
+    why = doubt(root, key, evidence.stage)
+    expected = (entry or {}).get("sha256")
     try:
         copy = Register(root, key).copy_path(expected)
-    except ValueError as exc:  # an edited entry whose sha256 is not even a hash
-        return {"status": "MISMATCH", "detail": str(exc)}
+    except ValueError as exc:  # no entry, or an edited one whose sha256 is not even a hash
+        return {"status": "MISMATCH", "detail": why or str(exc), "anchored": None}
     copy_now = sha256_file(copy) if copy.is_file() else None
-    sidecar = layout.sidecar_path(evidence.path)
-    sidecar_now = sha256_file(sidecar) if sidecar.is_file() else None
-    problems = []
-    if evidence.sha256_now != expected:
-        problems.append(f"results file now {evidence.sha256_now}, register says {expected}")
+    problems = [why] if why else []
     if copy_now != expected:
         problems.append(f"retained copy {relative(copy, root)} "
                         f"{'is missing' if copy_now is None else 'now ' + copy_now}")
-    if entry.get("sidecar_sha256") and sidecar_now != entry["sidecar_sha256"]:
-        problems.append(f"sidecar now {sidecar_now}, register says {entry['sidecar_sha256']}")
-    return {"status": "MISMATCH" if problems else "sha256 OK",
-            "detail": "; ".join(problems) or "results file, sidecar and retained copy match",
-            "results_sha256_now": evidence.sha256_now, "retained_copy_sha256_now": copy_now,
-            "retained_copy": relative(copy, root)}
+    committed = Register(root, key).anchor().committed
+    anchored = None if committed is None else entry["seq"] < committed
+    detail = "; ".join(problems) or ("chain, results file, sidecar and retained copy match"
+                                     + {None: " (not anchored: git does not track the register)",
+                                        False: " (not anchored: registered since the last "
+                                               "commit)", True: ""}[anchored])
+    return {"status": "MISMATCH" if problems else "sha256 OK", "detail": detail,
+            "anchored": anchored, "results_sha256_now": evidence.sha256_now,
+            "retained_copy_sha256_now": copy_now, "retained_copy": relative(copy, root)}
 
 
 # ---------------------------------------------------------------- audit

@@ -61,14 +61,14 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from inferlab.register import cli_verify
+    from inferlab.verify import cli_verify
 
-    return cli_verify(root=Path(args.root), key=_one_key_or_all(args))
+    return cli_verify(root=Path(args.root), key=_one_key_or_all(args), fix=args.repair)
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
     from inferlab.pipeline import stage
-    from inferlab.register import cli_history
+    from inferlab.verify import cli_history
 
     if args.stage is not None:
         stage(args.stage)
@@ -135,7 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_adopt)
 
     s = sub.add_parser("verify", parents=[common],
-                       help="re-hash the evidence register(s) and check the chain")
+                       help="re-hash the evidence register(s), check the chain and its "
+                            "anchor in git")
+    s.add_argument("--repair", action="store_true",
+                   help="first remove a torn final register line (an interrupted append), "
+                        "saying what it removes; complete entries are never touched")
     s.set_defaults(func=_cmd_verify)
 
     s = sub.add_parser("history", parents=[common], help="list artifact versions in the register")
@@ -167,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # bad input: a clear message, no traceback
         print(f"inferlab {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # e.g. a full disk: a stage's write was undone (inferlab.files)
+        undone = "; nothing was registered and results/ is as it was" \
+            if args.command == "stage" else ""
+        print(f"inferlab {args.command}: error: {exc}{undone}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

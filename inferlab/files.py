@@ -6,7 +6,9 @@ completes (every byte written, fsynced) or raises and leaves the target as it wa
 
 * ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
 * ``durable_append`` adds one line to an append-only file; if the write is short
-  (a full disk) or fails, the file is truncated back to its old length before raising.
+  (a full disk) or fails, the file is truncated back to its old length before raising;
+* ``restored_on_failure`` guards several such writes that belong together: if the block
+  fails, each file gets its old content back (or is removed if it had none).
 """
 
 from __future__ import annotations
@@ -18,12 +20,17 @@ import math
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from inferlab import layout
 
 TMP_SUFFIX = ".tmp"
+BACKUP_SUFFIX = ".bak"
+# file systems without hard links (FAT, some network mounts) say so with these
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -83,7 +90,11 @@ def _write_all(fd: int, data: bytes, name: str) -> None:
     """os.write until every byte is out; a write that makes no progress is ENOSPC."""
     view, done = memoryview(data), 0
     while done < len(data):
-        n = os.write(fd, view[done:])
+        try:
+            n = os.write(fd, view[done:])
+        except OSError as exc:
+            raise OSError(exc.errno, f"{exc.strerror} writing {name} ({done} of "
+                                     f"{len(data)} bytes written)") from exc
         if n <= 0:
             raise OSError(errno.ENOSPC, f"no progress writing {name} ({done} of "
                                         f"{len(data)} bytes written)")
@@ -143,6 +154,50 @@ def durable_append(path: Path, line: bytes) -> None:
             raise
     finally:
         os.close(fd)
+
+
+@contextmanager
+def restored_on_failure(paths: list[Path]) -> Iterator[None]:
+    """Files replaced inside the block keep their old content if the block raises.
+
+    Each existing file gets a hard link (a second name for the same bytes, so it needs no
+    free space: a full disk cannot stop the restore); on failure the link is renamed back
+    over the file, and a file that did not exist is removed. Links a killed process left
+    behind are removed on the next call. Where the file system has no hard links the
+    old file cannot be kept: a failed block then leaves the new one (unregistered, which
+    ``inferlab verify`` reports).
+    """
+    paths = [Path(p) for p in paths]
+    new = [p for p in paths if not p.is_file()]
+    backups: dict[Path, Path] = {}
+    try:
+        for path in paths:
+            for stale in path.parent.glob(f".{path.name}.*{BACKUP_SUFFIX}"):
+                stale.unlink(missing_ok=True)
+            if path.is_file():
+                backup = path.with_name(f".{path.name}.{os.getpid()}{BACKUP_SUFFIX}")
+                try:
+                    os.link(path, backup)  # a full disk may refuse even a name
+                except OSError as exc:
+                    if exc.errno not in NO_HARD_LINKS:
+                        raise
+                    continue  # no backup: a failed write leaves the new file, unregistered
+                backups[path] = backup
+    except BaseException:
+        for backup in backups.values():
+            backup.unlink(missing_ok=True)
+        raise
+    try:
+        yield
+    except BaseException:
+        for path, backup in backups.items():
+            os.replace(backup, path)
+            backup.unlink(missing_ok=True)  # rename does nothing if both name one file
+        for path in new:
+            path.unlink(missing_ok=True)
+        raise
+    for backup in backups.values():
+        backup.unlink()
 
 
 # --------------------------------------------------------------------------- git

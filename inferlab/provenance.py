@@ -6,14 +6,17 @@ inputs, machine and command that produced it.
 computed everything in memory first; this module then makes it durable in an order
 that a process killed at any point cannot break:
 
-1. retain the artifact and its sidecar in ``evidence/{machine}/objects/<sha256>``
+1. retain the artifact and its sidecar in ``evidence/{key}/objects/<sha256>``
    (content-addressed, fsynced), so no register entry can ever lack its copies;
-2. write the artifact, then its sidecar, into ``results/{machine}/`` atomically (a temp
+2. write the artifact, then its sidecar, into ``results/{key}/`` atomically (a temp
    file in the same folder, flushed and fsynced, then ``os.replace``), so results/ never
    holds a half-written file; a kill here leaves a hidden ``.<name>.*.tmp`` that the
    next write removes;
-3. append the register entry, last: a results file with no entry (a write interrupted
+3. append the register entry, last: a results file with no entry (a process killed
    before step 3, or an edit) is what ``inferlab verify`` flags.
+
+A write that *fails* (a full disk: every write is checked, ``inferlab.files``) raises
+and leaves the register as it was and results/ holding the files it held before.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from inferlab.files import (
     git_state,
     reject_nonfinite,
     relative,
+    restored_on_failure,
     sha256_bytes,
     sha256_file,
     utc_now_iso,
@@ -133,7 +137,9 @@ def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
     sidecar = sidecar_bytes(stage, artifact.name, content, provenance, schema_version)
     register = Register(root, key)
     content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)
-    for path, data in ((artifact, content), (layout.sidecar_path(artifact), sidecar)):
-        atomic_write(path, data)
-    return register.append(stage, relative(artifact, root), content_sha, sidecar_sha,
-                           provenance)
+    written = ((artifact, content), (layout.sidecar_path(artifact), sidecar))
+    with restored_on_failure([path for path, _ in written]):
+        for path, data in written:
+            atomic_write(path, data)
+        return register.append(stage, relative(artifact, root), content_sha, sidecar_sha,
+                               provenance)

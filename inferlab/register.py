@@ -7,11 +7,19 @@ without it and ``prev_hash`` the previous line's ``entry_hash``, so editing, del
 or reordering a line breaks the chain. Every version's artifact and sidecar are kept in
 ``evidence/{key}/objects/<sha256>``, so a number printed from version 3 can still be
 audited after version 7 exists. The retained sidecar repeats the entry's provenance,
-which anchors even the last line: editing it and recomputing its hash is still caught.
+so editing the last line and recomputing its hash is still caught.
+
+The chain's head is anchored outside it, in git (``anchor``): the register committed at
+HEAD must be a prefix of the working one, so deleting committed entries (a tail with a
+matching rollback of results/) or rewriting them shows, and nothing is appended to
+such a register. Entries appended since the last commit have no anchor yet: a
+consistent forged entry there looks like a run made here, which is why ``inferlab
+adopt`` trusts only committed entries.
 
 Appends take an exclusive ``flock`` on ``evidence/{key}/.lock``, so two stages of one
 machine running in parallel (``snakemake --cores 2``) cannot fork the chain. Each line
-goes out in one ``write`` on an ``O_APPEND`` descriptor and is fsynced.
+goes out on an ``O_APPEND`` descriptor, checked and fsynced, or not at all
+(``files.durable_append``); a line torn by a power cut is what ``cut_torn_tail`` removes.
 """
 
 from __future__ import annotations
@@ -27,7 +35,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from inferlab import layout
-from inferlab.files import atomic_write, canonical_json, durable_append, sha256_bytes, sha256_file
+from inferlab.files import (
+    atomic_write,
+    canonical_json,
+    durable_append,
+    git_show,
+    sha256_bytes,
+    sha256_file,
+)
 from inferlab.pipeline import STAGES
 
 GENESIS_HASH = "0" * 64
@@ -63,6 +78,19 @@ def _object_location(sha: str) -> str:
     return f"{layout.OBJECTS_DIR}/{sha[:12]}…"
 
 
+class Anchor(NamedTuple):
+    """The working register against the one committed at git HEAD (``Register.anchor``)."""
+
+    committed: int | None  # entries committed at HEAD; None when git does not track it
+    working: int           # entries (lines) in the working register
+    problems: list[Problem]
+
+    @property
+    def unanchored(self) -> int:
+        """Entries appended since the last commit (all of them when nothing is committed)."""
+        return self.working - (self.committed or 0) if not self.problems else 0
+
+
 class Register:
     """The register of one results key under ``root`` (``evidence/{key}/``)."""
 
@@ -87,8 +115,10 @@ class Register:
             try:
                 entries.append(json.loads(line))
             except json.JSONDecodeError as exc:
+                hint = ("`inferlab verify --repair` removes a torn final line"
+                        if self.torn_tail() else "`inferlab verify` says what else is wrong")
                 raise ValueError(f"{self.path} line {lineno} is not valid JSON ({exc.msg}); "
-                                 "run `inferlab verify` to see what else is wrong") from exc
+                                 f"{hint}") from exc
         return entries
 
     def history(self, stage: str | None = None) -> list[dict]:
@@ -111,6 +141,32 @@ class Register:
         have = [e.get("version") for e in versions]
         raise ValueError(f"version={version!r} of stage {stage!r} is not in the register of "
                          f"{self.key!r}; registered versions: {have or 'none'}")
+
+    def torn_tail(self) -> bytes:
+        """The bytes after the last newline: what an interrupted append left (b"" if none)."""
+        data = self.path.read_bytes() if self.path.is_file() else b""
+        return data[data.rfind(b"\n") + 1:]
+
+    def anchor(self) -> Anchor:
+        """Compare the working register with the one committed at git HEAD."""
+        committed = git_show(self.root, "HEAD", "./" + self.path.relative_to(self.root)
+                             .as_posix())
+        lines = self._lines()
+        if committed is None:
+            return Anchor(None, len(lines), [])
+        head = committed.decode("utf-8", errors="replace").splitlines()
+        where = f"{layout.REGISTER_FILE} (committed at HEAD: {len(head)} entries)"
+        for lineno, (old, new) in enumerate(zip(head, lines, strict=False), start=1):
+            if old != new:
+                return Anchor(len(head), len(lines), [self._problem(where, (
+                    f"line {lineno} differs from the committed register: history rewritten "
+                    f"(`git diff -- {self.path.relative_to(self.root)}` shows how)"))])
+        if len(lines) < len(head):
+            return Anchor(len(head), len(lines), [self._problem(where, (
+                f"the working register has {len(lines)} entries: entries {len(lines) + 1}-"
+                f"{len(head)} were deleted (a tail deletion or rollback); `git checkout -- "
+                f"{self.path.relative_to(self.root)}` restores them"))])
+        return Anchor(len(head), len(lines), [])
 
     def copy_path(self, sha256: str) -> Path:
         """Where the retained copy of the file with this sha256 lives."""
@@ -136,6 +192,26 @@ class Register:
         finally:
             os.close(fd)  # closing releases the lock
 
+    def cut_torn_tail(self) -> bytes:
+        """Remove a torn final line (the bytes after the last newline); return them.
+
+        A complete entry always ends with its newline, so no complete entry is touched;
+        a tail that is a whole, intact entry only lacking its newline gets the newline.
+        """
+        with self._locked():
+            tail = self.torn_tail()
+            if tail and _is_whole_entry(tail):
+                durable_append(self.path, b"\n")
+                return b""
+            if tail:
+                fd = os.open(self.path, os.O_RDWR)
+                try:
+                    os.ftruncate(fd, os.fstat(fd).st_size - len(tail))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        return tail
+
     def append(self, stage: str, path: str, sha256: str, sidecar_sha256: str,
                provenance: dict) -> dict:
         """Append the next version of ``stage``; return the entry as written.
@@ -153,6 +229,8 @@ class Register:
                                  "retain the file before registering it")
         with self._locked():
             entries = self.entries()
+            for problem in self.anchor().problems:  # never extend a rewritten history
+                raise ValueError(f"refusing to append to {self.path}: {problem.message}")
             entry = {
                 "seq": len(entries),
                 "stage": stage,
@@ -171,7 +249,7 @@ class Register:
 
     def verify(self) -> list[Problem]:
         """Re-hash and re-link everything; return the problems found (empty when clean)."""
-        entries, problems = self._check_chain()
+        entries, problems = self.check_chain()
         problems += self._check_copies(entries)
         problems += self._check_results(entries)
         return problems
@@ -179,7 +257,7 @@ class Register:
     def _problem(self, location: str, message: str) -> Problem:
         return Problem(self.key, location, message)
 
-    def _check_chain(self) -> tuple[list[tuple[int, dict]], list[Problem]]:
+    def check_chain(self) -> tuple[list[tuple[int, dict]], list[Problem]]:
         """Parse every line and check hash, link, seq and version; keep the parsable ones."""
         entries, problems = [], []
         prev_hash, next_seq, versions = GENESIS_HASH, 0, Counter()
@@ -247,30 +325,52 @@ class Register:
         return []
 
     def _check_results(self, entries: list[tuple[int, dict]]) -> list[Problem]:
-        """Each file in results/{key}/ must be a registered version of its stage."""
+        """results/{key}/ must hold, for each registered stage, its latest version: both
+        files present, and equal to that entry (not an older one, not an unregistered one)."""
         problems = []
         for stage in STAGES:
             artifact = layout.artifact_path(self.root, self.key, stage)
             mine = [e for _, e in entries if e["stage"] == stage]
             for path, field in ((artifact, "sha256"),
                                 (layout.sidecar_path(artifact), "sidecar_sha256")):
-                if not path.is_file():
-                    continue
                 where = path.relative_to(self.root).as_posix()
-                known = {e[field] for e in mine}
-                if not known:
-                    problems.append(self._problem(where, f"not in the register: no version "
-                                                  f"of {stage} is registered"))
-                elif sha256_file(path) not in known:
-                    problems.append(self._problem(where, f"matches no registered version of "
-                                                  f"{stage}: modified after it was registered "
-                                                  "(or its write was interrupted)"))
+                fault = results_fault(path, field, stage, mine)
+                if fault:
+                    problems.append(self._problem(where, fault))
         return problems
 
     def n_copies(self) -> int:
         if not self.objects.is_dir():
             return 0
         return sum(1 for p in self.objects.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def _is_whole_entry(data: bytes) -> bool:
+    try:
+        entry = json.loads(data)
+        return isinstance(entry, dict) and entry.get("entry_hash") == entry_hash(entry)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def results_fault(path: Path, field: str, stage: str, versions: list[dict]) -> str | None:
+    """What is wrong with one results file given its stage's registered versions."""
+    if not versions:
+        return f"not in the register: no version of {stage} is registered" \
+            if path.is_file() else None
+    latest = versions[-1]
+    if not path.is_file():
+        return (f"missing, but the register has version {latest['version']} of {stage}: "
+                f"deleted, or its rerun was interrupted; rerun the {stage!r} stage")
+    now = sha256_file(path)
+    if now == latest[field]:
+        return None
+    older = [e["version"] for e in versions if e[field] == now]
+    if older:
+        return (f"is version {older[-1]} of {stage}, but the register's latest is version "
+                f"{latest['version']}: rolled back or swapped; rerun the {stage!r} stage")
+    return (f"matches no registered version of {stage}: modified after it was registered "
+            "(or its write was interrupted)")
 
 
 def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter) -> list[str]:
@@ -298,52 +398,3 @@ def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter)
         if not isinstance(entry[field], str) or not _SHA256_RE.match(entry[field]):
             faults.append(f"{field}={entry[field]!r} is not a sha256")
     return faults
-
-
-# -------------------------------------------------------------------- command line
-
-
-def cli_verify(root: Path | str, key: str | None = None) -> int:
-    """``inferlab verify``: 0 when every register checked is clean, else 1."""
-    root = Path(root)
-    if key is not None and not layout.evidence_dir(root, key).is_dir():
-        print(f"no evidence for {key!r}: {layout.evidence_dir(root, key)} does not exist")
-        return 1
-    names = [key] if key is not None else layout.evidence_keys(root)
-    if not names:
-        print(f"nothing to verify: no evidence/ or results/ machines under {root}")
-        return 0
-    clean = True
-    for name in names:
-        register = Register(root, name)
-        problems = register.verify()
-        clean = clean and not problems
-        for p in problems:
-            print(f"FAIL {p}")
-        if not problems:
-            print(f"OK {name}: {len(register.entries())} entries, "
-                  f"{register.n_copies()} copies")
-    return 0 if clean else 1
-
-
-def _history_row(entry: dict) -> tuple[str, ...]:
-    prov = entry.get("provenance") or {}
-    commit = (prov.get("git_commit") or "none")[:10]
-    if prov.get("git_dirty"):
-        commit += "-dirty"
-    return (str(entry.get("version")), str(entry.get("stage")), str(prov.get("created_at")),
-            str(entry.get("sha256"))[:12], commit, str(entry.get("path")))
-
-
-def cli_history(root: Path | str, key: str, stage: str | None = None) -> int:
-    """``inferlab history``: one row per registered version, oldest first."""
-    register = Register(root, key)
-    if not register.path.is_file():
-        print(f"no register for {key!r}: {register.path} does not exist")
-        return 1
-    rows = [("version", "stage", "created_at", "sha256", "commit", "path")]
-    rows += [_history_row(e) for e in register.history(stage)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
-    return 0

@@ -10,6 +10,7 @@ them from the config the way the Snakefile does.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -27,6 +28,7 @@ from inferlab.evidence import Evidence
 from inferlab.files import relative, sha256_file
 from inferlab.pipeline import code_files, stage
 from inferlab.register import Register
+from inferlab.trust import doubt
 
 
 @dataclass(frozen=True)
@@ -79,31 +81,55 @@ class _Log:
     def __call__(self, line: str) -> None:
         print(line, file=sys.stderr, flush=True)
         if self._file:
-            self._file.write(line + "\n")
-            self._file.flush()
+            try:
+                self._file.write(line + "\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk must not hide the stage's own error
+                print(f"(log file {self._file.name} not written further: {exc})",
+                      file=sys.stderr, flush=True)
+                self.close()
 
     def close(self) -> None:
-        if self._file:
-            self._file.close()
+        file, self._file = self._file, None
+        if file:
+            with contextlib.suppress(OSError):
+                file.close()
 
 
 def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
-    """An upstream artifact, trusted only if it is the register's latest version of it
-    (results file and sidecar); else a ValueError saying what to rerun."""
+    """An upstream artifact, trusted only after ``trust.doubt`` finds nothing: the
+    register's chain and anchor intact, and this file and its sidecar its latest
+    version; else a ValueError saying what is wrong and what to rerun."""
     if not path.is_file():
         raise ValueError(f"stage input {relative(path, root)} does not exist: run the {name!r} "
                          f"stage for {key!r} first")
+    if path.resolve() != layout.artifact_path(root, key, name).resolve():
+        raise ValueError(f"stage input {path} is not where the register of {key!r} keeps "
+                         f"{name}: {layout.artifact_path(root, key, name)}")
+    why = doubt(root, key, name)
+    if why is not None:
+        raise ValueError(f"stage input {relative(path, root)} cannot be trusted: {why}. "
+                         f"Refusing to compute from it; rerun the {name!r} stage (e.g. "
+                         f"snakemake --forcerun {name}), or run `inferlab verify` to see more")
     entry = Register(root, key).latest(name)
-    now = sha256_file(path)
-    sidecar = layout.sidecar_path(path)
-    if entry is None or entry["sha256"] != now or not sidecar.is_file() \
-            or sha256_file(sidecar) != entry["sidecar_sha256"]:
-        said = "is not in the register" if entry is None else \
-            f"does not match register version {entry['version']} of {name}"
-        raise ValueError(f"stage input {relative(path, root)} (or its sidecar) {said}: it was "
-                         f"edited or its write was interrupted; refusing to compute from it. "
-                         f"Rerun the {name!r} stage, or run `inferlab verify` to see more")
-    return Evidence(name, path, artifacts.read(path, name), entry, now)
+    return Evidence(name, path, artifacts.read(path, name), entry, sha256_file(path))
+
+
+def nonfinite_cells(evidence, root: Path, most: int = 5) -> list[str]:
+    """'results/k/prefill.csv line 3 (impl=naive, fused_sdpa=False, T=64): median_ms=inf'
+    for the first ``most`` non-finite number cells of the tables in ``evidence``."""
+    found = []
+    for item in evidence:
+        if not isinstance(item.data, artifacts.Table):
+            continue
+        frame, marks = item.data.frame, item.data.nonfinite
+        for i, column in zip(*marks.to_numpy().nonzero(), strict=True):
+            row = frame.iloc[i]
+            name = marks.columns[column]
+            label = ", ".join(f"{c}={row[c]}" for c in frame.columns[:3])
+            found.append(f"{relative(item.path, root)} line {i + 2} ({label}): "
+                         f"{name}={row[name]}")
+    return found[:most]
 
 
 # glibc mallopt parameters (malloc.h)
@@ -161,8 +187,15 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     torch.manual_seed(job.config["seed"])
     started = time.perf_counter()
     module = importlib.import_module(declared.module)
-    result = module.run(module.Params.from_config(job.config), ctx)
-    content = artifacts.encode(job.stage, result)
+    try:
+        content = artifacts.encode(job.stage, module.run(module.Params.from_config(job.config),
+                                                         ctx))
+    except ValueError as exc:
+        cells = nonfinite_cells(evidence.values(), job.root)
+        if not cells:
+            raise
+        raise ValueError(f"stage {job.stage} failed: {exc}; its inputs hold values that are "
+                         f"not finite, the likely cause: {'; '.join(cells)}") from exc
     entry = write_artifact(
         job.root, job.key, job.stage, content, config=job.config,
         code_files=[job.root / f for f in code_files(job.stage)],

@@ -255,8 +255,12 @@ def _order(text: str):
 
 
 def _records(rows: pd.DataFrame) -> list[dict]:
+    """The deciding rows for claims.json. JSON has no infinity: a computed one is written as
+    the CSV writes it ("inf", "-inf"); NaN, which a frame also uses for an empty cell, is
+    null here, and the claim's reason names the rows where it was computed."""
     records = rows.drop(columns=[NONFINITE], errors="ignore").head(MAX_ROWS)
-    return [{str(k): plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
+    return [{str(k): ("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v)
+             else plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
 
 
 def figure_of(check: Check) -> str:

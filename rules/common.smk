@@ -17,6 +17,8 @@ GRID = resolve_grid(config, DEVICE)
 # book grid): rules name this one folder, never a wildcard, so a run can never write into
 # another machine's or another grid's folder.
 KEY = layout.results_key(MACHINE, GRID)
+
+
 # torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
 # lowers to --cores (so --cores 1 means one thread); a cluster profile sets its own.
 THREADS = config["threads"] if config["threads"] != "auto" else available_cpus()
@@ -65,5 +67,9 @@ def report_inputs(wildcards=None):
     for key in report_keys():
         files[key] = [artifact(s, key) for s in STAGES] + [sidecar(s, key) for s in STAGES]
         if key != KEY:
+            # nothing here makes the files of another key: a stage it never ran (an older checkout
+            # had fewer stages) is shown as "not run", not a missing input, which would
+            # make Snakemake skip the report silently while report/index.html exists
+            files[key] = [f for f in files[key] if os.path.isfile(f)]
             files[key].append(layout.register_path(".", key).as_posix())
     return files

@@ -554,9 +554,8 @@ def test_unknown_id_through_the_cli_exits_2(evidence, capsys):
 
 
 def test_cli_claims_table_per_machine(evidence, capsys):
-    for machine in (CPU, GPU):
-        result = evaluate_key(evidence, machine)
-        layout.artifact_path(evidence, machine, "claims").write_text(json.dumps(result))
+    for machine, device in ((CPU, "cpu"), (GPU, "cuda")):
+        write_stage(evidence, machine, "claims", evaluate_key(evidence, machine), device)
     assert audit.cli_claims(evidence) == 0
     out = capsys.readouterr().out
     assert CPU in out and GPU in out and "C13-08" in out and "Q13-01" in out

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -21,63 +20,23 @@ import pytest
 import yaml
 
 from inferlab import artifacts, layout, pipeline
-from inferlab.layout import REPO_ROOT
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
+from tests.pipeline_repo import copy_repo, env, jobs, run, tree_hashes, versions
 
 pytestmark = pytest.mark.slow
 
 MACHINE = "test-smoke"
 KEY = f"{MACHINE}@smoke"  # the smoke profile is its own grid: never the book evidence
 SMOKE = ["--configfile", "profiles/smoke.yaml", "--config", f"machine={MACHINE}"]
-NOT_COPIED = {".git", ".venv", "results", "evidence", "report", "logs", ".snakemake"}
 ALL_JOBS = {*STAGES, "report"}
-
-
-def _copy_repo(dest: Path) -> Path:
-    """The tracked and untracked-not-ignored files, without results of earlier runs."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-                            cwd=REPO_ROOT, capture_output=True, text=True, check=True)
-    for rel in listed.stdout.splitlines():
-        if rel.split("/")[0] in NOT_COPIED or not (REPO_ROOT / rel).is_file():
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO_ROOT / rel, dest / rel)
-    return dest
-
-
-def _env(repo: Path) -> dict:
-    return {**os.environ, "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1"}
-
-
-def _run(repo: Path, *args: str, module: str = "snakemake") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=repo, env=_env(repo),
-                          capture_output=True, text=True, timeout=600)
-
-
-def _jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
-    """Stage rules in a dry run's 'Job stats' table (not the 'all' target; empty when
-    nothing is to be done)."""
-    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
-    text = dry_run.stdout + dry_run.stderr
-    table = text.split("Job stats:", 1)[1].split("total", 1)[0] if "Job stats:" in text else ""
-    return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+\s*$", table, re.MULTILINE)} - {"all"}
-
-
-def _versions(repo: Path, key: str = KEY) -> dict[str, int]:
-    return {s: len(Register(repo, key).history(s)) for s in STAGES}
-
-
-def _tree_hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
-    repo = _copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
+    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
     started = time.perf_counter()
-    result = _run(repo, "--cores", "1", *SMOKE)
+    result = run(repo, "--cores", "1", *SMOKE)
     assert result.returncode == 0, result.stderr[-5000:]
     print(f"smoke pipeline: {time.perf_counter() - started:.1f} s")
     return repo
@@ -116,21 +75,21 @@ def test_register_matches_retained_copies(smoke):
     for entry in register.entries():
         copy = register.copy_path(entry["sha256"])
         assert hashlib.sha256(copy.read_bytes()).hexdigest() == entry["sha256"]
-    assert _run(smoke, "verify", module="inferlab").returncode == 0
+    assert run(smoke, "verify", module="inferlab").returncode == 0
 
 
 def test_every_stage_has_one_version(smoke):
-    assert _versions(smoke) == dict.fromkeys(STAGES, 1)
+    assert versions(smoke, KEY) == dict.fromkeys(STAGES, 1)
 
 
 def test_lint_is_clean(smoke):
-    result = _run(smoke, "--lint", *SMOKE)
+    result = run(smoke, "--lint", *SMOKE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_noop_rerun_does_nothing(smoke):
     before = layout.register_path(smoke, KEY).read_bytes()
-    result = _run(smoke, "--cores", "1", *SMOKE)
+    result = run(smoke, "--cores", "1", *SMOKE)
     assert result.returncode == 0 and "Nothing to be done" in result.stdout + result.stderr
     assert layout.register_path(smoke, KEY).read_bytes() == before
 
@@ -150,7 +109,7 @@ BAD_CONFIGS = [
 def test_bad_config_fails_before_any_stage(smoke, tmp_path, bad, named):
     configfile = tmp_path / "bad.yaml"
     configfile.write_text(yaml.safe_dump(bad))
-    result = _run(smoke, "--cores", "1", "--configfile", str(configfile),
+    result = run(smoke, "--cores", "1", "--configfile", str(configfile),
                   "--config", "machine=test-bad")
     assert result.returncode != 0
     assert named in result.stdout + result.stderr
@@ -164,11 +123,11 @@ def test_bad_config_fails_before_any_stage(smoke, tmp_path, bad, named):
 def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
     register = layout.register_path(smoke_copy, KEY)
     before = register.read_text().splitlines()
-    result = _run(smoke_copy, "--cores", "1", "--forcerun", "prefill", *SMOKE)
+    result = run(smoke_copy, "--cores", "1", "--forcerun", "prefill", *SMOKE)
     assert result.returncode == 0, result.stderr[-3000:]
     # prefill reruns; traffic and claims read it, so they rerun; the rest do not
-    assert _versions(smoke_copy) == {"probe": 1, "correctness": 1, "prefill": 2,
-                                     "decode": 1, "traffic": 2, "model": 1, "claims": 2}
+    assert versions(smoke_copy, KEY) == {"probe": 1, "correctness": 1, "prefill": 2,
+                                         "decode": 1, "traffic": 2, "model": 1, "claims": 2}
     assert register.read_text().splitlines()[:len(before)] == before
     assert Register(smoke_copy, KEY).verify() == []
 
@@ -182,18 +141,28 @@ def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
 def test_code_change_reruns_exactly_its_stages(smoke_copy, code_file, reruns):
     with open(smoke_copy / code_file, "a") as f:
         f.write("\n# a change\n")
-    assert _jobs(_run(smoke_copy, "--dry-run", *SMOKE)) == reruns
+    assert jobs(run(smoke_copy, "--dry-run", *SMOKE)) == reruns
 
 
 def test_second_machine_writes_only_its_folders(smoke_copy):
-    before = {d: _tree_hashes(smoke_copy / d / KEY) for d in ("results", "evidence")}
-    result = _run(smoke_copy, "--cores", "1", "probe", "--configfile", "profiles/smoke.yaml",
+    before = {d: tree_hashes(smoke_copy / d / KEY) for d in ("results", "evidence")}
+    result = run(smoke_copy, "--cores", "1", "probe", "--configfile", "profiles/smoke.yaml",
                   "--config", "machine=test-other")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert {d: _tree_hashes(smoke_copy / d / KEY) for d in before} == before
+    assert {d: tree_hashes(smoke_copy / d / KEY) for d in before} == before
     assert layout.artifact_path(smoke_copy, "test-other@smoke", "probe").is_file()
     assert layout.keys(smoke_copy) == ["test-other@smoke", KEY]
-    assert _versions(smoke_copy, "test-other@smoke")["probe"] == 1
+    assert versions(smoke_copy, "test-other@smoke")["probe"] == 1
+
+
+def test_another_key_missing_a_stage_still_gets_the_report(smoke_copy):
+    """A key from an older checkout with fewer stages: the report still runs (a missing
+    input would make Snakemake skip it silently while report/index.html exists)."""
+    for folder in ("results", "evidence"):
+        shutil.copytree(smoke_copy / folder / KEY, smoke_copy / folder / "test-old@smoke")
+    for path in (smoke_copy / "results" / "test-old@smoke").glob("model.csv*"):
+        path.unlink()
+    assert "report" in jobs(run(smoke_copy, "--dry-run", "--forcerun", "report", *SMOKE))
 
 
 def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
@@ -203,10 +172,10 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     shutil.copytree(smoke_copy / "results" / KEY, smoke_copy / "results" / key)
     shutil.copytree(smoke_copy / "evidence" / KEY, smoke_copy / "evidence" / key)
     path = layout.artifact_path(smoke_copy, key, "prefill")
-    before, versions = path.read_bytes(), _versions(smoke_copy, key)
+    before, had = path.read_bytes(), versions(smoke_copy, key)
     command = [sys.executable, "-m", "inferlab", "stage", "prefill", "--machine", MACHINE,
                "--configfile", "profiles/smoke.yaml", "--set", "grid=slow", *slow]
-    proc = subprocess.Popen(command, cwd=smoke_copy, env=_env(smoke_copy), text=True,
+    proc = subprocess.Popen(command, cwd=smoke_copy, env=env(smoke_copy), text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for line in proc.stderr:  # kill it once it is measuring
@@ -216,13 +185,13 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     finally:
         proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    assert path.read_bytes() == before and _versions(smoke_copy, key) == versions
+    assert path.read_bytes() == before and versions(smoke_copy, key) == had
     assert not list(path.parent.glob(".*.tmp"))
-    rerun = _run(smoke_copy, "stage", "prefill", "--machine", MACHINE, "--configfile",
+    rerun = run(smoke_copy, "stage", "prefill", "--machine", MACHINE, "--configfile",
                  "profiles/smoke.yaml", "--set", "grid=slow", "--set",
                  "prefill.cpu.sizes=[{dtype: float32, T: [64]}]", module="inferlab")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _versions(smoke_copy, key)["prefill"] == versions["prefill"] + 1
+    assert versions(smoke_copy, key)["prefill"] == had["prefill"] + 1
     assert Register(smoke_copy, key).verify() == []
 
 
@@ -244,9 +213,9 @@ ADOPT = ["adopt", "--machine", MACHINE, "--configfile", "profiles/smoke.yaml"]
 
 def test_adopt_marks_current_results_up_to_date(smoke_copy):
     repo = _fresh_clone(smoke_copy)
-    adopt = _run(repo, *ADOPT, module="inferlab")
+    adopt = run(repo, *ADOPT, module="inferlab")
     assert adopt.returncode == 0 and adopt.stdout.count("adopted (current)") == len(STAGES)
-    assert _jobs(_run(repo, "--dry-run", *SMOKE)) <= {"report"}
+    assert jobs(run(repo, "--dry-run", *SMOKE)) <= {"report"}
     stamps = [p.stat().st_mtime for p in (repo / "results" / KEY).iterdir()]
     assert max(stamps) <= time.time()  # never in the future (Snakemake's clock-skew check)
 
@@ -255,7 +224,126 @@ def test_adopt_reruns_an_edited_artifact_and_downstream(smoke_copy):
     repo = _fresh_clone(smoke_copy)
     with open(layout.artifact_path(repo, KEY, "prefill"), "a") as f:
         f.write("edited\n")
-    adopt = _run(repo, *ADOPT, module="inferlab")
+    adopt = run(repo, *ADOPT, module="inferlab")
     assert "prefill: will rerun" in adopt.stdout and "traffic: will rerun" in adopt.stdout
-    jobs = _jobs(_run(repo, "--dry-run", *SMOKE))
-    assert jobs == {"prefill", "traffic", "claims", "report"}
+    assert jobs(run(repo, "--dry-run", *SMOKE)) == {"prefill", "traffic", "claims", "report"}
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_interrupted_forced_rerun_is_rerun_next_time(smoke_copy):
+    """Ctrl-C while a forced prefill runs: Snakemake has already deleted prefill.csv. The
+    next run must make it again (it once said "Nothing to be done"), and verify must say
+    that a registered artifact is missing."""
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "--forcerun",
+                             "prefill", *SMOKE], cwd=smoke_copy, env=env(smoke_copy),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:  # Ctrl-C once it is measuring
+            if line.startswith("[prefill] 1/"):
+                break
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole group
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0
+    artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
+    assert not artifact.exists()  # the state the issue found
+    assert "prefill" in jobs(run(smoke_copy, "--dry-run", *SMOKE))
+    check = run(smoke_copy, "verify", module="inferlab")
+    assert check.returncode == 1
+    assert f"results/{KEY}/prefill.csv: missing, but the register has version 1" in check.stdout
+    again = run(smoke_copy, "--cores", "1", *SMOKE)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert versions(smoke_copy, KEY)["prefill"] == 2 and artifact.is_file()
+    assert run(smoke_copy, "verify", module="inferlab").returncode == 0
+
+
+def test_recorded_command_reruns_its_stage_alone(smoke):
+    """The reproduce command in a sidecar targets its stage (not `all`) and forces it."""
+    sidecar = layout.sidecar_path(layout.artifact_path(smoke, KEY, "prefill"))
+    command = json.loads(sidecar.read_text())["provenance"]["command"].split()
+    assert command[:2] == ["snakemake", "prefill"]
+    assert jobs(run(smoke, "--dry-run", *command[1:])) == {"prefill"}
+
+
+def test_tampered_input_stops_the_stages_that_read_it(smoke_copy):
+    """With .snakemake/ present an edited prefill.csv looks newer than traffic.csv, so
+    Snakemake reruns traffic and claims; they must refuse to compute from it."""
+    before = versions(smoke_copy, KEY)
+    artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
+    artifact.write_text(artifact.read_text().replace(",ok\n", ",ok \n", 1))
+    result = run(smoke_copy, "--cores", "1", *SMOKE)
+    assert result.returncode != 0
+    assert f"stage input results/{KEY}/prefill.csv cannot be trusted" in result.stderr
+    assert "matches no registered version of prefill" in result.stderr
+    assert versions(smoke_copy, KEY) == before  # nothing computed from it was registered
+
+
+def test_nonfinite_input_names_its_file_and_row(smoke_copy):
+    """A registered prefill version with an infinite time: traffic fails naming where."""
+    from inferlab.provenance import write_artifact
+
+    artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
+    lines = artifact.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[1].rstrip("\n").split(",")
+    cells[header.index("median_ms")] = "inf"
+    lines[1] = ",".join(cells) + "\n"
+    prov = json.loads(layout.sidecar_path(artifact).read_text())["provenance"]
+    write_artifact(smoke_copy, KEY, "prefill", "".join(lines).encode(),
+                   config=prov["config"], code_files=[smoke_copy / f for f in prov["code_files"]],
+                   inputs=[smoke_copy / f for f in prov["inputs"]], seed=prov["seed"],
+                   command=prov["command"], environment=prov["environment"])
+    stage = ["--machine", MACHINE, "--configfile", "profiles/smoke.yaml"]
+    result = run(smoke_copy, "stage", "traffic", *stage, module="inferlab")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"results/{KEY}/prefill.csv line 2 (impl=" in result.stderr
+    assert "median_ms=inf" in result.stderr
+    # claims judge other columns of that row (paired ratios, memory): they are written,
+    # and the row they show keeps its infinity (JSON has none; it once crashed the stage)
+    claims = run(smoke_copy, "stage", "claims", *stage, module="inferlab")
+    assert claims.returncode == 0, claims.stderr[-2000:]
+    judged = artifacts.read(layout.artifact_path(smoke_copy, KEY, "claims"), "claims")
+    assert '"median_ms": "inf"' in json.dumps(judged)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 8 MiB tmpfs mounted here (root only), unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_fails_the_stage_and_keeps_the_register(smoke, full_disk):
+    """One free page left: the stage exits non-zero naming the full disk, and the
+    register and results/ are exactly as before (the issue: exit 0, a torn line)."""
+    repo = Path(shutil.copytree(smoke, full_disk / "repo", symlinks=True, ignore=(
+        shutil.ignore_patterns(".snakemake", "logs", "benchmarks"))))
+    register = layout.register_path(repo, KEY)
+    results = tree_hashes(repo / "results" / KEY)
+    before = register.read_bytes()
+    free = os.statvfs(full_disk)
+    filler = full_disk / "filler"
+    filler.write_bytes(b"\0" * (free.f_bavail * free.f_frsize - free.f_frsize))
+    assert os.statvfs(full_disk).f_bavail == 1
+    result = run(repo, "stage", "traffic", "--machine", MACHINE, "--configfile",
+                 "profiles/smoke.yaml", module="inferlab")
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "No space left on device" in result.stderr.splitlines()[-1]
+    assert "wrote" not in result.stderr
+    assert register.read_bytes() == before
+    assert tree_hashes(repo / "results" / KEY) == results  # no temp file, no backup left
+    check = run(repo, "verify", module="inferlab")
+    assert check.returncode == 0, check.stdout

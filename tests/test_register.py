@@ -25,7 +25,8 @@ from inferlab import layout
 from inferlab.files import canonical_json, git_state, sha256_bytes, sha256_file
 from inferlab.pipeline import STAGES
 from inferlab.provenance import code_hash, config_hash, sidecar_bytes, write_artifact
-from inferlab.register import Register, cli_history, cli_verify
+from inferlab.register import Register
+from inferlab.verify import cli_history, cli_verify
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"
@@ -48,12 +49,16 @@ def _write(root: Path, stage: str, seed: int) -> dict:
                           environment={"torch": "test", "threads": 2})
 
 
+def three_versions(root: Path) -> Path:
+    """prefill v1, decode v1, prefill v2."""
+    for stage, seed in (("prefill", 11), ("decode", 12), ("prefill", 13)):
+        _write(root, stage, seed)
+    return root
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """Three versions: prefill v1, decode v1, prefill v2."""
-    for stage, seed in (("prefill", 11), ("decode", 12), ("prefill", 13)):
-        _write(tmp_path, stage, seed)
-    return tmp_path
+    return three_versions(tmp_path)
 
 
 def _register_lines(root: Path) -> list[str]:
@@ -230,7 +235,13 @@ def test_concurrent_appends_keep_one_valid_chain(tmp_path):
     assert [e["seq"] for e in entries] == list(range(2 * n))
     for stage in ("prefill", "decode"):
         assert [e["version"] for e in reg.history(stage)] == list(range(1, n + 1))
-    assert reg.verify() == []
+    # the chain and copies are clean; results/ was never written here, which verify says
+    problems = reg.verify()
+    assert {p.location for p in problems} == {f"results/{MACHINE}/prefill.csv",
+                                              f"results/{MACHINE}/prefill.csv.prov.json",
+                                              f"results/{MACHINE}/decode.csv",
+                                              f"results/{MACHINE}/decode.csv.prov.json"}
+    assert all("missing, but the register has version 50" in p.message for p in problems)
 
 
 # ------------------------------------------------------------------ killed writes

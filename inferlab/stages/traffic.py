@@ -107,8 +107,16 @@ def model_row(T: int, d: int, causal: bool, params: Params) -> dict:
             "note": "model only: prefill did not measure this length here"}
 
 
+TIMES = ("median_ms", "ratio", "ratio_ci_low", "ratio_ci_high")
+
+
 def run(params: Params, ctx) -> list[dict]:
-    prefill = ctx.inputs["prefill"].frame
+    table = ctx.inputs["prefill"]
+    bad = [c for c in TIMES if c in table.nonfinite and table.nonfinite[c].any()]
+    if bad:  # a time is never computed infinite: the input is damaged, not a result
+        raise ValueError(f"prefill has NaN or infinite {', '.join(bad)}; a time or a paired "
+                         "ratio cannot be, so no traffic ratio is computed from it")
+    prefill = table.frame
     rows = [row for (T, d, causal, dtype), group in prefill.groupby(["T", "d", "causal", "dtype"])
             for row in point_rows(group, int(T), int(d), bool(causal), str(dtype), params,
                                   ctx.device)]

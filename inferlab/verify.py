@@ -1,0 +1,104 @@
+"""``inferlab verify`` and ``inferlab history``: the evidence registers, checked for people.
+
+``verify`` re-hashes every register under a root (``Register.verify``: chain, retained
+copies, results files), compares each with the register committed at git HEAD
+(``Register.anchor``: a deleted tail or a rewritten line shows), and with ``--repair``
+first removes a torn final line, saying what it removes. Exit status: 0 clean, 1 a
+problem or nothing to verify.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inferlab import layout
+from inferlab.register import Register
+
+
+def _preview(data: bytes, width: int = 60) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return repr(text if len(text) <= width else text[:width] + "…")
+
+
+def repair(register: Register) -> bool:
+    """Cut a torn final line, printing what goes; True when something was cut."""
+    tail = register.torn_tail()
+    if not tail:
+        return False
+    line = len(register.path.read_bytes().splitlines())
+    where = register.path.relative_to(register.root).as_posix()
+    print(f"REPAIR {register.key}: {where} line {line} is torn (an append interrupted: "
+          f"{len(tail)} bytes, no newline): {_preview(tail)}")
+    cut = register.cut_torn_tail()
+    print(f"REPAIR {register.key}: " + (f"removed those {len(cut)} bytes; every complete "
+                                        "entry is untouched" if cut else
+                                        "it is a whole entry: only its newline was added"))
+    return bool(cut)
+
+
+def _notes(register: Register) -> list[str]:
+    """What verify cannot vouch for: entries with no anchor in git."""
+    anchor = register.anchor()
+    rel = register.path.relative_to(register.root).as_posix()
+    if anchor.committed is None:
+        return [f"NOTE {register.key}: not anchored: git does not track {rel} at HEAD, so a "
+                "deleted tail or a consistent forged entry cannot be told from a real one "
+                "(commit evidence/ to anchor it)"]
+    if anchor.unanchored:
+        first = anchor.committed + 1
+        return [f"NOTE {register.key}: entries {first}-{anchor.working} were appended since "
+                "the last commit: checked, but not anchored until committed"]
+    return []
+
+
+def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> int:
+    """``inferlab verify [--repair]``: 0 when every register checked is clean, else 1."""
+    root = Path(root)
+    if key is not None and not layout.evidence_dir(root, key).is_dir():
+        print(f"no evidence for {key!r}: {layout.evidence_dir(root, key)} does not exist")
+        return 1
+    names = [key] if key is not None else layout.evidence_keys(root)
+    if not names:
+        print(f"nothing to verify: no evidence/ or results/ folders under {root.resolve()} "
+              "(is --root the repository?)")
+        return 1
+    clean = True
+    for name in names:
+        register = Register(root, name)
+        if fix:
+            repair(register)
+        problems = register.verify() + register.anchor().problems
+        clean = clean and not problems
+        for p in problems:
+            print(f"FAIL {p}")
+        if register.torn_tail() and not fix:
+            print(f"HINT {name}: the last line is torn; `inferlab verify --repair` removes it")
+        for note in _notes(register):
+            print(note)
+        if not problems:
+            print(f"OK {name}: {len(register.entries())} entries, "
+                  f"{register.n_copies()} copies")
+    return 0 if clean else 1
+
+
+def _history_row(entry: dict) -> tuple[str, ...]:
+    prov = entry.get("provenance") or {}
+    commit = (prov.get("git_commit") or "none")[:10]
+    if prov.get("git_dirty"):
+        commit += "-dirty"
+    return (str(entry.get("version")), str(entry.get("stage")), str(prov.get("created_at")),
+            str(entry.get("sha256"))[:12], commit, str(entry.get("path")))
+
+
+def cli_history(root: Path | str, key: str, stage: str | None = None) -> int:
+    """``inferlab history``: one row per registered version, oldest first."""
+    register = Register(root, key)
+    if not register.path.is_file():
+        print(f"no register for {key!r}: {register.path} does not exist")
+        return 1
+    rows = [("version", "stage", "created_at", "sha256", "commit", "path")]
+    rows += [_history_row(e) for e in register.history(stage)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,104 @@
+"""Helpers for tests that run the real pipeline in a temporary copy of the repository.
+
+``copy_repo`` copies the tracked and untracked-not-ignored files without earlier results;
+``run`` runs ``python -m snakemake`` (or another module) there with that copy's package
+first on the path; ``jobs`` reads the stage jobs of a dry run; ``book_repo`` makes a git
+repository whose book grid is the smoke grid, with its evidence made and committed, as a
+fresh clone of this project would find it (only much smaller).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from inferlab.config import deep_merge
+from inferlab.layout import REPO_ROOT
+from inferlab.pipeline import STAGES
+from inferlab.register import Register
+
+NOT_COPIED = {".git", ".venv", "results", "evidence", "report", "logs", ".snakemake"}
+GIT = ["git", "-c", "user.name=inferlab tests", "-c", "user.email=tests@inferlab.invalid",
+       "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
+
+
+def copy_repo(dest: Path) -> Path:
+    """The tracked and untracked-not-ignored files, without results of earlier runs."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    for rel in listed.stdout.splitlines():
+        if rel.split("/")[0] in NOT_COPIED or not (REPO_ROOT / rel).is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO_ROOT / rel, dest / rel)
+    return dest
+
+
+def env(repo: Path) -> dict:
+    return {**os.environ, "PYTHONPATH": str(repo), "PYTHONUNBUFFERED": "1",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def run(repo: Path, *args: str, module: str = "snakemake",
+        timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=repo, env=env(repo),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
+    """Stage rules in a dry run's 'Job stats' table (not the 'all' target; empty when
+    nothing is to be done)."""
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    text = dry_run.stdout + dry_run.stderr
+    table = text.split("Job stats:", 1)[1].split("total", 1)[0] if "Job stats:" in text else ""
+    return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+\s*$", table, re.MULTILINE)} - {"all"}
+
+
+def versions(repo: Path, key: str) -> dict[str, int]:
+    return {s: len(Register(repo, key).history(s)) for s in STAGES}
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def book_repo(dest: Path) -> Path:
+    """A git repository of this project whose config.yaml *is* the smoke grid, with its
+    evidence (results/, evidence/, report/) made by ``snakemake --cores 1`` for the
+    machine detected here, traffic run twice (so the register has a tail to delete), and
+    everything committed."""
+    repo = copy_repo(dest)
+    smoke = yaml.safe_load((repo / "profiles" / "smoke.yaml").read_text())
+    smoke.pop("grid", None)  # the smoke sizes are this repository's book grid, but for
+    smoke["prefill"]["cpu"]["sizes"] = [{"dtype": "float32", "T": [64, 96]}]  # one length:
+    book = deep_merge(yaml.safe_load((repo / "config.yaml").read_text()), smoke)  # a grid
+    # apart from the smoke profile
+    (repo / "config.yaml").write_text(yaml.safe_dump(book, sort_keys=False))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "code, with the smoke sizes as the book grid")
+    for args in (["--cores", "1"], ["--cores", "1", "--forcerun", "traffic"]):
+        made = run(repo, *args)
+        assert made.returncode == 0, made.stderr[-5000:]
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "evidence")
+    return repo
+
+
+def book_key(repo: Path) -> str:
+    """The one results key of a ``book_repo``: the machine id detected here."""
+    (key,) = [p.name for p in (repo / "results").iterdir()]
+    return key
