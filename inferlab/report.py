@@ -23,59 +23,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
-import pandas as pd
 from markupsafe import Markup
 
 from inferlab import figures, layout
 from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
-from inferlab.formats import format_value, plain_text, table_cell
+from inferlab.formats import plain_text, table_cell
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
+from inferlab.report_tables import (
+    CORRECTNESS_COLUMNS,
+    DECODE_COLUMNS,
+    MODEL_COLUMNS,
+    PREFILL_COLUMNS,
+    PROBE_COLUMNS,
+    TRAFFIC_COLUMNS,
+    backend_map_table,
+    backends_table,
+    between_runs,
+    exactness_table,
+    raw_block,
+    raw_table,
+)
 from inferlab.verdicts import Evidence
 
 TEMPLATE = "report.html.j2"
 SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),
             ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
-            ("traffic", "Traffic model"), ("provenance", "Provenance"))
+            ("traffic", "Traffic model"), ("model", "The chapter's arithmetic"),
+            ("provenance", "Provenance"))
 VERDICTS = ("reproduced", "not reproduced", "not measurable here",
             "not comparable on this device", "not checkable")
 NOT_MEASURED = "not measured here"
-
-# Raw tables: column -> header (units in the header); a column's format follows from its
-# type and name (_cell_kind). Columns an artifact lacks are left out.
-PREFILL_COLUMNS = {
-    "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "median_ms": "median (ms)", "ci_low_ms": "95% CI low (ms)", "ci_high_ms": "95% CI high (ms)",
-    "rounds": "rounds", "converged": "converged", "noisy": "noisy",
-    "ratio": "÷ naive", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
-    "causal_over_full": "causal ÷ full",
-    "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
-    "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
-DECODE_COLUMNS = {
-    "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
-    "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
-    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
-    "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
-    "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
-    "status": "status"}
-TRAFFIC_COLUMNS = {
-    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "block_q_model": "model B_q",
-    "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
-    "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
-    "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",
-    "implied_block_q": "implied B_q", "note": "note"}
-PROBE_COLUMNS = {
-    "backend": "backend", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "can_run": "can run", "ran": "ran", "reason": "reason", "reason_source": "reason source",
-    "limit_kind": "limit kind"}
-CORRECTNESS_COLUMNS = {
-    "check": "check", "impl": "implementation", "dtype": "dtype", "causal": "mask",
-    "T": "tokens", "block_q": "B_q", "block_k": "B_k", "score_scale": "score scale",
-    "splits": "splits", "max_abs_err": "error vs float64",
-    "naive_same_dtype_err": "naive, same dtype", "pair_fraction": "pair fraction",
-    "status": "status"}
 
 # ---------------------------------------------------------------- data
 
@@ -176,85 +156,6 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
     return rows
 
 
-# ---------------------------------------------------------------- tables
-
-
-def _cell_kind(column: str, dtype) -> str:
-    if column == "causal":
-        return "mask"
-    if column.endswith("_bytes"):
-        return "mib"
-    if column.startswith("frac_"):
-        return "pct"
-    return {"boolean": "yes", "Int64": "int", "float64": "num"}.get(str(dtype), "text")
-
-
-def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = None) -> dict:
-    """Rows of ``table`` as formatted cells, in ``columns`` (those it has); noisy rows
-    marked."""
-    frame = table.frame if rows is None else table.frame[rows]
-    spec = [(c, _cell_kind(c, frame[c].dtype)) for c in columns if c in frame.columns]
-    nonfinite = table.nonfinite.loc[frame.index]
-    body = []
-    for i, record in zip(frame.index, frame.to_dict("records"), strict=True):
-        cells = [table_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
-                 for c, kind in spec]
-        body.append({"cells": cells, "noisy": record.get("noisy") is True})
-    return {"columns": [columns[c] for c, _ in spec], "rows": body}
-
-
-def _unavailable(table: Table) -> tuple[pd.Series, list[str]]:
-    """Rows that only say "unavailable", as one line per implementation and reason."""
-    mask = table.frame["status"].fillna("").str.startswith("unavailable")
-    notes = [f"{impl}: not run in {len(group)} rows: {reason.removeprefix('unavailable: ')}"
-             for (impl, reason), group in table.frame[mask].groupby(["impl", "status"])]
-    return ~mask, notes
-
-
-def raw_block(data: KeyData, stage: str, spec) -> dict:
-    """A key's raw rows of ``stage`` for a <details>: table, collapsed unavailable rows."""
-    table = data.frame(stage)
-    columns = table.frame.columns
-    keep, notes = _unavailable(table) if {"impl", "status"} <= set(columns) else (None, [])
-    return {"key": data.key, "artifact": STAGES[stage].artifact, "count": len(table),
-            "table": raw_table(table, spec, keep), "notes": notes}
-
-
-def backends_table(data: KeyData) -> dict:
-    """Per backend: in how many probed cases it ran, and why not where it did not."""
-    frame = data.frame("probe").frame
-    rows = []
-    for backend, group in frame.groupby("backend", sort=False):
-        ran = int(group["ran"].fillna(False).astype(bool).sum())
-        reasons = sorted({str(r) for r in group["reason"].dropna()})
-        sources = sorted({str(r) for r in group.loc[group["reason"].notna(), "reason_source"]
-                          .dropna()})
-        rows.append({"cells": [backend, f"{ran} of {len(group)}", "; ".join(reasons) or "—",
-                               ", ".join(sources) or "—"], "noisy": False})
-    ceilings = (data.evidence["probe"].data or {}).get("ceilings") or {}
-    matmul = ceilings.get("matmul_gflops") or {}
-    return {"columns": ["backend", "cases it ran", "why not", "reason from"], "rows": rows,
-            "ceilings": f"copy {format_value(ceilings.get('copy_gbs'))} GB/s; matmul "
-                        + (", ".join(f"{k} {format_value(v)}" for k, v in matmul.items())
-                           or "—") + " GFLOP/s"}
-
-
-def exactness_table(data: KeyData) -> dict:
-    """Per check, implementation and dtype: the largest error, against float64 and
-    against naive attention in the same dtype (the 2× criterion)."""
-    frame = data.frame("correctness").frame
-    rows = []
-    for (check, impl, dtype), g in frame.groupby(["check", "impl", "dtype"], dropna=False):
-        ratio = (g["max_abs_err"] / g["naive_same_dtype_err"]).max()
-        pairs = g["pair_fraction"].dropna()
-        cells = [check, impl, "—" if pd.isna(dtype) else dtype, f"{len(g):,}",
-                 table_cell(g["max_abs_err"].max(), "num"), table_cell(ratio, "num"),
-                 format_value([float(pairs.min()), float(pairs.max())]) if len(pairs) else "—"]
-        rows.append({"cells": cells, "noisy": False})
-    return {"columns": ["check", "implementation", "dtype", "rows", "largest error vs "
-                        "float64", "÷ naive's error, same dtype", "pair fraction"], "rows": rows}
-
-
 # ---------------------------------------------------------------- provenance
 
 
@@ -330,14 +231,23 @@ def page_data(root: Path, keys: list[KeyData]) -> dict:
         return [(k.key, k.missing(stage)) for k in keys if k.frame(stage) is None]
 
     stages = {s: {"missing": missing(s)} for s in STAGES if s != "claims"}
-    stages["probe"]["tables"] = [(k.key, backends_table(k), raw_block(k, "probe", PROBE_COLUMNS))
-                                 for k in present("probe")]
+    stages["probe"]["tables"] = [
+        (k.key, backends_table(k.evidence["probe"].data, k.frame("probe")),
+         raw_block(k.key, "probe", k.frame("probe"), PROBE_COLUMNS),
+         backend_map_table(k.evidence["probe"].data)) for k in present("probe")]
     stages["correctness"]["tables"] = [
-        (k.key, exactness_table(k), raw_block(k, "correctness", CORRECTNESS_COLUMNS))
+        (k.key, exactness_table(k.frame("correctness")),
+         raw_block(k.key, "correctness", k.frame("correctness"), CORRECTNESS_COLUMNS))
         for k in present("correctness")]
+    stages["model"]["raw"] = [(k.key, raw_table(k.frame("model"), MODEL_COLUMNS))
+                              for k in present("model")]
     for stage, spec in (("prefill", PREFILL_COLUMNS), ("decode", DECODE_COLUMNS),
                         ("traffic", TRAFFIC_COLUMNS)):
-        stages[stage]["raw"] = [raw_block(k, stage, spec) for k in present(stage)]
+        stages[stage]["raw"] = [raw_block(k.key, stage, k.frame(stage), spec)
+                                for k in present(stage)]
+        if STAGES[stage].timed:
+            stages[stage]["between"] = [between_runs(root, k.key, stage)
+                                        for k in present(stage)]
     frames = {s: {k.key: k.frame(s).frame for k in present(s)}
               for s in ("prefill", "decode", "traffic")}
     copy = {k.key: ((k.evidence["probe"].data or {}).get("ceilings") or {}).get("copy_gbs")

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from markupsafe import escape
 from report_evidence import CUDA_ONLY, EVIL, two_machines
-from test_claims import CPU, GPU
+from test_claims import CPU, GPU, write_stage
 
 from inferlab import artifacts, claims, figures, formats, layout
+from inferlab.backend_map import cell, map_cases, map_rows
 from inferlab.report import NOT_MEASURED, SECTIONS, render_report
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
@@ -294,3 +296,72 @@ def test_decode_figure_shows_every_batch(report_html):
     decode = section(report_html[0], "decode")
     for batch in (1, 4, 8):
         assert f"batch {batch}</text>" in decode
+
+
+# ---------------------------------------------------------------- backend map, between runs, model
+
+
+@pytest.fixture(scope="module")
+def map_rows_here() -> list[dict]:
+    """A real backend map, made here on small inputs (every backend run on each case)."""
+    return map_rows(map_cases((32, 80), 16, 4, 2, 0.1), (torch.float32,), 4, 16, "cpu", 0)
+
+
+def test_backend_map_is_a_grid_with_the_reasons(tmp_path, evidence_root, map_rows_here):
+    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
+    probe = artifacts.read(layout.artifact_path(root, CPU, "probe"), "probe")
+    write_stage(root, CPU, "probe", {**probe, "backend_map": map_rows_here}, "cpu")
+    backends = section(render_report(root, layout.report_path(root), [CPU]).read_text(),
+                       "backends")
+    grid = backends[backends.index('<details class="map">'):]
+    grid = grid[:grid.index("</details>")]
+    order = list(dict.fromkeys(r["backend"] for r in map_rows_here))
+    assert re.search(r"<th>case</th><th>dtype</th>" + "".join(f"<th>{b}</th>" for b in order),
+                     grid)
+    for case in dict.fromkeys(r["case"] for r in map_rows_here):
+        cells = [cell(next(r for r in map_rows_here if r["case"] == case and r["backend"] == b))
+                 for b in order]
+        assert f"<td>{case}</td><td>float32</td>" + "".join(f"<td>{c}</td>" for c in cells) \
+            in grid, case
+    refused = [r for r in map_rows_here if not r["ran"]]
+    assert f"{len(map_rows_here) - len(refused)} ran, {len(refused)} refused" in grid
+    for r in refused:  # every refusal's reason is on the page, escaped
+        assert str(escape(r["reason"] or r["error"])) in grid
+    # a probe.json from before the map says so instead of an empty grid
+    assert "No backend map" in section(
+        render_report(evidence_root, tmp_path / "old.html", [CPU]).read_text(), "backends")
+
+
+def test_between_run_spread_of_two_versions_point_by_point(tmp_path, evidence_root):
+    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
+    prefill = artifacts.read(layout.artifact_path(root, CPU, "prefill"), "prefill").frame
+    ok = prefill.index[prefill["status"] == "ok"]
+    slower = prefill.copy()
+    slower.loc[ok[0], "median_ms"] *= 1.10  # one point 10 % slower, the rest unchanged
+    write_stage(root, CPU, "prefill", slower, "cpu")
+    text = section(render_report(root, layout.report_path(root), [CPU]).read_text(), "prefill")
+    summary = re.search(r"between runs, version (\d) against version (\d) over (\d+) points; "
+                        r"[^<]*median time: median \|difference\| 0 %, largest ([\d.]+) %", text)
+    assert summary and summary.group(1, 2) == ("2", "1"), text[-3000:]
+    assert int(summary.group(3)) == len(ok) and float(summary.group(4)) == 10
+    assert text.count("+10.0 %") == 1 and text.count("+0.0 %") >= len(ok) - 1
+    # one version only (the GPU key): says why there is no spread
+    gpu = section(render_report(root, layout.report_path(root), [GPU]).read_text(), "prefill")
+    assert "no between-run spread: prefill version 1" in gpu
+    assert "has no earlier version made with the same code, config and hardware" in gpu
+
+
+def test_model_rows_are_shown_with_units_and_sources(tmp_path, evidence_root):
+    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
+    rows = [{"quantity": "launches", "dtype": None, "value": 29120.0, "unit": "launches",
+             "source": "counted here", "inputs": "2080 block pairs x 14 ops", "status": "ok"},
+            {"quantity": "decode_floor_us", "dtype": None, "value": 427.4, "unit": "µs",
+             "source": "measured here", "inputs": "48 MiB at <118> GB/s", "status": "ok"}]
+    write_stage(root, CPU, "model", pd.DataFrame(rows), "cpu")
+    text = section(render_report(root, layout.report_path(root), [CPU, GPU]).read_text(),
+                   "model")
+    assert "<td>launches</td><td>—</td><td>29120</td><td>launches</td><td>counted here</td>" \
+        in text
+    assert "<td>427</td><td>µs</td><td>measured here</td>" in text
+    assert "&lt;118&gt;" in text  # an artifact's string is text
+    assert f"{GPU}: {NOT_MEASURED} (model.csv is missing" in text

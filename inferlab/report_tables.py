@@ -1,0 +1,185 @@
+"""The report's tables: an artifact's rows as formatted cells (units in the headers,
+"—" where a column does not apply, nan/inf where a number was computed so), and the
+summaries built from them: the backends that ran, the backend map's grid, the exactness
+checks, and the between-run spread of a timing stage (``compare``). ``report`` lays them
+out on the page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from inferlab import compare
+from inferlab.artifacts import Table
+from inferlab.backend_map import cell as map_cell
+from inferlab.formats import format_value, table_cell
+from inferlab.pipeline import STAGES
+
+# Raw tables: column -> header (units in the header); a column's format follows from its
+# type and name (_cell_kind). Columns an artifact lacks are left out.
+PREFILL_COLUMNS = {
+    "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
+    "median_ms": "median (ms)", "ci_low_ms": "95% CI low (ms)", "ci_high_ms": "95% CI high (ms)",
+    "rounds": "rounds", "converged": "converged", "noisy": "noisy",
+    "ratio": "÷ naive", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "causal_over_full": "causal ÷ full",
+    "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
+    "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
+DECODE_COLUMNS = {
+    "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
+    "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
+    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
+    "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
+    "status": "status"}
+TRAFFIC_COLUMNS = {
+    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "block_q_model": "model B_q",
+    "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
+    "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
+    "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",
+    "implied_block_q": "implied B_q", "note": "note"}
+PROBE_COLUMNS = {
+    "backend": "backend", "dtype": "dtype", "causal": "mask", "T": "tokens",
+    "can_run": "can run", "ran": "ran", "reason": "reason", "reason_source": "reason source",
+    "limit_kind": "limit kind"}
+CORRECTNESS_COLUMNS = {
+    "check": "check", "impl": "implementation", "dtype": "dtype", "causal": "mask",
+    "T": "tokens", "block_q": "B_q", "block_k": "B_k", "score_scale": "score scale",
+    "splits": "splits", "max_abs_err": "error vs float64",
+    "naive_same_dtype_err": "naive, same dtype", "pair_fraction": "pair fraction",
+    "status": "status"}
+MODEL_COLUMNS = {
+    "quantity": "quantity", "dtype": "dtype", "value": "value", "unit": "unit",
+    "source": "source", "inputs": "computed from", "status": "status"}
+
+
+def _cell_kind(column: str, dtype) -> str:
+    if column == "causal":
+        return "mask"
+    if column.endswith("_bytes"):
+        return "mib"
+    if column.startswith("frac_"):
+        return "pct"
+    return {"boolean": "yes", "Int64": "int", "float64": "num"}.get(str(dtype), "text")
+
+
+def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = None) -> dict:
+    """Rows of ``table`` as formatted cells, in ``columns`` (those it has); noisy rows
+    marked."""
+    frame = table.frame if rows is None else table.frame[rows]
+    spec = [(c, _cell_kind(c, frame[c].dtype)) for c in columns if c in frame.columns]
+    nonfinite = table.nonfinite.loc[frame.index]
+    body = []
+    for i, record in zip(frame.index, frame.to_dict("records"), strict=True):
+        cells = [table_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
+                 for c, kind in spec]
+        body.append({"cells": cells, "noisy": record.get("noisy") is True})
+    return {"columns": [columns[c] for c, _ in spec], "rows": body}
+
+
+def _unavailable(table: Table) -> tuple[pd.Series, list[str]]:
+    """Rows that only say "unavailable", as one line per implementation and reason."""
+    mask = table.frame["status"].fillna("").str.startswith("unavailable")
+    notes = [f"{impl}: not run in {len(group)} rows: {reason.removeprefix('unavailable: ')}"
+             for (impl, reason), group in table.frame[mask].groupby(["impl", "status"])]
+    return ~mask, notes
+
+
+def raw_block(key: str, stage: str, table: Table, spec) -> dict:
+    """A key's raw rows of ``stage`` for a <details>: table, collapsed unavailable rows."""
+    columns = table.frame.columns
+    keep, notes = _unavailable(table) if {"impl", "status"} <= set(columns) else (None, [])
+    return {"key": key, "artifact": STAGES[stage].artifact, "count": len(table),
+            "table": raw_table(table, spec, keep), "notes": notes}
+
+
+def backends_table(probe: dict, table: Table) -> dict:
+    """Per backend: in how many probed cases it ran, and why not where it did not."""
+    frame = table.frame
+    rows = []
+    for backend, group in frame.groupby("backend", sort=False):
+        ran = int(group["ran"].fillna(False).astype(bool).sum())
+        reasons = sorted({str(r) for r in group["reason"].dropna()})
+        sources = sorted({str(r) for r in group.loc[group["reason"].notna(), "reason_source"]
+                          .dropna()})
+        rows.append({"cells": [backend, f"{ran} of {len(group)}", "; ".join(reasons) or "—",
+                               ", ".join(sources) or "—"], "noisy": False})
+    ceilings = probe.get("ceilings") or {}
+    matmul = ceilings.get("matmul_gflops") or {}
+    return {"columns": ["backend", "cases it ran", "why not", "reason from"], "rows": rows,
+            "ceilings": f"copy {format_value(ceilings.get('copy_gbs'))} GB/s; matmul "
+                        + (", ".join(f"{k} {format_value(v)}" for k, v in matmul.items())
+                           or "—") + " GFLOP/s"}
+
+
+def backend_map_table(probe: dict) -> dict | None:
+    """probe.json's backend map as a grid: a row per case and dtype, a column per backend,
+    a cell "ran" or "refused (limit kind)"; PyTorch's reasons listed once per backend and
+    reason, with the cases they refused. None when the probe predates the map."""
+    rows = probe.get("backend_map") or []
+    if not rows:
+        return None
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    grid: dict[tuple, dict] = {}
+    refusals: dict[tuple, list[str]] = {}
+    for r in rows:
+        grid.setdefault((r["case"], r["dtype"]), {})[r["backend"]] = map_cell(r)
+        if not r["ran"]:
+            why = r["reason"] or r["error"] or "no reason given"
+            refusals.setdefault((r["backend"], why), []).append(f"{r['case']} {r['dtype']}")
+    ran = sum(bool(r["ran"]) for r in rows)
+    return {"columns": ["case", "dtype", *backends], "noisy": False,
+            "rows": [{"cells": [case, dtype, *(cells.get(b, "—") for b in backends)],
+                      "noisy": False} for (case, dtype), cells in grid.items()],
+            "summary": f"{len(grid)} inputs (case × dtype) × {len(backends)} backends: {ran} ran, "
+                       f"{len(rows) - ran} refused",
+            "reasons": [f"{backend} refused {', '.join(cases)}: {why}"
+                        for (backend, why), cases in refusals.items()]}
+
+
+def between_runs(root: Path, key: str, stage: str) -> dict:
+    """The latest version of a timing stage against the previous one made with the same
+    code, config and hardware (``compare``): per point the relative difference of the
+    median time and of the paired ratio, or why there is nothing to compare."""
+    try:
+        previous, latest, diffs = compare.compare_latest(root, key, stage)
+    except ValueError as exc:
+        return {"key": key, "summary": f"no between-run spread: {exc}", "table": None}
+    parts = []
+    for column, label in (("ratio", "paired ratio"), ("median_ms", "median time")):
+        d = diffs[f"{column}_diff"].abs().dropna() if f"{column}_diff" in diffs else None
+        if d is not None and len(d):
+            parts.append(f"{label}: median |difference| {format_value(d.median() * 100)} %, "
+                         f"largest {format_value(d.max() * 100)} %")
+    keys = [k for k in STAGES[stage].key_columns if diffs[k].nunique(dropna=False) > 1]
+    labels = {"median_ms": "median (ms)", "ratio": "paired ratio"}
+    shown = keys + [f"{c}_{w}" for c in labels if f"{c}_diff" in diffs for w in ("old", "new",
+                                                                                  "diff")]
+    rows = [{"noisy": False, "cells": [
+        ("—" if pd.isna(r[c]) else f"{r[c] * 100:+.1f} %") if c.endswith("_diff")
+        else table_cell(r[c], _cell_kind(c, diffs[c].dtype)) for c in shown]}
+        for _, r in diffs.iterrows()]
+    table = {"rows": rows, "columns": keys + [
+        f"{labels[c]}, {w}" for c in labels if f"{c}_diff" in diffs
+        for w in ("before", "now", "difference")]}
+    return {"key": key, "table": table,
+            "summary": f"version {latest['version']} against version {previous['version']} "
+                       f"over {len(diffs)} points; " + "; ".join(parts)}
+
+
+def exactness_table(table: Table) -> dict:
+    """Per check, implementation and dtype: the largest error, against float64 and
+    against naive attention in the same dtype (the 2× criterion)."""
+    frame = table.frame
+    rows = []
+    for (check, impl, dtype), g in frame.groupby(["check", "impl", "dtype"], dropna=False):
+        ratio = (g["max_abs_err"] / g["naive_same_dtype_err"]).max()
+        pairs = g["pair_fraction"].dropna()
+        cells = [check, impl, "—" if pd.isna(dtype) else dtype, f"{len(g):,}",
+                 table_cell(g["max_abs_err"].max(), "num"), table_cell(ratio, "num"),
+                 format_value([float(pairs.min()), float(pairs.max())]) if len(pairs) else "—"]
+        rows.append({"cells": cells, "noisy": False})
+    return {"columns": ["check", "implementation", "dtype", "rows", "largest error vs "
+                        "float64", "÷ naive's error, same dtype", "pair fraction"], "rows": rows}
