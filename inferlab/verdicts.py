@@ -143,11 +143,11 @@ def _judge_at(e: Expect, value: list) -> tuple[bool, str]:
     present = [(k, x) for k, x in e.points if str(k) in here]
     absent = [describe(k) for k, _ in e.points if str(k) not in here]
     if not present:
-        raise NotMeasurable(f"no rows at {[describe(k) for k, _ in e.points]}")
+        raise NotMeasurable(f"no rows at [{', '.join(describe(k) for k, _ in e.points)}]")
     ok = all(_number(here[str(k)]) and abs(here[str(k)] - x) <= e.rel * abs(x)
              for k, x in present)
     text = (f"within {e.rel:.0%} of {[x for _, x in present]} at "
-            f"{[describe(k) for k, _ in present]}")
+            f"[{', '.join(describe(k) for k, _ in present)}]")
     if absent:
         text += f"; {', '.join(absent)} not measured here"
     return ok, text
