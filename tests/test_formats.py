@@ -71,7 +71,8 @@ def test_a_value_with_its_unit(value, unit, text):
     (r"\(x^{(ab)}\)", "x^(ab)"), (r"\(a \le b \ge c\)", "a ≤ b ≥ c"),
     (r"\(a\,b\)", "a b"), (r"\(\infty\)", "∞"), (r"\(a \unknown x\)", "a unknown x"),
     (r"\(a \approx b\)", "a ≈ b"), (r"\(x^{+}\)", "x⁺"), ("a -> b", "a → b"),
-    (r"\(10^{+3}\)", "10⁺³"), (r"\(x^y\)", "x^(y)"),
+    (r"\(10^{+3}\)", "10⁺³"), (r"\(x^y\)", "x^(y)"), (r"\(x^{(a}\)", "x^((a)"),
+    (r"\(x^{a)}\)", "x^(a))"), (r"\(a \Delta b\)", "a Delta b"),
 ])
 def test_more_latex_as_plain_unicode(latex, plain):
     assert formats.plain_text(latex) == plain

@@ -207,7 +207,8 @@ def test_pairing_with_an_unknown_case_is_refused():
 
 
 def test_empty_cases_are_rejected():
-    with pytest.raises(ValueError, match="cases"):
+    with pytest.raises(ValueError, match=r"^cases is empty: pass at least one "
+                                         r"\{label: callable\}$"):
         time_interleaved({}, threads=1)
 
 
@@ -420,14 +421,90 @@ def test_a_paired_ratio_wider_than_the_median_keeps_the_rounds_going(monkeypatch
 
 
 def test_the_reference_is_the_fastest_candidate_and_itself_gives_one(monkeypatch):
-    cases = _scheduled(monkeypatch, {"slow": [4.0] * 10, "fast": [2.0] * 10,
+    """By time, not by name: the fast one sorts last."""
+    cases = _scheduled(monkeypatch, {"a_slow": [4.0] * 10, "z_fast": [2.0] * 10,
                                      "case": [8.0] * 10})
     result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6,
-                              pair_with={"case": ["slow", "fast"], "fast": ["fast"]})
-    assert result["case"].ratio.ref == "fast" and result["case"].ratio.median == 4.0
+                              pair_with={"case": ["a_slow", "z_fast"], "z_fast": ["z_fast"]})
+    assert result["case"].ratio.ref == "z_fast" and result["case"].ratio.median == 4.0
     assert (result["case"].ratio.ci_low, result["case"].ratio.ci_high) == (4.0, 4.0)
-    assert result["fast"].ratio == Ratio("fast", 1.0, 1.0, 1.0)
-    assert result["slow"].ratio is None
+    assert result["z_fast"].ratio == Ratio("z_fast", 1.0, 1.0, 1.0)
+    assert result["a_slow"].ratio is None
+
+
+def test_the_paired_ratio_counts_in_converged_and_noisy(monkeypatch):
+    """Over 20 rounds each median's interval ignores five outliers a side, so both medians
+    are exact; but a is low in rounds 1-5 and b high in rounds 6-10, so b/a is high in ten
+    rounds and its interval is wide: b has not converged, a has."""
+    a = [1.0] + [0.5] * 5 + [1.0] * 15
+    b = [1.0] + [1.0] * 5 + [2.0] * 5 + [1.0] * 10
+    result = time_interleaved(_scheduled(monkeypatch, {"a": a, "b": b}), threads=1,
+                              min_run_s=0.0, min_rounds=20, max_rounds=20,
+                              pair_with={"b": ["a"]})
+    assert result["a"].ci_ms == (1.0, 1.0) and result["b"].ci_ms == (1.0, 1.0)
+    assert (result["b"].ratio.ci_low, result["b"].ratio.ci_high) == (1.0, 2.0)
+    assert result["a"].converged and not result["a"].noisy
+    assert not result["b"].converged and result["b"].noisy
+
+
+def test_the_defaults(monkeypatch):
+    """30 rounds at most, a ±2 % target, 2 ms per timing, and the clock is told min_run_s."""
+    made: list[tuple] = []
+
+    def make(fn, device, threads, min_run_s):
+        made.append((device, threads, min_run_s))
+        return _ScheduledClock(0.5, fn())
+
+    monkeypatch.setattr("inferlab.measure.make_clock", make)
+    wobbly = time_interleaved({"w": lambda: [1.0] + [1.0, 2.0] * 40}, threads=3)["w"]
+    assert wobbly.rounds == 30 and not wobbly.converged
+    assert wobbly.calls_per_timing == 4  # ceil(2 ms / 0.5 ms)
+    assert made == [("cpu", 3, 0.002)]
+    # a half-width of 1/3: not within the ±2 % target, wider than the 10 % noise threshold
+    assert wobbly.noisy
+    # a half-width of 5 %: neither converged nor noisy
+    mild = time_interleaved({"m": lambda: [1.0, 0.95, 1.0, 1.0, 1.0, 1.0, 1.05] * 10},
+                            threads=1, max_rounds=6)["m"]
+    assert relative_halfwidth(*mild.ci_ms, mild.median_ms) == pytest.approx(0.05)
+    assert not mild.converged and not mild.noisy
+
+
+def test_rounds_stop_when_the_interval_is_exactly_the_target(monkeypatch):
+    schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1] + [3.0, 0.2] * 5
+    first = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
+                             min_run_s=0.0, max_rounds=6)["a"]
+    width = _widths_of(first)
+    again = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
+                             min_run_s=0.0, max_rounds=12, target=width)["a"]
+    assert again.rounds == 6 and again.converged
+
+
+class _FakeTime:
+    """perf_counter reading the given seconds in turn (the harness's only use of time)."""
+
+    def __init__(self, readings):
+        self.readings = iter(readings)
+
+    def perf_counter(self):
+        return next(self.readings)
+
+
+def test_the_time_cap_is_reached_at_exactly_its_seconds(monkeypatch):
+    """Started at 0 s; after round 6 it reads 29 s, after round 7 exactly 30 s: stop."""
+    monkeypatch.setattr(measure, "time", _FakeTime([0.0, 29.0, 30.0, 31.0, 32.0]))
+    cases = _scheduled(monkeypatch, {"w": [1.0] + [1.0, 2.0] * 20})
+    timing = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=20)["w"]
+    assert timing.rounds == 7 and not timing.converged
+
+
+def test_a_failed_case_keeps_its_clocks_method():
+    def fails():
+        raise RuntimeError("no")
+
+    result = time_interleaved({"bad": fails}, threads=1, min_run_s=0.0, max_rounds=6)
+    assert result["bad"].method == "torch.utils.benchmark.Timer"
+    assert result["bad"].as_row()["timing_method"] == "torch.utils.benchmark.Timer"
+    assert result["bad"].status == "error: RuntimeError: no"
 
 
 def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
@@ -478,6 +555,7 @@ def test_a_case_failing_mid_rounds_keeps_its_calls_per_timing(monkeypatch):
                               max_rounds=6)["a"]
     assert timing.status == "error: RuntimeError: lost the device"
     assert timing.calls_per_timing == 4 and timing.samples_ms == () and timing.rounds == 0
+    assert timing.method == "scheduled"
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -244,3 +244,64 @@ def test_non_finite_flags_follow_the_judged_columns_only():
     assert list(both[selection.NONFINITE]) == [True, True, False]
     subset = selection.with_nonfinite(rows.loc[[12]], nonfinite, ["a", "b"])
     assert list(subset[selection.NONFINITE]) == [False]
+
+
+def test_row_names_lists_six_rows_by_default_then_counts_the_rest():
+    six = frame([prefill_row(T=256 * (i + 1)) for i in range(6)])
+    assert "more" not in selection.row_names(six)
+    seven = frame([prefill_row(T=256 * (i + 1)) for i in range(7)])
+    assert selection.row_names(seven).endswith("T=1536 and 1 more")
+
+
+def test_a_flag_missing_for_a_row_means_finite():
+    rows = pd.DataFrame({"a": [1.0, 2.0]}, index=[12, 99])
+    nonfinite = pd.DataFrame({"a": [True, False, False]}, index=[10, 11, 12])
+    flagged = selection.with_nonfinite(rows, nonfinite, ["a"])
+    assert flagged[selection.NONFINITE].tolist() == [False, False]
+    assert flagged[selection.NONFINITE].dtype == bool
+
+
+def test_a_range_condition_on_a_column_of_words_matches_nothing():
+    kept = selection.apply_where(LENGTHS, (claims._condition("impl", {"min": 1}),))
+    assert kept.empty
+
+
+# ---------------------------------------------------------------- empty cells in the scope
+
+
+MIXED = [prefill_row(impl="sdpa_math", block_q=None, status="unavailable: no tiles"),
+         prefill_row(block_q=128)]
+
+
+def test_an_empty_cell_is_not_a_value_the_scope_speaks_of():
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(scope={"block_q": [64]}), frame(MIXED), "cpu", STAND_IN)
+    assert str(info.value) == ("needs block_q = 64 (64: not in this grid; this grid has 128)")
+
+
+def test_a_value_whose_rows_all_failed_is_named_by_their_status_alone():
+    rows = frame(MIXED + [prefill_row(block_q=64, status="oom", median_ms=None)])
+    sels = selection.select(check(scope={"block_q": [64, 128]}), rows, "cpu", STAND_IN)
+    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+    assert list(sels[0].frame["block_q"]) == [128]
+    ok_empty = frame([prefill_row(impl="sdpa_math", block_q=None),
+                      prefill_row(block_q=64, status="oom", median_ms=None),
+                      prefill_row(block_q=128)])
+    sels = selection.select(check(scope={"block_q": [64, 128]}), ok_empty, "cpu", STAND_IN)
+    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+
+
+def test_a_scope_column_with_no_value_at_all_says_none():
+    rows = frame([prefill_row(impl="sdpa_math", block_q=None)])
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(scope={"block_q": [64]}), rows, "cpu", STAND_IN)
+    assert str(info.value) == "needs block_q = 64 (64: not in this grid; this grid has none)"
+
+
+def test_several_statuses_of_one_value_are_all_named_and_long_ones_cut():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="oom", median_ms=None),
+                  prefill_row(T=2048, impl="tiled", status="error: " + "z" * 54,
+                              median_ms=None)])
+    sels = selection.select(check(scope={"T": [1024, 2048]}), rows, "cpu", STAND_IN)
+    cut = ("error: " + "z" * 54)[:57] + "..."  # 61 characters: cut
+    assert sels[0].notes == [f"judged on 1 of 2 values of T; 2048: {cut}; oom"]
