@@ -170,9 +170,10 @@ def describe_expect(e: Expect) -> str:
     return f"{e.target}"
 
 
-def reported_value(value: Any, stat: str) -> Any:
-    """What claims.json records: a judged list becomes [min, max]; others as they are."""
-    if isinstance(value, list) and stat != "at":
+def reported_value(value: Any) -> Any:
+    """What claims.json records: a judged list of numbers becomes [min, max] (one number
+    when they are equal); others (the pairs of ``at``, booleans) as they are."""
+    if isinstance(value, list):
         nums = [v for v in value if _number(v)]
         if nums and len(nums) == len(value):
             return [min(nums), max(nums)] if min(nums) != max(nums) else nums[0]
@@ -203,7 +204,7 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any
     m = check.measure
     if m.is_ratio:
         return _measure_ratio(check, sel, nonfinite)
-    rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over] if m.over else [m.column])
+    rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
     column = "value"
     numeric = str(rows[m.column].dtype) != "boolean"
     rows = rows.assign(value=rows[m.column].astype(float) if numeric else rows[m.column])
@@ -213,7 +214,7 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any
         rows["value"] = 1 / rows["value"]
     if m.unit:
         rows["value"] = rows["value"] * UNITS[m.unit][1]
-    rows = _judged(rows, m.column, sel.notes) if m.stat != "loglog_slope" else rows
+    rows = _judged(rows, m.column, sel.notes)
     return statistic(rows, column, m), rows
 
 
@@ -343,7 +344,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
                                                                          "cuda": "float16"})
         unit = display_unit(check)
-        value = reported_value(judged["value"], check.measure.stat)
+        value = reported_value(judged["value"])
         verdict = "reproduced" if judged["ok"] else "not reproduced"
         where = f"judged on {key}" + (f"; the chapter measured on {hardware}"
                                       if claim.kind == "measured" and hardware else "")

@@ -569,7 +569,8 @@ def test_probe_rows_are_checkable(tmp_path, evidence):
     check = {"stage": "probe", "device": "cuda", "dtype": "float16",
              "where": {"backend": "flash"},
              "value": {"column": "ran", "stat": "max"}, "expect": {"equals": False}}
-    assert one(tmp_path, evidence, GPU, check, "device-specific")["verdict"] == "reproduced"
+    result = one(tmp_path, evidence, GPU, check, "device-specific")
+    assert result["verdict"] == "reproduced" and result["value"] is False
 
 
 def test_pair_fraction_checked_against_the_rows(tmp_path, evidence):
@@ -636,6 +637,9 @@ def test_a_between_run_claim_reads_two_register_versions(tmp_path, evidence, rnd
     assert result["value"] == pytest.approx(0.6)
     assert result["verdict"] == "reproduced"  # 0.6 is within 25 % of 0.67
     assert result["compared_with"]["version"] == 2 and result["artifact"]["version"] == 3
+    previous = Register(evidence, GPU).history("prefill")[1]
+    assert result["compared_with"] == {"stage": "prefill", "path": previous["path"],
+                                       "version": 2, "sha256": previous["sha256"]}
 
 
 def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence):

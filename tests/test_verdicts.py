@@ -194,7 +194,8 @@ def stat(column: str, name: str, **kw) -> Measure:
 
 
 KNOWN = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "T": [1024, 1024, 2048, 1024, 2048],
-                      "y": [1.0, 2.0, 9.0, 4.0, 6.0]})
+                      "y": [1.0, 2.0, 9.0, 4.0, 6.0],
+                      "other": [None, 1.0, None, 1.0, 1.0]})  # empty cells elsewhere count not
 
 
 @pytest.mark.parametrize(("measure", "expected"), [
@@ -248,6 +249,12 @@ def test_loglog_slope_on_known_power_laws(xs, ys, slope):
     assert verdicts.statistic(frame, "y", measure) == pytest.approx(slope, abs=1e-12)
 
 
+def test_loglog_slope_keeps_x_and_y_of_one_and_fits_what_is_not_a_power_law():
+    frame = pd.DataFrame({"x": [1, 2, 4], "y": [1, 4, 8]})
+    # least squares over log2: x = 0, 1, 2 and y = 0, 2, 3: slope 1.5
+    assert verdicts.loglog_slope(frame, "y", "x") == pytest.approx(1.5)
+
+
 def test_loglog_slope_drops_what_has_no_logarithm_and_needs_two_abscissae():
     frame = pd.DataFrame({"x": [0, 1, 2, 4, 8, -1], "y": [5, 3, 6, 12, 0, 4]})
     assert verdicts.loglog_slope(frame, "y", "x") == pytest.approx(1.0)  # x, y > 0 only
@@ -268,18 +275,21 @@ def test_plain_makes_json_ready_scalars(value, plain):
     assert got == plain and type(got) is type(plain)
 
 
-@pytest.mark.parametrize(("value", "stat_name", "recorded"), [
-    ([3.0, 1.0, 2.0], "range", [1.0, 3.0]),
-    ([2.0, 2.0], "range", 2.0),
-    ([2.0], "max", 2.0),
-    ([1.0, None], "range", [1.0, None]),          # not all numbers: as it is
-    ([True, False], "range", [True, False]),
-    ([[1024, 2.0], [2048, 3.0]], "at", [[1024, 2.0], [2048, 3.0]]),
-    ([], "range", []),
-    (4.0, "max", 4.0),
+@pytest.mark.parametrize(("value", "recorded"), [
+    ([3.0, 1.0, 2.0], [1.0, 3.0]),
+    ([2.0, 2.0], 2.0),
+    ([2.0], 2.0),
+    ([1.0, None], [1.0, None]),          # not all numbers: as it is
+    ([True, False], [True, False]),
+    ([True], [True]),
+    ([[1024, 2.0], [2048, 3.0]], [[1024, 2.0], [2048, 3.0]]),   # stat at: the pairs
+    ([[1024, 2.0]], [[1024, 2.0]]),
+    ([], []),
+    (4.0, 4.0),
+    (True, True),
 ])
-def test_the_value_claims_json_records(value, stat_name, recorded):
-    assert verdicts.reported_value(value, stat_name) == recorded
+def test_the_value_claims_json_records(value, recorded):
+    assert verdicts.reported_value(value) == recorded
 
 
 # ---------------------------------------------------------------- every verdict path
@@ -514,3 +524,98 @@ def test_evaluate_all_names_machine_and_grid():
     result = verdicts.evaluate_all([claim], {}, "cpu-box@smoke", ROOT)
     assert result["machine"] == "cpu-box" and result["grid"] == "smoke"
     assert [c["id"] for c in result["claims"]] == ["C13-33"]
+
+
+def test_a_group_with_an_empty_key_is_a_group_too():
+    frame = pd.DataFrame({"g": ["a", "a", None], "y": [1.0, 3.0, 7.0]})
+    assert verdicts.statistic(frame, "y", stat("y", "max", by=("g",))) == [3.0, 7.0]
+
+
+def test_approx_at_names_every_absent_length():
+    _, text = judge(AT, [[1024, 10.0]])
+    assert text.endswith("; 2048, 8192 not measured here")
+
+
+def test_stat_at_over_one_length_records_its_pair():
+    rows = [decode_row(median_ms=2.0), decode_row(median_ms=4.0, splits=8)]
+    result = verdict({"value": {"column": "median_ms", "stat": "at", "at": "cache_len"},
+                      "expect": {"approx_at": [[1024, 3.0]], "rel": 0.01}}, rows)
+    assert result["value"] == [[1024, 3.0]] and result["verdict"] == "reproduced"
+    assert result["value_text"] == "1024: 3 ms"
+
+
+def test_a_boolean_value_is_recorded_as_itself():
+    rows = [decode_row(noisy=False), decode_row(noisy=True, cache_len=2048)]
+    result = verdict({"value": {"column": "noisy", "stat": "max"},
+                      "expect": {"equals": True}}, rows)
+    assert result["value"] is True and result["verdict"] == "reproduced"
+    assert result["value_text"] == "True"
+
+
+def test_a_non_finite_value_under_a_loglog_slope_is_not_dropped():
+    """A computed NaN among the lengths fails the slope, as it fails every statistic."""
+    rows = [decode_row(cache_len=n, median_ms=n / 512) for n in (1024, 2048, 4096)]
+    rows[1]["median_ms"] = math.nan
+    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
+                                "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
+    assert result["verdict"] == "not reproduced"
+    assert "median_ms is NaN or infinite in 1 row(s)" in result["reason"]
+    rows[1]["median_ms"] = None  # an empty cell is left out and said
+    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
+                                "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
+    assert result["verdict"] == "reproduced" and result["value"] == pytest.approx(1.0)
+    assert "1 row(s) have no median_ms (not applicable)" in result["reason"]
+
+
+def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
+    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math",
+                                                                  median_ms=2.0),
+            decode_row(impl="splitkv", median_ms=None, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=None, cache_len=4096, status="oom")]
+    result = verdict(RATIO, rows)
+    assert result["value"] == 3.0
+    assert ("; 1 row(s) left out by status (impl=sdpa_math cache_len=4096: oom); "
+            "1 row(s) have no median_ms ratio (not applicable); needs") in result["reason"]
+
+
+def test_a_list_value_above_its_physical_limit_is_a_probe_error():
+    spec = {"value": {"column": "median_ms", "valid_max": 2.0, "stat": "range"},
+            "expect": {"max": 5}}
+    rows = [decode_row(median_ms=1.0), decode_row(median_ms=2.5, cache_len=2048)]
+    assert verdict(spec, rows)["verdict"] == "not measurable here"
+    assert verdict(spec, rows[:1])["verdict"] == "reproduced"
+
+
+def test_rows_are_summarised_in_order_numbers_before_words():
+    frame = pd.DataFrame({"T": [2048, 512, 1024, 512], "impl": ["tiled", "naive", "tiled",
+                                                               "naive"],
+                          "splits": [8, "auto", 16, None]})
+    assert verdicts._rows_summary(frame) == "impl=naive,tiled; T=512,1024,2048; splits=8,16,auto"
+
+
+def test_the_chapters_hardware_is_quoted_for_measured_claims_only():
+    claim = Claim("C13-98", "s", "v", "measured", claims._check({
+        "stage": "decode", "value": {"column": "median_ms", "stat": "max"},
+        "expect": {"max": 3}}))
+    model = Claim("C13-97", "s", "v", "model", claim.check)
+    evidence = evidence_of("decode", [decode_row(dtype="bfloat16")])
+    result = verdicts.evaluate_all([claim, model], evidence, CPU_KEY, ROOT, "an A100",
+                                   {"cpu": "bfloat16", "cuda": "float16"})
+    measured, modelled = result["claims"]
+    assert measured["verdict"] == "reproduced"  # judged on the stand-in it was given
+    assert measured["reason"].endswith(f"judged on {CPU_KEY}; the chapter measured on an A100")
+    assert modelled["reason"].endswith(f"judged on {CPU_KEY}")
+    plain_all = verdicts.evaluate_all([claim], evidence_of("decode", [decode_row()]), CPU_KEY,
+                                      ROOT)
+    assert plain_all["claims"][0]["reason"].endswith(f"judged on {CPU_KEY}")
+    assert plain_all["claims"][0]["judged_on"] == "impl=splitkv; cache_len=1024; batch=1; " \
+                                                  "dtype=float32; splits=4"
+
+
+def test_what_a_verdict_without_a_value_leaves_empty():
+    missing = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
+                      None)
+    assert missing["judged_on"] == "" and missing["rows"] == [] and missing["value"] is None
+    assert missing["unit"] is None and missing["value_text"] == "—"
+    assert missing["compared_with"] is None and missing["note"] is None
