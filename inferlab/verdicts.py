@@ -206,8 +206,7 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any
         return _measure_ratio(check, sel, nonfinite)
     rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
     column = "value"
-    numeric = str(rows[m.column].dtype) != "boolean"
-    rows = rows.assign(value=rows[m.column].astype(float) if numeric else rows[m.column])
+    rows = rows.assign(value=rows[m.column])  # a number column stays numeric, a boolean boolean
     if m.over:
         rows["value"] = rows["value"] / rows[m.over].astype(float)
     if m.invert:
@@ -356,7 +355,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
                       rows=_records(judged["rows"]), judged_on=judged["judged_on"],
                       reason=f"{judged['text']}; {where}")
     except NotMeasurable as why:
-        result.update(verdict="not measurable here", value=None, reason=str(why))
+        result.update(verdict="not measurable here", reason=str(why))  # value stays None
     result["reason"] = found.hash_warning() + result["reason"]
     return result
 

@@ -357,6 +357,15 @@ def test_a_file_level_schema_error_and_an_unnamed_claim_are_located(tmp_path):
         claims.load(write_claims(tmp_path, claim("C13-02"), nameless))
 
 
+def test_a_file_without_claims_is_a_file_level_error(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": 2, "fp16_stand_in": {"cuda": "float16",
+                                                                    "cpu": "float32"}}))
+    with pytest.raises(ValueError, match=r"^claims\.yaml: claim \(file\), field \(whole "
+                                         r"claim\): 'claims' is a required property"):
+        claims.load(path)
+
+
 def test_several_schema_errors_are_counted(tmp_path):
     bad = {**claim("C13-01"), "sentence": "", "chapter_value": ""}
     with pytest.raises(ValueError, match=r"\(2 schema error\(s\) in all\)$"):
@@ -387,6 +396,10 @@ def test_an_unknown_column_gets_close_matches_or_none(tmp_path):
         claims.load(write_claims(tmp_path, claim("C13-09", check)))
     assert str(info.value) == ("claims.yaml: claim C13-09 names column 'fused_sdpx', which "
                                "prefill.csv does not have; did you mean fused_sdpa?")
+    several = {**SPEEDUP, "where": {"ratio_ci": 1}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-09", several)))
+    assert str(info.value).endswith("did you mean ratio_ci_low, ratio, ratio_ci_high?")
     far = {**SPEEDUP, "where": {"zzzz": True}}
     with pytest.raises(ValueError) as info:
         claims.load(write_claims(tmp_path, claim("C13-09", far)))
@@ -435,6 +448,10 @@ def test_find_a_claim_by_id_or_name_the_close_ones():
     message = str(info.value)
     assert message.startswith("claim_id='c13-0x' is not in claims.yaml; did you mean C13-0")
     assert message.count("C13-") == 5  # five at most
+    with pytest.raises(ValueError) as info:
+        claims.find("13", known)  # half alike: still suggested
+    assert str(info.value) == ("claim_id='13' is not in claims.yaml; did you mean C13-08, "
+                               "C13-07, C13-06, C13-05, C13-04?")
     with pytest.raises(ValueError) as info:
         claims.find("Q99", known[:2])
     assert str(info.value) == ("claim_id='Q99' is not in claims.yaml; known ids: "
