@@ -276,7 +276,7 @@ def test_cuda_timing_and_peak_memory():
     gen = torch.Generator(device="cuda").manual_seed(4)
     q, k, v = (torch.randn(1, 2, 1024, 64, device="cuda", generator=gen) for _ in range(3))
     result = time_interleaved({"naive": lambda: _naive_attention(q, k, v)}, device="cuda",
-                              threads=1, rounds=2, timings_per_round=2)
+                              threads=1, max_rounds=6)
     assert result["naive"].status == "ok" and result["naive"].median_ms > 0
     assert "L2" in result["naive"].method
     reading = peak_extra_bytes(lambda: _naive_attention(q, k, v), device="cuda")
