@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 
-.PHONY: setup evidence regenerate smoke test lint clean-venv
+.PHONY: setup evidence regenerate smoke test lint clean-venv mutation
 
 setup: $(STAMP)
 
@@ -40,6 +40,30 @@ smoke: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest -q
+
+# Mutation testing (README, "Mutation testing"): slow, a periodic check, not part of CI.
+# MUTATE names the modules of inferlab/ to mutate; [tool.mutmut] in pyproject.toml the tests.
+MUTATE ?= claims selection verdicts formats measure traffic
+MUTMUT_JOBS ?= 2
+mutation: $(STAMP)
+	$(VPY) -m pip install -q 'mutmut>=3.8,<4'
+	@mkdir -p mutants
+	@for m in $(MUTATE); do \
+	  echo "mutating inferlab/$$m.py (log: mutants/run-$$m.log)"; \
+	  $(VENV)/bin/mutmut run --max-children $(MUTMUT_JOBS) "inferlab.$$m.*" \
+	    > mutants/run-$$m.log 2>&1 || { tail -c 2000 mutants/run-$$m.log; exit 1; }; \
+	done
+	@$(VENV)/bin/mutmut results --all true | awk -v mods="$(MUTATE)" '\
+	  BEGIN { n = split(mods, m, " "); for (i = 1; i <= n; i++) want[m[i]] = 1 } \
+	  { name = $$1; sub(/:$$/, "", name); split(name, part, "."); mod = part[2]; \
+	    st = $$0; sub(/^[^:]*: /, "", st) } \
+	  !(mod in want) { next } \
+	  st == "killed" || st == "timeout" || st == "segfault" { caught[mod]++ } \
+	  st == "survived" || st == "no tests" || st == "suspicious" { missed[mod]++; \
+	    left = left "  " name ": " st "\n" } \
+	  END { for (i = 1; i <= n; i++) { c = caught[m[i]] + 0; t = c + missed[m[i]]; \
+	      printf "%-10s %4d of %4d mutants caught (%.1f%%)\n", m[i], c, t, t ? 100 * c / t : 0 } \
+	    if (left != "") printf "not caught (mutmut show NAME shows one):\n%s", left }'
 
 clean-venv:
 	rm -rf $(VENV)

@@ -33,7 +33,7 @@ def format_value(value: Any) -> str:
 
 def _three_figures(x: float) -> str:
     """3 significant figures without an exponent between 0.001 and 10^6 (2080, not 2.08e+03)."""
-    if x == 0 or not math.isfinite(x) or not 1e-3 <= abs(x) < 1e6:
+    if not 1e-3 <= abs(x) < 1e6:  # 0, NaN and the infinities too
         return f"{x:.3g}"
     if x.is_integer():
         return str(int(x))

@@ -250,7 +250,7 @@ def time_interleaved(
             numbers[label] = number
     samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,
                       time_cap_s, progress)
-    widths = _widths(samples, pair_with) if samples else {}
+    widths = _widths(samples, pair_with)
     results = dict(failed)
     for label, xs in samples.items():
         ref = _reference(label, samples, pair_with)

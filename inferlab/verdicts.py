@@ -143,11 +143,11 @@ def _judge_at(e: Expect, value: list) -> tuple[bool, str]:
     present = [(k, x) for k, x in e.points if str(k) in here]
     absent = [describe(k) for k, _ in e.points if str(k) not in here]
     if not present:
-        raise NotMeasurable(f"no rows at {[describe(k) for k, _ in e.points]}")
+        raise NotMeasurable(f"no rows at [{', '.join(describe(k) for k, _ in e.points)}]")
     ok = all(_number(here[str(k)]) and abs(here[str(k)] - x) <= e.rel * abs(x)
              for k, x in present)
     text = (f"within {e.rel:.0%} of {[x for _, x in present]} at "
-            f"{[describe(k) for k, _ in present]}")
+            f"[{', '.join(describe(k) for k, _ in present)}]")
     if absent:
         text += f"; {', '.join(absent)} not measured here"
     return ok, text
@@ -170,9 +170,10 @@ def describe_expect(e: Expect) -> str:
     return f"{e.target}"
 
 
-def reported_value(value: Any, stat: str) -> Any:
-    """What claims.json records: a judged list becomes [min, max]; others as they are."""
-    if isinstance(value, list) and stat != "at":
+def reported_value(value: Any) -> Any:
+    """What claims.json records: a judged list of numbers becomes [min, max] (one number
+    when they are equal); others (the pairs of ``at``, booleans) as they are."""
+    if isinstance(value, list):
         nums = [v for v in value if _number(v)]
         if nums and len(nums) == len(value):
             return [min(nums), max(nums)] if min(nums) != max(nums) else nums[0]
@@ -203,17 +204,16 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any
     m = check.measure
     if m.is_ratio:
         return _measure_ratio(check, sel, nonfinite)
-    rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over] if m.over else [m.column])
+    rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
     column = "value"
-    numeric = str(rows[m.column].dtype) != "boolean"
-    rows = rows.assign(value=rows[m.column].astype(float) if numeric else rows[m.column])
+    rows = rows.assign(value=rows[m.column])  # a number column stays numeric, a boolean boolean
     if m.over:
         rows["value"] = rows["value"] / rows[m.over].astype(float)
     if m.invert:
         rows["value"] = 1 / rows["value"]
     if m.unit:
         rows["value"] = rows["value"] * UNITS[m.unit][1]
-    rows = _judged(rows, m.column, sel.notes) if m.stat != "loglog_slope" else rows
+    rows = _judged(rows, m.column, sel.notes)
     return statistic(rows, column, m), rows
 
 
@@ -347,7 +347,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
                                                                          "cuda": "float16"})
         unit = display_unit(check)
-        value = reported_value(judged["value"], check.measure.stat)
+        value = reported_value(judged["value"])
         verdict = "reproduced" if judged["ok"] else "not reproduced"
         where = f"judged on {key}" + (f"; the chapter measured on {hardware}"
                                       if claim.kind == "measured" and hardware else "")
@@ -359,7 +359,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
                       rows=_records(judged["rows"]), judged_on=judged["judged_on"],
                       reason=f"{judged['text']}; {where}")
     except NotMeasurable as why:
-        result.update(verdict="not measurable here", value=None, reason=str(why))
+        result.update(verdict="not measurable here", reason=str(why))  # value stays None
     result["reason"] = found.hash_warning() + result["reason"]
     return result
 

@@ -256,6 +256,210 @@ def test_a_device_specific_claim_must_name_its_device(tmp_path):
         claims.load(write_claims(tmp_path, claim("C13-25", check, "device-specific")))
 
 
+def test_every_field_of_a_check_is_parsed_into_its_dataclass(tmp_path):
+    check = {"stage": "prefill", "device": "cuda", "dtype": "each", "between_runs": True,
+             "scope": {"T": [1024, 2048], "causal": [True]},
+             "where": {"fused_sdpa": True, "T": {"min": 512, "max": 4096}, "impl": ["a", "b"]},
+             "best": {"by": ["T", "dtype"], "lowest": "median_ms_new"},
+             "value": {"column": "median_ms_spread", "over": "ratio_diff", "invert": True,
+                       "valid_max": 3.5, "stat": "at", "by": ["causal"],
+                       "at": "T"},
+             "expect": {"max": 2.5, "tolerance": 0.2}}
+    loaded = claims.load(write_claims(tmp_path, claim("C13-01", check, "between-run",
+                                                      note="  a\n  note ")))
+    parsed = loaded.claims[0]
+    assert parsed.note == "a note" and parsed.kind == "between-run"
+    assert parsed.check == claims.Check(
+        stage="prefill",
+        rows=claims.Rows((claims.Condition("T", low=512, high=4096),  # safe_dump sorts keys
+                          claims.Condition("fused_sdpa", values=(True,)),
+                          claims.Condition("impl", values=("a", "b"))),
+                         claims.Best(("T", "dtype"), "median_ms_new")),
+        measure=claims.Measure(column="median_ms_spread", stat="at", over="ratio_diff",
+                               invert=True, valid_max=3.5, by=("causal",), at="T"),
+        expect=claims.Expect("max", target=2.5, tolerance=0.2), dtype="each",
+        scope=(("T", (1024, 2048)), ("causal", (True,))), device="cuda", between_runs=True)
+
+
+def test_a_ratio_check_and_the_defaults_are_parsed(tmp_path):
+    check = {"stage": "prefill", "ratio": {
+        "numerator": {"where": {"impl": "naive"}},
+        "denominator": {"where": {"fused_sdpa": True}, "best": BEST},
+        "join": ["T", "dtype"], "column": "peak_extra_bytes", "stat": "loglog_slope",
+        "x": "T"}, "expect": {"min": 0.5}}
+    parsed = claims.load(write_claims(tmp_path, claim("C13-02", check))).claims[0].check
+    assert parsed == claims.Check(
+        stage="prefill", rows=claims.Rows(),
+        measure=claims.Measure(
+            column="peak_extra_bytes", stat="loglog_slope", x="T", join=("T", "dtype"),
+            numerator=claims.Rows((claims.Condition("impl", values=("naive",)),)),
+            denominator=claims.Rows((claims.Condition("fused_sdpa", values=(True,)),),
+                                    claims.Best(("T", "dtype", "causal"), "median_ms"))),
+        expect=claims.Expect("min", target=0.5))
+    assert parsed.dtype == "fp16" and parsed.scope == () and parsed.device is None
+    assert parsed.between_runs is False and parsed.measure.is_ratio
+    assert parsed.measure.over is None and parsed.measure.invert is False
+    assert claims._measure({"value": {"column": "median_ms", "unit": "us", "stat": "max"}}) \
+        == claims.Measure(column="median_ms", stat="max", unit="us")
+
+
+@pytest.mark.parametrize(("spec", "parsed"), [
+    ({"between": [1, 2]}, claims.Expect("between", bounds=(1, 2))),
+    ({"between": [1, 2], "tolerance": 0.1}, claims.Expect("between", bounds=(1, 2),
+                                                          tolerance=0.1)),
+    ({"min": 3, "tolerance": 0.5}, claims.Expect("min", target=3, tolerance=0.5)),
+    ({"approx": 3, "rel": 0.1}, claims.Expect("approx", target=3, rel=0.1)),
+    ({"approx": 3, "abs": 0.1}, claims.Expect("approx", target=3, abs=0.1)),
+    ({"equals": "flash"}, claims.Expect("equals", target="flash")),
+    ({"direction": "<1"}, claims.Expect("direction", target="<1")),
+    ({"approx_at": [[1024, 9.1], [2048, 10.3]], "rel": 0.02},
+     claims.Expect("approx_at", rel=0.02, points=((1024, 9.1), (2048, 10.3)))),
+])
+def test_each_expectation_is_parsed(spec, parsed):
+    assert claims._expect(spec) == parsed
+    assert claims._expect(spec).tolerance == parsed.tolerance
+
+
+def test_the_file_level_fields_are_loaded(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({
+        "version": 2, "chapter_hardware": "an A100",
+        "fp16_stand_in": {"cuda": "float16", "cpu": "bfloat16", "why": "because"},
+        "claims": [claim("C13-01", sentence="Two   words\n  here.")]}))
+    loaded = claims.load(path)
+    assert loaded.hardware == "an A100"
+    assert loaded.fp16_stand_in == {"cuda": "float16", "cpu": "bfloat16"}
+    assert loaded.claims[0].sentence == "Two words here."
+    assert loaded.claims[0].source == "someone" and loaded.claims[0].check is None
+
+
+def test_a_missing_or_broken_claims_file_is_named(tmp_path):
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ValueError) as info:
+        claims.load(missing)
+    assert str(info.value) == (f"claims file {str(missing)!r} does not exist; expected a "
+                               "claims.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("claims: [\n")
+    with pytest.raises(ValueError, match=r"^broken\.yaml is not valid YAML: "):
+        claims.load(broken)
+
+
+def test_a_file_level_schema_error_and_an_unnamed_claim_are_located(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": 3, "fp16_stand_in": {"cuda": "float16",
+                                                                    "cpu": "float32"},
+                                    "claims": [claim("C13-01")]}))
+    with pytest.raises(ValueError, match=r"^claims\.yaml: claim \(file\), field version: "
+                                         r".*\(1 schema error\(s\) in all\)$"):
+        claims.load(path)
+    nameless = {k: v for k, v in claim("C13-01").items() if k != "id"}
+    with pytest.raises(ValueError, match=r"^claims\.yaml: claim #1, field \(whole claim\): "
+                                         r"'id' is a required property \(1 schema"):
+        claims.load(write_claims(tmp_path, claim("C13-02"), nameless))
+
+
+def test_a_file_without_claims_is_a_file_level_error(tmp_path):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": 2, "fp16_stand_in": {"cuda": "float16",
+                                                                    "cpu": "float32"}}))
+    with pytest.raises(ValueError, match=r"^claims\.yaml: claim \(file\), field \(whole "
+                                         r"claim\): 'claims' is a required property"):
+        claims.load(path)
+
+
+def test_several_schema_errors_are_counted(tmp_path):
+    bad = {**claim("C13-01"), "sentence": "", "chapter_value": ""}
+    with pytest.raises(ValueError, match=r"\(2 schema error\(s\) in all\)$"):
+        claims.load(write_claims(tmp_path, bad))
+
+
+def test_a_between_run_check_of_an_untimed_stage_is_refused(tmp_path):
+    check = {"stage": "correctness", "between_runs": True,
+             "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-04", check, "between-run")))
+    assert str(info.value) == ("claims.yaml: claim C13-04 compares runs of 'correctness', "
+                               "which times nothing")
+
+
+def test_a_unit_on_the_wrong_column_gets_the_exact_message(tmp_path):
+    check = {"stage": "prefill", "value": {"column": "median_ms", "unit": "MiB",
+                                           "stat": "max"}, "expect": {"max": 1}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-03", check)))
+    assert str(info.value) == ("claims.yaml: claim C13-03, field check.value.unit: "
+                               "unit='MiB' converts from a *_bytes column, not 'median_ms'")
+
+
+def test_an_unknown_column_gets_close_matches_or_none(tmp_path):
+    check = {**SPEEDUP, "where": {"fused_sdpx": True}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-09", check)))
+    assert str(info.value) == ("claims.yaml: claim C13-09 names column 'fused_sdpx', which "
+                               "prefill.csv does not have; did you mean fused_sdpa?")
+    several = {**SPEEDUP, "where": {"ratio_ci": 1}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-09", several)))
+    assert str(info.value).endswith("did you mean ratio_ci_low, ratio, ratio_ci_high?")
+    far = {**SPEEDUP, "where": {"zzzz": True}}
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-09", far)))
+    assert str(info.value).endswith("names column 'zzzz', which prefill.csv does not have")
+
+
+def test_the_columns_a_check_may_name():
+    between = claims._check({"stage": "decode", "between_runs": True,
+                             "value": {"column": "median_ms_diff", "stat": "max"},
+                             "expect": {"max": 1}})
+    allowed = claims.artifact_columns(between)
+    assert {"status", "impl", "cache_len", "splits", "median_ms_old", "median_ms_new",
+            "median_ms_diff", "median_ms_spread", "ratio_old", "ratio_spread"} <= allowed
+    assert "median_ms" not in allowed and "achieved_gbs" not in allowed
+    probe = claims._check({"stage": "probe", "value": {"column": "ran", "stat": "max"},
+                           "expect": {"equals": True}})
+    assert {"backend", "ran", "can_run", "reason"} <= claims.artifact_columns(probe)
+    plain = claims._check({"stage": "decode", "value": {"column": "median_ms", "stat": "max"},
+                           "expect": {"max": 1}})
+    assert claims.artifact_columns(plain) == set(artifacts.columns("decode"))
+
+
+def test_the_columns_a_check_names_include_every_part(tmp_path):
+    check = claims._check({"stage": "prefill", "scope": {"causal": [True]},
+                           "where": {"impl": "naive"}, "best": {"by": ["T"], "lowest": "flops"},
+                           "value": {"column": "median_ms", "over": "iqr_ms", "stat": "at",
+                                     "at": "block_q", "by": ["dtype"]},
+                           "expect": {"max": 1}})
+    assert claims.columns_named(check) == {"causal", "impl", "T", "flops", "median_ms",
+                                           "iqr_ms", "block_q", "dtype"}
+    ratio = claims._check({"stage": "prefill", "ratio": {
+        "numerator": {"where": {"impl": "naive"}},
+        "denominator": {"where": {"fused_sdpa": True}, "best": {"by": ["heads"],
+                                                                 "lowest": "rounds"}},
+        "join": ["batch"], "column": "peak_extra_bytes", "stat": "loglog_slope", "x": "d"},
+        "expect": {"min": 0.5}})
+    assert claims.columns_named(ratio) == {"impl", "fused_sdpa", "heads", "rounds", "batch",
+                                           "peak_extra_bytes", "d"}
+
+
+def test_find_a_claim_by_id_or_name_the_close_ones():
+    known = [claims.Claim(f"C13-{i:02d}", "s", "v", "reported") for i in range(1, 9)]
+    assert claims.find("C13-03", known) is known[2]
+    with pytest.raises(ValueError) as info:
+        claims.find("c13-0x", known)
+    message = str(info.value)
+    assert message.startswith("claim_id='c13-0x' is not in claims.yaml; did you mean C13-0")
+    assert message.count("C13-") == 5  # five at most
+    with pytest.raises(ValueError) as info:
+        claims.find("13", known)  # half alike: still suggested
+    assert str(info.value) == ("claim_id='13' is not in claims.yaml; did you mean C13-08, "
+                               "C13-07, C13-06, C13-05, C13-04?")
+    with pytest.raises(ValueError) as info:
+        claims.find("Q99", known[:2])
+    assert str(info.value) == ("claim_id='Q99' is not in claims.yaml; known ids: "
+                               "C13-01, C13-02")
+
+
 # ---------------------------------------------------------------- verdicts
 
 
@@ -384,7 +588,8 @@ def test_probe_rows_are_checkable(tmp_path, evidence):
     check = {"stage": "probe", "device": "cuda", "dtype": "float16",
              "where": {"backend": "flash"},
              "value": {"column": "ran", "stat": "max"}, "expect": {"equals": False}}
-    assert one(tmp_path, evidence, GPU, check, "device-specific")["verdict"] == "reproduced"
+    result = one(tmp_path, evidence, GPU, check, "device-specific")
+    assert result["verdict"] == "reproduced" and result["value"] is False
 
 
 def test_pair_fraction_checked_against_the_rows(tmp_path, evidence):
@@ -451,6 +656,9 @@ def test_a_between_run_claim_reads_two_register_versions(tmp_path, evidence, rnd
     assert result["value"] == pytest.approx(0.6)
     assert result["verdict"] == "reproduced"  # 0.6 is within 25 % of 0.67
     assert result["compared_with"]["version"] == 2 and result["artifact"]["version"] == 3
+    previous = Register(evidence, GPU).history("prefill")[1]
+    assert result["compared_with"] == {"stage": "prefill", "path": previous["path"],
+                                       "version": 2, "sha256": previous["sha256"]}
 
 
 def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence):

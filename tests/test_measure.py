@@ -15,7 +15,8 @@ import time
 import pytest
 import torch
 
-from inferlab.measure import median_ci, relative_halfwidth, time_interleaved
+from inferlab import measure
+from inferlab.measure import Ratio, Timing, median_ci, relative_halfwidth, time_interleaved
 from inferlab.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
 
 MiB = 1 << 20
@@ -206,7 +207,8 @@ def test_pairing_with_an_unknown_case_is_refused():
 
 
 def test_empty_cases_are_rejected():
-    with pytest.raises(ValueError, match="cases"):
+    with pytest.raises(ValueError, match=r"^cases is empty: pass at least one "
+                                         r"\{label: callable\}$"):
         time_interleaved({}, threads=1)
 
 
@@ -274,7 +276,7 @@ def test_cuda_timing_and_peak_memory():
     gen = torch.Generator(device="cuda").manual_seed(4)
     q, k, v = (torch.randn(1, 2, 1024, 64, device="cuda", generator=gen) for _ in range(3))
     result = time_interleaved({"naive": lambda: _naive_attention(q, k, v)}, device="cuda",
-                              threads=1, rounds=2, timings_per_round=2)
+                              threads=1, max_rounds=6)
     assert result["naive"].status == "ok" and result["naive"].median_ms > 0
     assert "L2" in result["naive"].method
     reading = peak_extra_bytes(lambda: _naive_attention(q, k, v), device="cuda")
@@ -287,3 +289,307 @@ def test_cuda_memory_cap():
         with pytest.raises(Exception) as info:
             torch.empty(1024 * MiB, dtype=torch.uint8, device="cuda")
     assert is_oom(info.value)
+
+
+# ---------------------------------------------------------------- statistics at their edges
+
+
+def _scheduled(monkeypatch, schedules: dict[str, list[float]], base_ms: float = 1.0,
+               numbers: list | None = None) -> dict:
+    """Replace the clocks: case label -> a clock reading base_ms x schedule[r]; the cases'
+    callables are the schedules. ``numbers`` collects the calls per timing asked for."""
+    def make(fn, device, threads, min_run_s):
+        clock = _ScheduledClock(base_ms, fn())
+        if numbers is not None:
+            inner = clock.seconds_per_call
+            clock.seconds_per_call = lambda n: (numbers.append(n), inner(n))[1]
+        return clock
+    monkeypatch.setattr("inferlab.measure.make_clock", make)
+    return {k: (lambda v=v: v) for k, v in schedules.items()}
+
+
+def test_times_are_reported_in_milliseconds_per_call(monkeypatch):
+    """A clock reading 0.25 s per call is 250 ms, not 0.25 nor 250000."""
+    cases = _scheduled(monkeypatch, {"a": [1.0] * 10}, base_ms=250.0)
+    timing = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6)["a"]
+    assert timing.samples_ms == pytest.approx((250.0,) * 6)
+    assert timing.median_ms == pytest.approx(250.0)
+    row = timing.as_row()
+    assert row["median_ms"] == pytest.approx(250.0)
+    assert row["ci_low_ms"] == pytest.approx(250.0) and row["ci_high_ms"] == pytest.approx(250.0)
+
+
+def test_the_median_not_the_mean_and_its_interval_on_known_samples():
+    t = Timing((1.0, 2.0, 3.0, 4.0, 100.0, 5.0), "scheduled", "ok")
+    assert t.median_ms == 3.5  # the mean would be 19.2
+    assert t.ci_ms == (1.0, 100.0)  # n = 6: the extremes
+    assert t.rounds == 6
+
+
+@pytest.mark.parametrize(("samples", "iqr"), [
+    ((1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0), 3.5),   # inclusive quartiles 2.75 and 6.25
+    ((5.0, 1.0, 3.0, 2.0, 4.0), 2.0),                   # 2 and 4
+    ((7.0,) * 6, 0.0),
+])
+def test_the_iqr_uses_inclusive_quartiles(samples, iqr):
+    assert Timing(samples, "scheduled", "ok").iqr_ms == iqr
+
+
+def test_a_failed_timing_reports_nothing_measured():
+    t = Timing((), "scheduled", "oom", calls_per_timing=4)
+    assert math.isnan(t.median_ms) and math.isnan(t.iqr_ms)
+    assert all(math.isnan(x) for x in t.ci_ms)
+    row = t.as_row()
+    assert row == {"median_ms": None, "ci_low_ms": None, "ci_high_ms": None, "iqr_ms": None,
+                   "rounds": 0, "converged": None, "noisy": None, "timing_method": "scheduled",
+                   "ratio_to": None, "ratio": None, "ratio_ci_low": None,
+                   "ratio_ci_high": None}
+
+
+def test_the_row_of_a_paired_timing():
+    t = Timing((1.0, 2.0, 3.0, 4.0, 5.0, 6.0), "m", "ok", converged=True, noisy=False,
+               ratio=Ratio("naive", 0.5, 0.25, 0.75))
+    assert t.as_row() == {"median_ms": 3.5, "ci_low_ms": 1.0, "ci_high_ms": 6.0,
+                          "iqr_ms": 2.5, "rounds": 6, "converged": True, "noisy": False,
+                          "timing_method": "m", "ratio_to": "naive", "ratio": 0.5,
+                          "ratio_ci_low": 0.25, "ratio_ci_high": 0.75}
+
+
+def test_median_ci_at_its_level_boundary():
+    """n = 6: (x(1), x(6)) covers 1 - 2/64 = 96.9 %; (x(2), x(5)) covers exactly 78.125 %,
+    so at that level it is the interval, and just above it is not."""
+    xs = [6.0, 1.0, 5.0, 2.0, 4.0, 3.0]
+    assert median_ci(xs) == (1.0, 6.0)
+    assert median_ci(xs, level=0.78125) == (2.0, 5.0)
+    assert median_ci(xs, level=0.78126) == (1.0, 6.0)
+    assert median_ci(xs, level=0.96875) == (1.0, 6.0)
+    assert all(math.isnan(x) for x in median_ci(xs, level=0.97))
+    assert all(math.isnan(x) for x in median_ci([]))
+    assert median_ci(list(range(1, 12)), level=0.5) == (4, 8)  # n=11: k=4 covers 77 %
+
+
+@pytest.mark.parametrize(("low", "high", "centre", "width"), [
+    (9.0, 11.0, 10.0, 0.1), (10.0, 10.0, 10.0, 0.0), (1.0, 3.0, 4.0, 0.25),
+    (math.nan, 1.0, 1.0, math.inf), (1.0, math.inf, 1.0, math.inf),
+    (1.0, 2.0, 0.0, math.inf), (1.0, 2.0, -1.0, math.inf),
+])
+def test_relative_halfwidth(low, high, centre, width):
+    assert relative_halfwidth(low, high, centre) == width
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios_with_its_interval():
+    a = [2.0, 4.0, 6.0, 8.0, 10.0, 36.0]
+    b = [1.0, 2.0, 2.0, 2.0, 2.0, 4.0]
+    assert measure.paired_ratio(a, b) == (3.5, 2.0, 9.0)  # ratios 2 2 3 4 5 9
+    with pytest.raises(ValueError):
+        measure.paired_ratio([1.0, 2.0], [1.0])
+
+
+def _widths_of(timing: Timing) -> float:
+    return relative_halfwidth(*timing.ci_ms, timing.median_ms)
+
+
+def test_noisy_and_converged_at_their_thresholds(monkeypatch):
+    """The interval's half-width equal to the threshold is not noisy (noisy is wider than
+    it), and equal to the target is converged (converged is within it)."""
+    schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1]
+    cases = _scheduled(monkeypatch, {"a": schedule}, base_ms=10.0)
+    first = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6)["a"]
+    width = _widths_of(first)
+    assert width == pytest.approx(0.1)
+    at = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
+                          min_run_s=0.0, max_rounds=6, noisy_threshold=width, target=width)["a"]
+    assert not at.noisy and at.converged
+    under = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0),
+                             threads=1, min_run_s=0.0, max_rounds=6,
+                             noisy_threshold=width * (1 - 1e-9),
+                             target=width * (1 - 1e-9))["a"]
+    assert under.noisy and not under.converged
+
+
+def test_a_paired_ratio_wider_than_the_median_keeps_the_rounds_going(monkeypatch):
+    """Each case alone is steady in its median; their per-round ratio is not."""
+    cases = _scheduled(monkeypatch, {"a": [1.0] + [1.0, 1.0, 1.0, 1.0] * 5,
+                                     "b": [1.0] + [1.0, 1.0, 2.0, 0.5] * 5})
+    result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=8, target=0.02,
+                              pair_with={"b": ["a"]})
+    assert result["b"].rounds == 8 and not result["b"].converged and result["b"].noisy
+    alone = time_interleaved(_scheduled(monkeypatch, {"a": [1.0] * 20, "b": [1.0] * 20}),
+                             threads=1, min_run_s=0.0, max_rounds=8, target=0.02,
+                             pair_with={"b": ["a"]})
+    assert alone["b"].rounds == 6 and alone["b"].converged
+
+
+def test_the_reference_is_the_fastest_candidate_and_itself_gives_one(monkeypatch):
+    """By time, not by name: the fast one sorts last."""
+    cases = _scheduled(monkeypatch, {"a_slow": [4.0] * 10, "z_fast": [2.0] * 10,
+                                     "case": [8.0] * 10})
+    result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6,
+                              pair_with={"case": ["a_slow", "z_fast"], "z_fast": ["z_fast"]})
+    assert result["case"].ratio.ref == "z_fast" and result["case"].ratio.median == 4.0
+    assert (result["case"].ratio.ci_low, result["case"].ratio.ci_high) == (4.0, 4.0)
+    assert result["z_fast"].ratio == Ratio("z_fast", 1.0, 1.0, 1.0)
+    assert result["a_slow"].ratio is None
+
+
+def test_the_paired_ratio_counts_in_converged_and_noisy(monkeypatch):
+    """Over 20 rounds each median's interval ignores five outliers a side, so both medians
+    are exact; but a is low in rounds 1-5 and b high in rounds 6-10, so b/a is high in ten
+    rounds and its interval is wide: b has not converged, a has."""
+    a = [1.0] + [0.5] * 5 + [1.0] * 15
+    b = [1.0] + [1.0] * 5 + [2.0] * 5 + [1.0] * 10
+    result = time_interleaved(_scheduled(monkeypatch, {"a": a, "b": b}), threads=1,
+                              min_run_s=0.0, min_rounds=20, max_rounds=20,
+                              pair_with={"b": ["a"]})
+    assert result["a"].ci_ms == (1.0, 1.0) and result["b"].ci_ms == (1.0, 1.0)
+    assert (result["b"].ratio.ci_low, result["b"].ratio.ci_high) == (1.0, 2.0)
+    assert result["a"].converged and not result["a"].noisy
+    assert not result["b"].converged and result["b"].noisy
+
+
+def test_the_defaults(monkeypatch):
+    """30 rounds at most, a ±2 % target, 2 ms per timing, and the clock is told min_run_s."""
+    made: list[tuple] = []
+
+    def make(fn, device, threads, min_run_s):
+        made.append((device, threads, min_run_s))
+        return _ScheduledClock(0.5, fn())
+
+    monkeypatch.setattr("inferlab.measure.make_clock", make)
+    wobbly = time_interleaved({"w": lambda: [1.0] + [1.0, 2.0] * 40}, threads=3)["w"]
+    assert wobbly.rounds == 30 and not wobbly.converged
+    assert wobbly.calls_per_timing == 4  # ceil(2 ms / 0.5 ms)
+    assert made == [("cpu", 3, 0.002)]
+    # a half-width of 1/3: not within the ±2 % target, wider than the 10 % noise threshold
+    assert wobbly.noisy
+    # a half-width of 5 %: neither converged nor noisy
+    mild = time_interleaved({"m": lambda: [1.0, 0.95, 1.0, 1.0, 1.0, 1.0, 1.05] * 10},
+                            threads=1, max_rounds=6)["m"]
+    assert relative_halfwidth(*mild.ci_ms, mild.median_ms) == pytest.approx(0.05)
+    assert not mild.converged and not mild.noisy
+
+
+def test_rounds_stop_when_the_interval_is_exactly_the_target(monkeypatch):
+    schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1] + [3.0, 0.2] * 5
+    first = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
+                             min_run_s=0.0, max_rounds=6)["a"]
+    width = _widths_of(first)
+    again = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
+                             min_run_s=0.0, max_rounds=12, target=width)["a"]
+    assert again.rounds == 6 and again.converged
+
+
+class _FakeTime:
+    """perf_counter reading the given seconds in turn (the harness's only use of time)."""
+
+    def __init__(self, readings):
+        self.readings = iter(readings)
+
+    def perf_counter(self):
+        return next(self.readings)
+
+
+def test_the_time_cap_is_reached_at_exactly_its_seconds(monkeypatch):
+    """Started at 0 s; after round 6 it reads 29 s, after round 7 exactly 30 s: stop."""
+    monkeypatch.setattr(measure, "time", _FakeTime([0.0, 29.0, 30.0, 31.0, 32.0]))
+    cases = _scheduled(monkeypatch, {"w": [1.0] + [1.0, 2.0] * 20})
+    timing = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=20)["w"]
+    assert timing.rounds == 7 and not timing.converged
+
+
+def test_a_failed_case_keeps_its_clocks_method():
+    def fails():
+        raise RuntimeError("no")
+
+    result = time_interleaved({"bad": fails}, threads=1, min_run_s=0.0, max_rounds=6)
+    assert result["bad"].method == "torch.utils.benchmark.Timer"
+    assert result["bad"].as_row()["timing_method"] == "torch.utils.benchmark.Timer"
+    assert result["bad"].status == "error: RuntimeError: no"
+
+
+def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
+    numbers: list[int] = []
+    cases = _scheduled(monkeypatch, {"a": [1.0] * 10}, base_ms=0.5, numbers=numbers)
+    timing = time_interleaved(cases, threads=1, min_run_s=0.002, max_rounds=6,
+                              warmup=3)["a"]
+    # the warm-up: three single calls; then ceil(2 ms / 0.5 ms) = 4 calls per timing
+    assert numbers == [1, 1, 1] + [4] * 6 and timing.calls_per_timing == 4
+    numbers.clear()
+    slow = time_interleaved(_scheduled(monkeypatch, {"a": [1.0] * 10}, base_ms=5.0,
+                                       numbers=numbers), threads=1, min_run_s=0.002,
+                            max_rounds=6)["a"]
+    assert slow.calls_per_timing == 1
+    instant = time_interleaved(_scheduled(monkeypatch, {"a": [0.0] * 10}), threads=1,
+                               min_run_s=0.002, max_rounds=6)["a"]
+    assert instant.calls_per_timing == 1_000_000  # 2 ms at the 1 ns floor, capped
+
+
+def test_progress_counts_warm_ups_then_rounds(monkeypatch):
+    steps: list[tuple] = []
+    cases = _scheduled(monkeypatch, {"a": [1.0] * 10, "b": [1.0] * 10})
+    time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7,
+                     progress=lambda *a: steps.append(a))
+    assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b")] + \
+        [(r, 7, f"round {r}") for r in range(1, 7)]
+
+
+def test_a_failure_status_keeps_its_first_line_and_is_bounded():
+    long = RuntimeError("x" * 500 + "\nsecond line")
+    status = measure._failure_status(long)
+    assert status == ("error: RuntimeError: " + "x" * 500)[:300] and len(status) == 300
+    assert measure._failure_status(ValueError("bad\nmore")) == "error: ValueError: bad"
+    assert measure._failure_status(KeyError()) == "error: KeyError: "
+    assert measure._failure_status(MemoryError()) == "oom"
+
+
+def test_a_case_failing_mid_rounds_keeps_its_calls_per_timing(monkeypatch):
+    class Failing(_ScheduledClock):
+        def seconds_per_call(self, number):
+            if self.calls >= 3:
+                raise RuntimeError("lost the device")
+            return super().seconds_per_call(number)
+
+    monkeypatch.setattr("inferlab.measure.make_clock",
+                        lambda fn, device, threads, min_run_s: Failing(0.5, [1.0] * 10))
+    timing = time_interleaved({"a": lambda: None}, threads=1, min_run_s=0.002,
+                              max_rounds=6)["a"]
+    assert timing.status == "error: RuntimeError: lost the device"
+    assert timing.calls_per_timing == 4 and timing.samples_ms == () and timing.rounds == 0
+    assert timing.method == "scheduled"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"threads": 0}, "threads=0 must be an integer >= 1"),
+    ({"threads": True}, "threads=True must be an integer >= 1"),
+    ({"threads": 1.0}, "threads=1.0 must be an integer >= 1"),
+    ({"warmup": 0}, "warmup=0 must be an integer >= 1"),
+    ({"min_rounds": 5}, "min_rounds=5 must be an integer >= 6"),
+    ({"min_rounds": 8, "max_rounds": 7}, "max_rounds=7 must be an integer >= 8"),
+    ({"target": 0}, "target=0 must be a number > 0"),
+    ({"target": "0.1"}, "target='0.1' must be a number > 0"),
+    ({"noisy_threshold": -0.1}, "noisy_threshold=-0.1 must be a number > 0"),
+    ({"time_cap_s": 0}, "time_cap_s=0 must be a number > 0"),
+    ({"min_run_s": -0.001}, "min_run_s=-0.001 must be >= 0 seconds"),
+    ({"min_run_s": math.nan}, "min_run_s=nan must be >= 0 seconds"),
+    ({"pair_with": {"a": []}}, "pair_with['a']=[] must name cases; unknown: none given"),
+    ({"pair_with": {"a": ["b", "c"]}}, "pair_with['a']=['b', 'c'] must name cases; "
+                                       "unknown: ['b', 'c']"),
+    ({"pair_with": {"z": ["a"]}}, "pair_with['z']=['a'] must name cases; unknown: ['z']"),
+])
+def test_bad_arguments_get_the_exact_message(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        time_interleaved({"a": _sleeper(0)}, **{"threads": 1, **kwargs})
+    assert str(info.value) == message
+
+
+def test_the_boundary_values_of_the_arguments_are_accepted(monkeypatch):
+    cases = _scheduled(monkeypatch, {"a": [1.0] * 10})
+    result = time_interleaved(cases, threads=1, warmup=1, min_rounds=6, max_rounds=6,
+                              min_run_s=0.0, target=1e-12, noisy_threshold=1e-12,
+                              time_cap_s=1e-12)
+    assert result["a"].rounds == 6
+
+
+def test_a_case_that_is_not_callable_is_named():
+    with pytest.raises(ValueError, match=r"^cases\['b'\]=3 is not callable$"):
+        time_interleaved({"a": _sleeper(0), "b": 3}, threads=1)

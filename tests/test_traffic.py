@@ -1,9 +1,14 @@
-"""The traffic and decode models: limits, monotonicity, the chapter's predictions."""
+"""The traffic and decode models: limits, monotonicity, the chapter's predictions, brute-force
+counts over awkward shapes, every argument check at its boundary; and split-KV decode
+honouring an explicit scale (the decode the model's floor is about)."""
 
 import math
 
 import pytest
+import torch
 
+from inferlab.attention import naive_attention
+from inferlab.partials import splitkv_decode
 from inferlab.traffic import (
     block_pairs,
     decode_cache_bytes,
@@ -26,6 +31,55 @@ def _brute_force_pairs(T, block_q, block_k, causal):
                          for k in range(ks, min(T, ks + block_k)))
             computed += needed
     return computed, total
+
+
+def _brute_force_elements(T, d, block_q, block_k, causal):
+    """Q read and O written once, plus K and V (2·d per key) of every key tile a query tile
+    computes, each tile at its real length (the last one may be short)."""
+    keys = 0
+    for qs in range(0, T, block_q):
+        for ks in range(0, T, block_k):
+            tile = range(ks, min(T, ks + block_k))
+            if any(not causal or k <= q for q in range(qs, min(T, qs + block_q)) for k in tile):
+                keys += len(tile)
+    return 2 * T * d + 2 * d * keys
+
+
+AWKWARD_T = [1, 7, 64, 100, 257, 300]
+AWKWARD_BLOCKS = [(16, 16), (16, 48), (48, 16), (64, 32), (32, 64), (100, 7)]
+
+
+@pytest.mark.parametrize("T", AWKWARD_T)
+@pytest.mark.parametrize("blocks", AWKWARD_BLOCKS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_elements_match_a_brute_force_count(T, blocks, causal):
+    """T not a multiple of the tile, B_k != B_q either way: the count is the tiles'."""
+    d = 8
+    expected = _brute_force_elements(T, d, *blocks, causal)
+    assert tiled_hbm_elements(T, d, *blocks, causal=causal) == expected
+    ratio = traffic_ratio(T, d, *blocks, causal=causal)
+    assert ratio == naive_hbm_elements(T, d, causal=causal) / expected
+
+
+def test_block_k_changes_the_causal_count_and_defaults_to_block_q():
+    T, d = 256, 64
+    # key tiles wider than the query tile read keys past the diagonal
+    assert tiled_hbm_elements(T, d, 16, 64, causal=True) > tiled_hbm_elements(T, d, 16, 16,
+                                                                              causal=True)
+    assert tiled_hbm_elements(T, d, 16, causal=True) == _brute_force_elements(T, d, 16, 16, True)
+    assert traffic_ratio(T, d, 16, 64) == traffic_ratio(T, d, 16, 64, causal=True) < \
+        traffic_ratio(T, d, 16)
+
+
+def test_the_defaults_are_full_for_the_count_and_causal_for_the_ratio():
+    T, d, B = 300, 8, 48
+    assert tiled_hbm_elements(T, d, B) == _brute_force_elements(T, d, B, B, False)
+    assert traffic_ratio(T, d, B) == naive_hbm_elements(T, d, True) / \
+        _brute_force_elements(T, d, B, B, True)
+    assert naive_hbm_elements(T, d) == 4 * T * d + 4 * T * T
+    ratio = traffic_ratio(4096, 64, 128, causal=True)
+    assert implied_block_q(ratio, 4096, 64) == pytest.approx(128)
+    assert implied_block_q(12.0, None, 64) == 128.0
 
 
 @pytest.mark.parametrize("T", [1, 7, 64, 100, 257])
@@ -93,6 +147,34 @@ def test_implied_block_q_limit_and_unexplainable():
     assert implied_block_q(1e6, 1024, 64) == math.inf
 
 
+@pytest.mark.parametrize("causal,T,d", [(False, 64, 64), (False, 100, 50), (True, 64, 64),
+                                        (True, 100, 50), (True, 30, 10)])
+def test_implied_block_q_at_its_boundary_is_inf_not_zero_division(causal, T, d):
+    """At the ratio where the kernel would move exactly Q, K, V and O once (naive / fixed
+    traffic), no tile explains it: inf, not ZeroDivisionError; just below it, a finite tile."""
+    fixed = (3 if causal else 2) * T * d
+    boundary = naive_hbm_elements(T, d, causal=causal) / fixed
+    assert naive_hbm_elements(T, d, causal=causal) / boundary == fixed  # exactly at it
+    assert implied_block_q(boundary, T, d, causal=causal) == math.inf
+    below = implied_block_q(boundary * (1 - 1e-6), T, d, causal=causal)
+    assert math.isfinite(below) and below > 1e3 * T
+
+
+def test_implied_block_q_of_a_ratio_below_one_is_a_small_tile():
+    """A fused kernel slower than naive (a ratio under 1) still names a tile, not an error."""
+    T, d = 1024, 64
+    assert 0 < implied_block_q(0.5, T, d) < implied_block_q(1.0, T, d) < 64
+    assert implied_block_q(0.5, None, d) == 0.5 * d / 6
+
+
+def test_decode_floor_units_are_microseconds_at_gigabytes_per_second():
+    assert decode_floor_time_us(10**9, 1.0) == 1e6  # 1 GB at 1 GB/s: one second
+    assert decode_floor_time_us(3 * 10**9, 2.0) == 1.5e6
+    assert decode_floor_time_us(0, 0.5) == 0.0  # an empty cache takes no time; 0.5 GB/s is fine
+    assert decode_cache_bytes(1, 1, 1, 1, 1) == 2
+    assert decode_cache_bytes(3, 5, 7, 11, 2) == 2 * 3 * 5 * 7 * 11 * 2
+
+
 def test_decode_model_reproduces_chapter_arithmetic():
     # 12 heads, d = 64, fp16, 16,384 keys at batch 1 is 48 MiB of K and V.
     cache = decode_cache_bytes(1, 12, 16384, 64, 2)
@@ -116,3 +198,76 @@ def test_decode_model_reproduces_chapter_arithmetic():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+# every positive-integer argument, at 0 (refused, the message exact) and at 1 (accepted)
+POSITIVE_ARGS = {
+    "block_pairs": (block_pairs, {"T_q": 4, "T_k": 4, "block_q": 2, "block_k": 2,
+                                  "causal": False}),
+    "naive_hbm_elements": (naive_hbm_elements, {"T": 4, "d": 4}),
+    "tiled_hbm_elements": (tiled_hbm_elements, {"T": 4, "d": 4, "block_q": 2, "block_k": 2}),
+    "implied_block_q": (implied_block_q, {"measured_ratio": 2.0, "T": 4, "d": 4}),
+    "decode_cache_bytes": (decode_cache_bytes, {"batch": 1, "heads": 2, "cache_len": 3, "d": 4,
+                                                "bytes_per_element": 2}),
+}
+POSITIVE_CASES = [(f, a) for f, (_, kw) in POSITIVE_ARGS.items() for a in kw
+                  if a not in ("causal", "measured_ratio")]
+
+
+@pytest.mark.parametrize("func,arg", POSITIVE_CASES)
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4"])
+def test_each_positive_integer_argument_is_checked_with_its_name(func, arg, bad):
+    fn, good = POSITIVE_ARGS[func]
+    with pytest.raises(ValueError, match=rf"^{arg}={bad!r} must be a positive integer$"):
+        fn(**{**good, arg: bad})
+
+
+@pytest.mark.parametrize("func,arg", POSITIVE_CASES)
+def test_one_is_a_valid_positive_integer(func, arg):
+    fn, good = POSITIVE_ARGS[func]
+    kwargs = {**good, arg: 1}
+    if func == "block_pairs" and arg in ("T_q", "T_k"):
+        kwargs.update(T_q=1, T_k=1)
+    fn(**kwargs)  # no error
+
+
+@pytest.mark.parametrize("ratio", [0, 0.0, -2.0, math.inf, math.nan, "3", None])
+def test_measured_ratio_must_be_positive_and_finite(ratio):
+    with pytest.raises(ValueError, match=r"^measured_ratio=.* must be a positive finite number$"):
+        implied_block_q(ratio, 64, 64)
+
+
+@pytest.mark.parametrize("args,message", [
+    ((-1, 1.0), "cache_bytes=-1 must be a non-negative integer"),
+    ((1.5, 1.0), "cache_bytes=1.5 must be a non-negative integer"),
+    ((True, 1.0), "cache_bytes=True must be a non-negative integer"),
+    ((100, 0), "bandwidth_gbs=0 must be a positive finite number"),
+    ((100, -1.0), "bandwidth_gbs=-1.0 must be a positive finite number"),
+    ((100, math.inf), "bandwidth_gbs=inf must be a positive finite number"),
+    ((100, "1"), "bandwidth_gbs='1' must be a positive finite number"),
+])
+def test_decode_floor_refuses_bad_input_with_the_exact_message(args, message):
+    with pytest.raises(ValueError) as info:
+        decode_floor_time_us(*args)
+    assert str(info.value) == message
+
+
+def test_causal_needs_equal_lengths_and_says_both():
+    with pytest.raises(ValueError, match=r"^causal requires T_q == T_k, got T_q=4, T_k=5$"):
+        block_pairs(4, 5, 2, 2, True)
+    assert block_pairs(4, 5, 2, 2, False) == (6, 6)
+
+
+# ---------------------------------------------------------------- split-KV decode
+
+
+@pytest.mark.parametrize("splits", [1, 3, 8])
+@pytest.mark.parametrize("scale", [0.05, 2.0])
+def test_splitkv_decode_honours_an_explicit_scale(make_qkv, splits, scale):
+    """The scale reaches every chunk: the result is attention at that scale, and not the
+    default 1/sqrt(d) (the two differ by far more than the tolerance)."""
+    q, k, v = make_qkv((2, 3, 1, 16), dtype=torch.float64, keys=37)
+    out = splitkv_decode(q, k, v, splits, scale=scale)
+    expected = naive_attention(q, k, v, scale=scale)
+    assert (out - expected).abs().max().item() <= 1e-12
+    assert (out - naive_attention(q, k, v)).abs().max().item() > 1e-3

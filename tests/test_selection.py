@@ -1,0 +1,307 @@
+"""Which rows a check judges (inferlab.selection), at each boundary: the filters' inclusive
+bounds, the dtype rule, the sentence's scope, the status accounting, the best row per
+group and the non-finite flags; with the exact words a reader sees for what was left out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from inferlab import artifacts, claims, selection
+from inferlab.claims import Best, Condition, Rows
+from inferlab.selection import NotMeasurable
+
+STAND_IN = {"cpu": "float32", "cuda": "float16"}
+
+
+def prefill_row(**cells) -> dict:
+    row = {"impl": "naive", "fused_sdpa": False, "T": 1024, "batch": 1, "heads": 12, "d": 64,
+           "dtype": "float32", "causal": True, "block_q": 128, "block_k": 128, "threads": 2,
+           "flops": 1, "median_ms": 1.0, "status": "ok"}
+    return {**row, **cells}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as prefill.csv holds them, read back typed (Int64, boolean, string)."""
+    return artifacts.decode("prefill", artifacts.encode("prefill", rows)).frame
+
+
+def check(**spec) -> claims.Check:
+    return claims._check({"stage": "prefill", "value": {"column": "median_ms", "stat": "max"},
+                          "expect": {"max": 1}, **spec})
+
+
+LENGTHS = frame([prefill_row(T=T, median_ms=T / 1024) for T in (512, 1024, 2048, 4096)])
+
+
+# ---------------------------------------------------------------- where
+
+
+@pytest.mark.parametrize(("cond", "kept"), [
+    ({"min": 1024}, [1024, 2048, 4096]),           # inclusive lower bound
+    ({"max": 2048}, [512, 1024, 2048]),            # inclusive upper bound
+    ({"min": 1024, "max": 2048}, [1024, 2048]),
+    ({"min": 1024.5}, [2048, 4096]),
+    ({"min": 4096, "max": 4096}, [4096]),
+    ({"min": 5000}, []),
+    (2048, [2048]),
+    ([512, 4096], [512, 4096]),
+    ([3], []),
+])
+def test_each_where_condition_at_its_boundary(cond, kept):
+    condition = claims._condition("T", cond)
+    assert list(selection.apply_where(LENGTHS, (condition,))["T"]) == kept
+
+
+def test_conditions_parse_to_values_or_bounds():
+    assert claims._condition("T", {"min": 1}) == Condition("T", low=1, high=None)
+    assert claims._condition("T", {"max": 2}) == Condition("T", low=None, high=2)
+    assert claims._condition("T", [1, 2]) == Condition("T", values=(1, 2))
+    assert claims._condition("impl", "naive") == Condition("impl", values=("naive",))
+    assert claims._condition("causal", False) == Condition("causal", values=(False,))
+
+
+def test_an_empty_cell_matches_no_condition():
+    rows = frame([prefill_row(block_q=None, impl="sdpa_math"), prefill_row(block_q=64)])
+    for cond in ({"min": 0}, {"max": 1e9}, 64, [64, 128]):
+        kept = selection.apply_where(rows, (claims._condition("block_q", cond),))
+        assert list(kept["block_q"]) == [64]
+
+
+def test_conditions_are_all_applied():
+    rows = frame([prefill_row(T=T, causal=c) for T in (1024, 2048) for c in (False, True)])
+    where = (claims._condition("T", {"min": 2048}), claims._condition("causal", True))
+    kept = selection.apply_where(rows, where)
+    assert list(zip(kept["T"], kept["causal"], strict=True)) == [(2048, True)]
+
+
+# ---------------------------------------------------------------- best
+
+
+def test_best_keeps_the_lowest_row_of_each_group():
+    rows = frame([prefill_row(impl="sdpa_flash", T=1024, median_ms=3.0),
+                  prefill_row(impl="sdpa_math", T=1024, median_ms=2.0),
+                  prefill_row(impl="sdpa_flash", T=2048, median_ms=5.0),
+                  prefill_row(impl="sdpa_math", T=2048, median_ms=7.0)])
+    kept = selection.keep_best(rows, Rows(best=Best(("T",), "median_ms")))
+    assert list(zip(kept["T"], kept["impl"], strict=True)) == [(1024, "sdpa_math"),
+                                                               (2048, "sdpa_flash")]
+    # over no group column but the whole frame: the one fastest row
+    one = selection.keep_best(rows, Rows(best=Best(("batch",), "median_ms")))
+    assert list(one["median_ms"]) == [2.0]
+
+
+def test_best_leaves_out_rows_without_a_time_and_keeps_empty_groups():
+    rows = frame([prefill_row(median_ms=None, status="oom"), prefill_row(median_ms=4.0),
+                  prefill_row(block_q=None, impl="sdpa_math", median_ms=9.0)])
+    kept = selection.keep_best(rows, Rows(best=Best(("block_q",), "median_ms")))
+    assert sorted(kept["median_ms"]) == [4.0, 9.0]  # the empty block_q is a group too
+    none = selection.keep_best(rows.iloc[:1], Rows(best=Best(("T",), "median_ms")))
+    assert none.empty
+
+
+def test_no_best_keeps_every_row():
+    assert len(selection.keep_best(LENGTHS, Rows())) == 4
+    assert selection.keep_best(LENGTHS.iloc[:0], Rows(best=Best(("T",), "median_ms"))).empty
+
+
+# ---------------------------------------------------------------- dtype
+
+
+@pytest.mark.parametrize(("dtype", "device", "judged"), [
+    ("fp16", "cpu", ["float32"]), ("fp16", "cuda", ["float16"]),
+    ("bfloat16", "cpu", ["bfloat16"]), ("float16", "cpu", ["float16"]),
+    ("each", "cpu", ["bfloat16", "float32"]), ("any", "cpu", [None]),
+])
+def test_the_dtypes_judged(dtype, device, judged):
+    rows = frame([prefill_row(dtype="float32"), prefill_row(dtype="bfloat16")])
+    assert selection.dtypes_for(check(dtype=dtype), rows, device, STAND_IN) == judged
+
+
+def test_no_dtype_column_or_no_dtype_present_means_no_filter():
+    no_column = pd.DataFrame({"x": [1]})
+    assert selection.dtypes_for(check(dtype="fp16"), no_column, "cpu", STAND_IN) == [None]
+    empty = pd.DataFrame({"dtype": pd.Series([pd.NA], dtype="string")})
+    assert selection.dtypes_for(check(dtype="each"), empty, "cpu", STAND_IN) == [None]
+
+
+def test_a_dtype_without_rows_is_not_measurable_and_never_substituted():
+    rows = frame([prefill_row(dtype="bfloat16")])
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(), rows, "cpu", STAND_IN)
+    assert str(info.value) == ("no float32 rows (the fp16 stand-in here): this machine did "
+                               "not run float32; no other dtype is used in its place")
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(dtype="float16"), rows, "cpu", STAND_IN)
+    assert str(info.value) == ("no float16 rows: this machine did not run float16; no other "
+                               "dtype is used in its place")
+
+
+def test_each_dtype_is_its_own_selection():
+    rows = frame([prefill_row(dtype="float32"), prefill_row(dtype="bfloat16", median_ms=5.0)])
+    sels = selection.select(check(dtype="each"), rows, "cpu", STAND_IN)
+    assert [(s.dtype, list(s.frame["median_ms"])) for s in sels] == [("bfloat16", [5.0]),
+                                                                      ("float32", [1.0])]
+
+
+def test_no_row_left_by_the_filters_is_not_measurable_naming_them():
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(where={"T": {"min": 8192}, "impl": ["sdpa_flash", "naive"]}),
+                         LENGTHS, "cpu", STAND_IN)
+    assert str(info.value) == "no float32 rows with T=[8192, ], impl=sdpa_flash|naive"
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(dtype="any", where={"T": {"max": 256}}), LENGTHS, "cpu",
+                         STAND_IN)
+    assert str(info.value) == "no rows with T=[, 256]"
+
+
+# ---------------------------------------------------------------- scope and status
+
+
+def test_the_scope_keeps_the_sentences_values_and_names_the_missing():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048), prefill_row(T=4096, status="oom",
+                                                                        median_ms=None)])
+    sels = selection.select(check(scope={"T": [1024, 4096, 8192]}), rows, "cpu", STAND_IN)
+    assert list(sels[0].frame["T"]) == [1024]
+    assert sels[0].notes == ["judged on 1 of 3 values of T; 4096: oom; 8192: not in this grid"]
+
+
+def test_a_scope_with_none_of_its_values_is_not_measurable_saying_what_the_grid_has():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="error: boom",
+                                                   median_ms=None)])
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(scope={"T": [2048, 8192]}), rows, "cpu", STAND_IN)
+    assert str(info.value) == ("needs T = 2048, 8192 (2048: error: boom; 8192: not in this "
+                               "grid; this grid has 1024, 2048)")
+
+
+def test_a_scope_over_every_value_adds_no_note():
+    sels = selection.select(check(scope={"T": [512, 1024]}), LENGTHS, "cpu", STAND_IN)
+    assert sels[0].notes == [] and list(sels[0].frame["T"]) == [512, 1024]
+
+
+def test_every_scope_column_is_applied():
+    rows = frame([prefill_row(T=T, causal=c) for T in (1024, 2048) for c in (False, True)])
+    sels = selection.select(check(scope={"T": [2048], "causal": [False]}), rows, "cpu",
+                            STAND_IN)
+    assert list(zip(sels[0].frame["T"], sels[0].frame["causal"], strict=True)) == \
+        [(2048, False)]
+
+
+def test_long_statuses_are_cut_to_their_first_words():
+    status = "unavailable: " + "x" * 80
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status=status, median_ms=None)])
+    sels = selection.select(check(scope={"T": [1024, 2048]}), rows, "cpu", STAND_IN)
+    cut = status[:57] + "..."
+    assert sels[0].notes == [f"judged on 1 of 2 values of T; 2048: {cut}"]
+    exact = "error: " + "y" * 53  # 60 characters: kept whole
+    assert selection._status_of(pd.DataFrame({"status": [exact]})) == exact
+    assert selection._status_of(pd.DataFrame({"x": [1]})) == "no row"
+
+
+def test_failed_rows_are_counted_named_and_left_out_unless_status_is_named():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="oom", median_ms=None),
+                  prefill_row(T=4096, status="oom", median_ms=None)])
+    sels = selection.select(check(), rows, "cpu", STAND_IN)
+    assert list(sels[0].frame["T"]) == [1024]
+    assert sels[0].notes == ["2 row(s) left out by status (T=2048, T=4096: oom)"]
+    named = selection.select(check(where={"status": ["ok", "oom"]}), rows, "cpu", STAND_IN)
+    assert list(named[0].frame["T"]) == [1024, 2048, 4096] and named[0].notes == []
+
+
+def test_a_frame_without_status_keeps_every_row():
+    plain = pd.DataFrame({"T": [1, 2]})
+    notes: list[str] = []
+    assert len(selection.drop_failed(plain, notes, named_status=False)) == 2 and notes == []
+    assert list(selection.apply_scope(plain, (("T", (2,)),), notes)["T"]) == [2]
+
+
+# ---------------------------------------------------------------- names and flags
+
+
+def test_row_names_use_the_distinguishing_columns_and_say_how_many_more():
+    rows = frame([prefill_row(T=T) for T in (512, 1024, 2048, 4096)])
+    assert selection.row_names(rows) == "T=512, T=1024, T=2048, T=4096"
+    assert selection.row_names(rows, limit=2) == "T=512, T=1024 and 2 more"
+    same = frame([prefill_row(), prefill_row()])
+    assert selection.row_names(same) == "impl=naive T=1024, impl=naive T=1024"
+
+
+@pytest.mark.parametrize(("value", "text"), [(8192.0, "8192"), (0.5, "0.5"), (True, "True"),
+                                             (3, "3"), ("oom", "oom")])
+def test_describe(value, text):
+    assert selection.describe(value) == text
+
+
+def test_non_finite_flags_follow_the_judged_columns_only():
+    rows = pd.DataFrame({"a": [1.0, 2.0, 3.0]}, index=[10, 11, 12])
+    nonfinite = pd.DataFrame({"a": [False, True, False], "b": [True, False, False]},
+                             index=[10, 11, 12])
+    flagged = selection.with_nonfinite(rows, nonfinite, ["a"])
+    assert list(flagged[selection.NONFINITE]) == [False, True, False]
+    both = selection.with_nonfinite(rows, nonfinite, ["a", "b", "missing"])
+    assert list(both[selection.NONFINITE]) == [True, True, False]
+    subset = selection.with_nonfinite(rows.loc[[12]], nonfinite, ["a", "b"])
+    assert list(subset[selection.NONFINITE]) == [False]
+
+
+def test_row_names_lists_six_rows_by_default_then_counts_the_rest():
+    six = frame([prefill_row(T=256 * (i + 1)) for i in range(6)])
+    assert "more" not in selection.row_names(six)
+    seven = frame([prefill_row(T=256 * (i + 1)) for i in range(7)])
+    assert selection.row_names(seven).endswith("T=1536 and 1 more")
+
+
+def test_a_flag_missing_for_a_row_means_finite():
+    rows = pd.DataFrame({"a": [1.0, 2.0]}, index=[12, 99])
+    nonfinite = pd.DataFrame({"a": [True, False, False]}, index=[10, 11, 12])
+    flagged = selection.with_nonfinite(rows, nonfinite, ["a"])
+    assert flagged[selection.NONFINITE].tolist() == [False, False]
+    assert flagged[selection.NONFINITE].dtype == bool
+
+
+def test_a_range_condition_on_a_column_of_words_matches_nothing():
+    kept = selection.apply_where(LENGTHS, (claims._condition("impl", {"min": 1}),))
+    assert kept.empty
+
+
+# ---------------------------------------------------------------- empty cells in the scope
+
+
+MIXED = [prefill_row(impl="sdpa_math", block_q=None, status="unavailable: no tiles"),
+         prefill_row(block_q=128)]
+
+
+def test_an_empty_cell_is_not_a_value_the_scope_speaks_of():
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(scope={"block_q": [64]}), frame(MIXED), "cpu", STAND_IN)
+    assert str(info.value) == ("needs block_q = 64 (64: not in this grid; this grid has 128)")
+
+
+def test_a_value_whose_rows_all_failed_is_named_by_their_status_alone():
+    rows = frame(MIXED + [prefill_row(block_q=64, status="oom", median_ms=None)])
+    sels = selection.select(check(scope={"block_q": [64, 128]}), rows, "cpu", STAND_IN)
+    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+    assert list(sels[0].frame["block_q"]) == [128]
+    ok_empty = frame([prefill_row(impl="sdpa_math", block_q=None),
+                      prefill_row(block_q=64, status="oom", median_ms=None),
+                      prefill_row(block_q=128)])
+    sels = selection.select(check(scope={"block_q": [64, 128]}), ok_empty, "cpu", STAND_IN)
+    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+
+
+def test_a_scope_column_with_no_value_at_all_says_none():
+    rows = frame([prefill_row(impl="sdpa_math", block_q=None)])
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(scope={"block_q": [64]}), rows, "cpu", STAND_IN)
+    assert str(info.value) == "needs block_q = 64 (64: not in this grid; this grid has none)"
+
+
+def test_several_statuses_of_one_value_are_all_named_and_long_ones_cut():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="oom", median_ms=None),
+                  prefill_row(T=2048, impl="tiled", status="error: " + "z" * 54,
+                              median_ms=None)])
+    sels = selection.select(check(scope={"T": [1024, 2048]}), rows, "cpu", STAND_IN)
+    cut = ("error: " + "z" * 54)[:57] + "..."  # 61 characters: cut
+    assert sels[0].notes == [f"judged on 1 of 2 values of T; 2048: {cut}; oom"]

@@ -1,0 +1,621 @@
+"""The check interpreter (inferlab.verdicts) at its edges: ``judge`` at every bound with and
+without tolerance, each statistic on known data, every verdict path including the vacuous
+ones, units and conversions, and what claims.json records.
+
+Checks are parsed from the same dicts claims.yaml holds (``claims._check``) and judged on
+tables written and read back by the one artifact writer (``artifacts.encode``/``decode``),
+in memory: no register is needed to judge a claim.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from inferlab import artifacts, claims, verdicts
+from inferlab.claims import Claim, Expect, Measure
+from inferlab.evidence import Evidence
+from inferlab.verdicts import NotMeasurable, judge
+
+ROOT = Path("/nonexistent-root")
+CPU_KEY, GPU_KEY = "cpu-test-box", "cuda-test-box"
+
+
+# ---------------------------------------------------------------- builders
+
+
+def decode_row(**cells) -> dict:
+    """A decode.csv row: split-KV at 1024 keys, 2 ms, status ok; ``cells`` override."""
+    row = {"impl": "splitkv", "fused_sdpa": False, "cache_len": 1024, "batch": 1, "heads": 12,
+           "d": 64, "dtype": "float32", "splits": 4, "median_ms": 2.0, "cache_bytes": 1 << 20,
+           "floor_ms": 1.0, "status": "ok"}
+    return {**row, **cells}
+
+
+def table(stage: str, rows: list[dict]) -> artifacts.Table:
+    """Rows written as the artifact and read back typed, as a check sees them."""
+    return artifacts.decode(stage, artifacts.encode(stage, rows))
+
+
+def evidence_of(stage: str, rows: list[dict] | None, error: str | None = None) -> dict:
+    data = None if rows is None else table(stage, rows)
+    path = ROOT / "results" / CPU_KEY / artifacts.declared(stage).artifact
+    return {stage: Evidence(stage, path, data, None, None, error=error)}
+
+
+def verdict(spec: dict, rows: list[dict] | None, stage: str = "decode", key: str = CPU_KEY,
+            kind: str = "measured", error: str | None = None, **check) -> dict:
+    """The claims.json entry of a claim whose check is ``spec`` (claims.yaml's form)."""
+    parsed = claims._check({"stage": stage, **check, **spec})
+    claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
+    return verdicts.evaluate(claim, evidence_of(stage, rows, error), key, ROOT)
+
+
+def expect(**spec) -> Expect:
+    return claims._expect(spec)
+
+
+# ---------------------------------------------------------------- judge at every bound
+
+
+JUDGE_TABLE = [
+    # between: inclusive at both ends; tolerance widens each end by that fraction
+    ({"between": [2, 4]}, 2, True), ({"between": [2, 4]}, 4, True),
+    ({"between": [2, 4]}, 3, True), ({"between": [2, 4]}, 1.999, False),
+    ({"between": [2, 4]}, 4.001, False),
+    ({"between": [2, 4], "tolerance": 0.1}, 1.8, True),
+    ({"between": [2, 4], "tolerance": 0.1}, 1.79, False),
+    ({"between": [2, 4], "tolerance": 0.1}, 4.4, True),
+    ({"between": [2, 4], "tolerance": 0.1}, 4.41, False),
+    # max: inclusive; tolerance raises the bound
+    ({"max": 10}, 10, True), ({"max": 10}, 10.001, False), ({"max": 10}, -5, True),
+    ({"max": 10, "tolerance": 0.1}, 11, True), ({"max": 10, "tolerance": 0.1}, 11.01, False),
+    ({"max": 10, "tolerance": 0.1}, 10.5, True),
+    # min: inclusive; tolerance lowers the bound
+    ({"min": 10}, 10, True), ({"min": 10}, 9.999, False), ({"min": 10}, 1e9, True),
+    ({"min": 10, "tolerance": 0.1}, 9, True), ({"min": 10, "tolerance": 0.1}, 8.99, False),
+    ({"min": 10, "tolerance": 0.1}, 9.5, True),
+    # approx: rel is a fraction of the target, abs an absolute distance
+    ({"approx": 100, "rel": 0.1}, 109.99, True), ({"approx": 100, "rel": 0.1}, 110.01, False),
+    ({"approx": 100, "rel": 0.1}, 90.01, True), ({"approx": 100, "rel": 0.1}, 89.99, False),
+    ({"approx": -100, "rel": 0.1}, -109, True), ({"approx": -100, "rel": 0.1}, -111, False),
+    ({"approx": 100, "abs": 0.5}, 100.4, True), ({"approx": 100, "abs": 0.5}, 100.6, False),
+    ({"approx": 100, "abs": 0.5}, 99.6, True), ({"approx": 100, "abs": 0.5}, 99.4, False),
+    ({"approx": 100, "abs": 0.5}, 100.5, True),
+    # direction: strictly above or below one, both ways
+    ({"direction": ">1"}, 1.01, True), ({"direction": ">1"}, 1, False),
+    ({"direction": ">1"}, 0.99, False), ({"direction": "<1"}, 0.99, True),
+    ({"direction": "<1"}, 1, False), ({"direction": "<1"}, 1.01, False),
+    # equals: a bool is not a number, a string is matched exactly
+    ({"equals": True}, True, True), ({"equals": True}, False, False),
+    ({"equals": True}, 1, False), ({"equals": True}, 1.0, False), ({"equals": True}, "True", False),
+    ({"equals": False}, 0, False), ({"equals": False}, False, True),
+    ({"equals": "flash"}, "flash", True), ({"equals": "flash"}, "Flash", False),
+    ({"equals": "flash"}, None, False),
+    ({"equals": 3}, 3, True), ({"equals": 3}, 3.0, True), ({"equals": 3}, 3.5, False),
+    ({"equals": 1}, True, False), ({"equals": 3}, "3", False), ({"equals": 3}, None, False),
+    ({"equals": 3}, math.nan, False),
+]
+
+
+@pytest.mark.parametrize(("spec", "value", "ok"), JUDGE_TABLE)
+def test_judge_at_every_bound(spec, value, ok):
+    assert judge(expect(**spec), value)[0] is ok
+    assert judge(expect(**spec), [value])[0] is ok
+
+
+NUMERIC_EXPECTATIONS = [{"between": [-1e9, 1e9]}, {"max": 1e9}, {"min": -1e9},
+                        {"approx": 1, "rel": 1e9}, {"approx": 1, "abs": 1e9},
+                        {"direction": ">1"}, {"direction": "<1"}]
+
+
+@pytest.mark.parametrize("spec", NUMERIC_EXPECTATIONS)
+@pytest.mark.parametrize("value", [None, True, False, "5", math.nan, math.inf, -math.inf])
+def test_a_value_that_is_not_a_finite_number_meets_no_numeric_expectation(spec, value):
+    assert judge(expect(**spec), value)[0] is False
+    assert judge(expect(**spec), [0.5, value, 2.0])[0] is False
+
+
+def test_every_value_of_a_list_must_hold_and_the_reason_says_which():
+    e = expect(max=2)
+    assert judge(e, [1, 2]) == (True, "every value at most 2")
+    assert judge(e, [1, 2.5]) == (False, "every value at most 2")
+    assert judge(e, 2) == (True, "the value at most 2")
+    assert judge(e, [2]) == (True, "the value at most 2")
+
+
+@pytest.mark.parametrize("spec", [{"max": 2}, {"min": 0}, {"between": [0, 1]},
+                                  {"approx": 1, "rel": 0.5}, {"equals": True},
+                                  {"direction": ">1"}])
+def test_no_value_at_all_is_not_measurable_never_reproduced(spec):
+    with pytest.raises(NotMeasurable, match="^no value to judge$"):
+        judge(expect(**spec), [])
+
+
+@pytest.mark.parametrize(("spec", "words"), [
+    ({"between": [7.8, 13.5], "tolerance": 0.1}, "between 7.8 and 13.5 (±10%)"),
+    ({"between": [2, 4]}, "between 2 and 4"),
+    ({"max": 0.001}, "at most 0.001"),
+    ({"max": 10, "tolerance": 0.25}, "at most 10 (±25%)"),
+    ({"min": 10, "tolerance": 0.1}, "at least 10 (±10%)"),
+    ({"min": 2}, "at least 2"),
+    ({"approx": 0.67, "rel": 0.25}, "within 25% of 0.67"),
+    ({"approx": 0.53, "abs": 0.005}, "within 0.005 of 0.53"),
+    ({"equals": False}, "equal to False"),
+    ({"equals": "flash"}, "equal to 'flash'"),
+    ({"direction": "<1"}, "<1"),
+])
+def test_the_expectation_in_words(spec, words):
+    assert verdicts.describe_expect(expect(**spec)) == words
+
+
+# ---------------------------------------------------------------- approx_at
+
+
+AT = Expect("approx_at", rel=0.5, points=((1024, 10.0), (2048, 20.0), (8192, 40.0)))
+
+
+@pytest.mark.parametrize(("value", "ok"), [
+    ([[1024, 15.0], [2048, 10.0]], True),      # both at the edge of ±50 %: inclusive
+    ([[1024, 15.01], [2048, 20.0]], False),
+    ([[1024, 4.99], [2048, 20.0]], False),
+    ([[1024, 10.0], [2048, 30.01]], False),
+    ([[1024, 10.0], [2048, None]], False),     # a length present without a number fails
+    ([[1024, 10.0], [2048, True]], False),
+])
+def test_approx_at_judges_each_length_present_inclusively(value, ok):
+    assert judge(AT, value)[0] is ok
+
+
+def test_approx_at_names_what_it_checked_and_what_is_absent():
+    ok, text = judge(AT, [[1024, 10.0], [2048, 20.0], [4096, 1e9]])
+    assert ok  # a length the sentence does not speak of is not judged
+    assert text == "within 50% of [10.0, 20.0] at [1024, 2048]; 8192 not measured here"
+    assert judge(AT, [[1024, 10.0], [2048, 20.0], [8192, 40.0]])[1] == \
+        "within 50% of [10.0, 20.0, 40.0] at [1024, 2048, 8192]"
+
+
+def test_approx_at_with_none_of_its_lengths_is_not_measurable():
+    with pytest.raises(NotMeasurable, match=r"^no rows at \[1024, 2048, 8192\]$"):
+        judge(AT, [[512, 10.0]])
+    with pytest.raises(NotMeasurable):
+        judge(AT, [])
+
+
+# ---------------------------------------------------------------- statistics on known data
+
+
+def stat(column: str, name: str, **kw) -> Measure:
+    return Measure(column=column, stat=name, **kw)
+
+
+KNOWN = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "T": [1024, 1024, 2048, 1024, 2048],
+                      "y": [1.0, 2.0, 9.0, 4.0, 6.0],
+                      "other": [None, 1.0, None, 1.0, 1.0]})  # empty cells elsewhere count not
+
+
+@pytest.mark.parametrize(("measure", "expected"), [
+    (stat("y", "median"), 4.0),                       # not the mean (4.4)
+    (stat("y", "max"), 9.0),
+    (stat("y", "range"), [1.0, 2.0, 9.0, 4.0, 6.0]),
+    (stat("y", "spread"), 8.0),                       # max / min - 1
+    (stat("y", "median", by=("g",)), [2.0, 5.0]),
+    (stat("y", "max", by=("g",)), [9.0, 6.0]),
+    (stat("y", "spread", by=("g",)), [8.0, 0.5]),
+    (stat("y", "range", by=("g",)), [1.0, 2.0, 9.0, 4.0, 6.0]),
+    (stat("y", "at", at="T"), [[1024, 2.0], [2048, 7.5]]),  # the median per length
+    (stat("y", "at", at="T", by=("g",)), [[1024, 1.5], [2048, 9.0], [1024, 4.0],
+                                          [2048, 6.0]]),
+])
+def test_each_statistic_on_known_data(measure, expected):
+    value = verdicts.statistic(KNOWN, "y", measure)
+    assert value == expected
+    assert all(type(v) is not np.float64 for v in (value if isinstance(value, list)
+                                                   else [value]))
+
+
+def test_median_of_an_even_count_is_the_midpoint():
+    frame = pd.DataFrame({"y": [1.0, 2.0, 3.0, 10.0]})
+    assert verdicts.statistic(frame, "y", stat("y", "median")) == 2.5
+
+
+def test_a_boolean_column_stays_boolean():
+    frame = table("decode", [decode_row(noisy=False), decode_row(noisy=True)]).frame
+    assert verdicts.statistic(frame, "noisy", stat("noisy", "range")) == [False, True]
+    assert verdicts.statistic(frame, "noisy", stat("noisy", "max")) is True
+
+
+def test_empty_values_and_no_rows_are_not_measurable():
+    with pytest.raises(NotMeasurable, match="^every selected row has an empty y$"):
+        verdicts.statistic(pd.DataFrame({"y": [math.nan, math.nan]}), "y", stat("y", "range"))
+    with pytest.raises(NotMeasurable, match="^no rows match the filter$"):
+        verdicts.statistic(KNOWN.iloc[:0], "y", stat("y", "max"))
+
+
+@pytest.mark.parametrize(("xs", "ys", "slope"), [
+    ([1, 2, 4, 8], [3, 6, 12, 24], 1.0),
+    ([1, 2, 4, 8], [5, 20, 80, 320], 2.0),
+    ([2, 4], [8, 4], -1.0),
+    ([1, 10, 100], [7, 7, 7], 0.0),
+])
+def test_loglog_slope_on_known_power_laws(xs, ys, slope):
+    frame = pd.DataFrame({"x": xs, "y": ys})
+    assert verdicts.loglog_slope(frame, "y", "x") == pytest.approx(slope, abs=1e-12)
+    measure = stat("y", "loglog_slope", x="x")
+    assert verdicts.statistic(frame, "y", measure) == pytest.approx(slope, abs=1e-12)
+
+
+def test_loglog_slope_keeps_x_and_y_of_one_and_fits_what_is_not_a_power_law():
+    frame = pd.DataFrame({"x": [1, 2, 4], "y": [1, 4, 8]})
+    # least squares over log2: x = 0, 1, 2 and y = 0, 2, 3: slope 1.5
+    assert verdicts.loglog_slope(frame, "y", "x") == pytest.approx(1.5)
+
+
+def test_loglog_slope_drops_what_has_no_logarithm_and_needs_two_abscissae():
+    frame = pd.DataFrame({"x": [0, 1, 2, 4, 8, -1], "y": [5, 3, 6, 12, 0, 4]})
+    assert verdicts.loglog_slope(frame, "y", "x") == pytest.approx(1.0)  # x, y > 0 only
+    one_x = pd.DataFrame({"x": [4, 4, 4], "y": [1, 2, 3]})
+    with pytest.raises(NotMeasurable, match="^a log-log slope needs at least two values of x$"):
+        verdicts.loglog_slope(one_x, "y", "x")
+    only_one_positive = pd.DataFrame({"x": [0, 4], "y": [1, 2]})
+    with pytest.raises(NotMeasurable):
+        verdicts.loglog_slope(only_one_positive, "y", "x")
+
+
+@pytest.mark.parametrize(("value", "plain"), [
+    (np.float64(2.5), 2.5), (np.int64(3), 3), (np.bool_(True), True), (pd.NA, None),
+    (None, None), (math.nan, None), (np.float64("nan"), None), (math.inf, math.inf),
+    (-math.inf, -math.inf), ("x", "x"), (7, 7)])
+def test_plain_makes_json_ready_scalars(value, plain):
+    got = verdicts.plain(value)
+    assert got == plain and type(got) is type(plain)
+
+
+@pytest.mark.parametrize(("value", "recorded"), [
+    ([3.0, 1.0, 2.0], [1.0, 3.0]),
+    ([2.0, 2.0], 2.0),
+    ([2.0], 2.0),
+    ([1.0, None], [1.0, None]),          # not all numbers: as it is
+    ([True, False], [True, False]),
+    ([True], [True]),
+    ([[1024, 2.0], [2048, 3.0]], [[1024, 2.0], [2048, 3.0]]),   # stat at: the pairs
+    ([[1024, 2.0]], [[1024, 2.0]]),
+    ([], []),
+    (4.0, 4.0),
+    (True, True),
+])
+def test_the_value_claims_json_records(value, recorded):
+    assert verdicts.reported_value(value) == recorded
+
+
+# ---------------------------------------------------------------- every verdict path
+
+
+def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason():
+    rows = [decode_row(median_ms=1.0), decode_row(median_ms=3.0, cache_len=2048)]
+    result = verdict({"value": {"column": "median_ms", "stat": "max"},
+                      "expect": {"max": 3}}, rows)
+    assert result["verdict"] == "reproduced" and result["value"] == 3.0
+    assert result["unit"] == "ms" and result["value_text"] == "3 ms"
+    assert result["reason"] == ("value 3 over 2 row(s) (impl=splitkv; cache_len=1024,2048; "
+                                "batch=1; dtype=float32; splits=4); needs the value at most 3; "
+                                f"judged on {CPU_KEY}")
+    assert result["judged_on"] == "impl=splitkv; cache_len=1024,2048; batch=1; " \
+                                  "dtype=float32; splits=4"
+    assert [r["median_ms"] for r in result["rows"]] == [1.0, 3.0]
+    assert result["artifact"] == {"stage": "decode", "version": None, "sha256": None,
+                                  "path": f"results/{CPU_KEY}/decode.csv"}
+    assert result["figure"] == "decode" and result["id"] == "C13-99"
+
+
+def test_a_value_missing_the_sentence_is_not_reproduced_and_given():
+    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 1}},
+                     [decode_row(median_ms=1.5)])
+    assert result["verdict"] == "not reproduced" and result["value"] == 1.5
+    assert "value 1.50 over 1 row(s)" in result["reason"]
+
+
+def test_over_divides_by_the_other_column_of_the_same_row():
+    rows = [decode_row(median_ms=6.0, floor_ms=2.0), decode_row(median_ms=9.0, floor_ms=3.0,
+                                                                cache_len=2048)]
+    result = verdict({"value": {"column": "median_ms", "over": "floor_ms", "stat": "range"},
+                      "expect": {"between": [2.9, 3.1]}}, rows)
+    assert result["value"] == 3.0 and result["verdict"] == "reproduced"
+    assert result["unit"] == "×" and result["value_text"] == "3×"
+
+
+def test_invert_judges_one_over_the_value():
+    rows = [decode_row(ratio=0.25), decode_row(ratio=0.5, cache_len=2048)]
+    result = verdict({"value": {"column": "ratio", "invert": True, "stat": "range"},
+                      "expect": {"min": 2}}, rows)
+    assert result["value"] == [2.0, 4.0] and result["verdict"] == "reproduced"
+    assert result["value_text"] == "2–4×"
+
+
+@pytest.mark.parametrize(("unit", "column", "cell", "value", "text"), [
+    ("MiB", "cache_bytes", 3 * 2**20, 3.0, "3 MiB"),
+    ("MiB", "cache_bytes", 2**19, 0.5, "0.500 MiB"),
+    ("us", "median_ms", 0.25, 250.0, "250 µs"),
+    ("s", "median_ms", 2500.0, 2.5, "2.50 s"),
+])
+def test_a_unit_converts_the_column_exactly(unit, column, cell, value, text):
+    result = verdict({"value": {"column": column, "unit": unit, "stat": "max"},
+                      "expect": {"min": 0}}, [decode_row(**{column: cell})])
+    assert result["value"] == value and result["value_text"] == text
+
+
+def test_units_convert_from_the_suffix_they_name():
+    assert claims.UNITS == {"MiB": ("_bytes", 2.0**-20), "us": ("_ms", 1e3),
+                            "s": ("_ms", 1e-3)}
+
+
+def test_a_value_at_its_physical_limit_is_judged_and_above_it_is_a_probe_error():
+    spec = {"value": {"column": "median_ms", "valid_max": 2.0, "stat": "max"},
+            "expect": {"max": 5}}
+    assert verdict(spec, [decode_row(median_ms=2.0)])["verdict"] == "reproduced"
+    above = verdict(spec, [decode_row(median_ms=2.5)])
+    assert above["verdict"] == "not measurable here" and above["value"] is None
+    assert above["reason"] == ("value 2.50 is above 2, which is not physical: the ceiling it "
+                               "is a fraction of is too low (a probe error)")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_computed_non_finite_value_is_not_reproduced_and_its_row_named(bad):
+    rows = [decode_row(median_ms=1.0), decode_row(median_ms=bad, cache_len=4096)]
+    result = verdict({"value": {"column": "median_ms", "stat": "max"},
+                      "expect": {"min": -1e9}}, rows)
+    assert result["verdict"] == "not reproduced" and result["value"] is None
+    assert result["reason"].startswith("median_ms is NaN or infinite in 1 row(s): "
+                                       "impl=splitkv cache_len=4096; ")
+    assert "a computation that overflowed does not pass" in result["reason"]
+
+
+def test_a_non_finite_divisor_fails_the_check_too():
+    rows = [decode_row(median_ms=1.0, floor_ms=math.nan)]
+    result = verdict({"value": {"column": "median_ms", "over": "floor_ms", "stat": "max"},
+                      "expect": {"min": -1e9}}, rows)
+    assert result["verdict"] == "not reproduced" and "NaN or infinite" in result["reason"]
+
+
+def test_empty_cells_are_left_out_and_counted_but_all_empty_is_not_measurable():
+    spec = {"value": {"column": "floor_ms", "stat": "max"}, "expect": {"max": 5}}
+    some = verdict(spec, [decode_row(floor_ms=None), decode_row(floor_ms=2.0, cache_len=2048)])
+    assert some["verdict"] == "reproduced" and some["value"] == 2.0
+    assert "; 1 row(s) have no floor_ms (not applicable); needs" in some["reason"]
+    none = verdict(spec, [decode_row(floor_ms=None)])
+    assert none["verdict"] == "not measurable here"
+    assert none["reason"] == "no rows match the filter"
+
+
+def test_a_reported_claim_is_not_checkable_and_reads_nothing():
+    claim = Claim("C13-33", "s", "v", "reported", None, source="a vendor")
+    result = verdicts.evaluate(claim, {}, CPU_KEY, ROOT)
+    assert result["verdict"] == "not checkable" and result["artifact"] is None
+    assert result["reason"] == "reported by a vendor; this pipeline's data cannot test it"
+    assert result["value"] is None and result["value_text"] == "—"
+
+
+def test_a_missing_or_unreadable_artifact_is_not_measurable():
+    spec = {"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}}
+    missing = verdict(spec, None)
+    assert missing["verdict"] == "not measurable here"
+    assert missing["reason"] == (f"stage decode has not run on {CPU_KEY}: "
+                                 f"results/{CPU_KEY}/decode.csv is missing")
+    broken = verdict(spec, None, error="row 3: bad cell")
+    assert broken["reason"] == f"results/{CPU_KEY}/decode.csv cannot be read: row 3: bad cell"
+
+
+def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
+    spec = {"value": {"column": "median_ms", "unit": "us", "stat": "max"},
+            "expect": {"max": 1}}
+    rows = [decode_row(median_ms=2.0)]
+    measured = verdict(spec, rows, device="cuda")
+    assert measured["verdict"] == "not measurable here"
+    assert measured["reason"] == f"needs a CUDA device; {CPU_KEY} ran on cpu"
+    shown = verdict(spec, rows, kind="device-specific", device="cuda")
+    assert shown["verdict"] == "not comparable on this device" and shown["value"] == 2000.0
+    assert shown["reason"].endswith(f"the sentence is about a CUDA device and {CPU_KEY} ran on "
+                                    "cpu: the value here is shown beside it, not judged")
+    judged = verdict(spec, [decode_row(median_ms=2.0, dtype="float16")], key=GPU_KEY,
+                     kind="device-specific", device="cuda")
+    assert judged["verdict"] == "not reproduced"  # on its own device it is judged
+
+
+def test_the_fp16_stand_in_decides_per_device_and_is_never_pooled():
+    rows = [decode_row(dtype="float32", median_ms=1.0),
+            decode_row(dtype="bfloat16", median_ms=9.0)]
+    spec = {"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 2}}
+    assert verdict(spec, rows)["value"] == 1.0  # the CPU's stand-in: float32
+    on_gpu = verdict(spec, rows, key=GPU_KEY)
+    assert on_gpu["verdict"] == "not measurable here"
+    assert on_gpu["reason"] == ("no float16 rows (the fp16 stand-in here): this machine did "
+                                "not run float16; no other dtype is used in its place")
+
+
+def test_each_dtype_is_judged_and_labelled_separately():
+    rows = [decode_row(dtype="float32", median_ms=1.0),
+            decode_row(dtype="bfloat16", median_ms=9.0)]
+    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 2}},
+                     rows, dtype="each")
+    assert result["verdict"] == "not reproduced" and result["value"] == [1.0, 9.0]
+    parts = result["reason"].split(" | ")
+    assert parts[0].startswith("bfloat16: value 9 over 1 row(s)")
+    assert parts[1].startswith("float32: value 1 over 1 row(s)")
+    passing = verdict({"value": {"column": "median_ms", "stat": "max"},
+                       "expect": {"max": 10}}, rows, dtype="each")
+    assert passing["verdict"] == "reproduced"
+
+
+def test_best_keeps_the_fastest_row_per_group():
+    rows = [decode_row(impl="splitkv", median_ms=3.0), decode_row(impl="sdpa_math",
+                                                                  median_ms=2.0),
+            decode_row(impl="splitkv", median_ms=5.0, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=7.0, cache_len=2048)]
+    result = verdict({"value": {"column": "median_ms", "stat": "range"},
+                      "expect": {"min": 0}}, rows,
+                     best={"by": ["cache_len"], "lowest": "median_ms"})
+    assert result["value"] == [2.0, 5.0]
+
+
+def test_rows_kept_in_claims_json_are_capped():
+    rows = [decode_row(cache_len=1024 + i) for i in range(verdicts.MAX_ROWS + 5)]
+    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
+                     rows)
+    assert len(result["rows"]) == verdicts.MAX_ROWS == 20
+    assert "over 25 row(s)" in result["reason"]
+
+
+# ---------------------------------------------------------------- ratios of two row sets
+
+
+RATIO = {"ratio": {"numerator": {"where": {"impl": "splitkv"}},
+                   "denominator": {"where": {"impl": "sdpa_math"}},
+                   "join": ["cache_len"], "column": "median_ms", "stat": "range"},
+         "expect": {"min": 1}}
+
+
+def test_a_ratio_joins_numerator_and_denominator_rows():
+    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math",
+                                                                  median_ms=2.0),
+            decode_row(impl="splitkv", median_ms=4.0, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
+            decode_row(impl="splitkv", median_ms=1.0, cache_len=4096)]  # no partner
+    result = verdict(RATIO, rows)
+    assert result["value"] == [0.5, 3.0] and result["verdict"] == "not reproduced"
+    assert len(result["rows"]) == 5  # both sides' rows are the evidence
+
+
+def test_a_ratio_without_one_side_or_without_shared_rows_is_not_measurable():
+    only_num = verdict(RATIO, [decode_row(impl="splitkv")])
+    assert only_num["reason"] == "no denominator rows among the selected rows"
+    only_den = verdict(RATIO, [decode_row(impl="sdpa_math")])
+    assert only_den["reason"] == "no numerator rows among the selected rows"
+    apart = verdict(RATIO, [decode_row(impl="splitkv"), decode_row(impl="sdpa_math",
+                                                                   cache_len=2048)])
+    assert apart["reason"] == ("numerator and denominator rows share no values of "
+                               "['cache_len']")
+
+
+def test_a_non_finite_side_of_a_ratio_fails_it():
+    rows = [decode_row(impl="splitkv", median_ms=6.0),
+            decode_row(impl="sdpa_math", median_ms=math.inf)]
+    result = verdict(RATIO, rows)
+    assert result["verdict"] == "not reproduced"
+    assert result["reason"].startswith("median_ms ratio is NaN or infinite in 1 row(s)")
+
+
+def test_figure_of_each_stage():
+    def check(stage, column="median_ms"):
+        return claims._check({"stage": stage, "value": {"column": column, "stat": "max"},
+                              "expect": {"max": 1}})
+    assert verdicts.figure_of(check("prefill")) == "prefill-speedup"
+    assert verdicts.figure_of(check("prefill", "peak_extra_bytes")) == "prefill-memory"
+    assert verdicts.figure_of(check("decode", "cache_bytes")) == "decode"
+    assert verdicts.figure_of(check("model", "value")) == "traffic"
+    assert verdicts.figure_of(check("probe", "ran")) == "backends"
+
+
+def test_evaluate_all_names_machine_and_grid():
+    claim = Claim("C13-33", "s", "v", "reported", None, source="x")
+    result = verdicts.evaluate_all([claim], {}, "cpu-box@smoke", ROOT)
+    assert result["machine"] == "cpu-box" and result["grid"] == "smoke"
+    assert [c["id"] for c in result["claims"]] == ["C13-33"]
+
+
+def test_a_group_with_an_empty_key_is_a_group_too():
+    frame = pd.DataFrame({"g": ["a", "a", None], "y": [1.0, 3.0, 7.0]})
+    assert verdicts.statistic(frame, "y", stat("y", "max", by=("g",))) == [3.0, 7.0]
+
+
+def test_approx_at_names_every_absent_length():
+    _, text = judge(AT, [[1024, 10.0]])
+    assert text.endswith("; 2048, 8192 not measured here")
+
+
+def test_stat_at_over_one_length_records_its_pair():
+    rows = [decode_row(median_ms=2.0), decode_row(median_ms=4.0, splits=8)]
+    result = verdict({"value": {"column": "median_ms", "stat": "at", "at": "cache_len"},
+                      "expect": {"approx_at": [[1024, 3.0]], "rel": 0.01}}, rows)
+    assert result["value"] == [[1024, 3.0]] and result["verdict"] == "reproduced"
+    assert result["value_text"] == "1024: 3 ms"
+
+
+def test_a_boolean_value_is_recorded_as_itself():
+    rows = [decode_row(noisy=False), decode_row(noisy=True, cache_len=2048)]
+    result = verdict({"value": {"column": "noisy", "stat": "max"},
+                      "expect": {"equals": True}}, rows)
+    assert result["value"] is True and result["verdict"] == "reproduced"
+    assert result["value_text"] == "True"
+
+
+def test_a_non_finite_value_under_a_loglog_slope_is_not_dropped():
+    """A computed NaN among the lengths fails the slope, as it fails every statistic."""
+    rows = [decode_row(cache_len=n, median_ms=n / 512) for n in (1024, 2048, 4096)]
+    rows[1]["median_ms"] = math.nan
+    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
+                                "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
+    assert result["verdict"] == "not reproduced"
+    assert "median_ms is NaN or infinite in 1 row(s)" in result["reason"]
+    rows[1]["median_ms"] = None  # an empty cell is left out and said
+    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
+                                "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
+    assert result["verdict"] == "reproduced" and result["value"] == pytest.approx(1.0)
+    assert "1 row(s) have no median_ms (not applicable)" in result["reason"]
+
+
+def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
+    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math",
+                                                                  median_ms=2.0),
+            decode_row(impl="splitkv", median_ms=None, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
+            decode_row(impl="sdpa_math", median_ms=None, cache_len=4096, status="oom")]
+    result = verdict(RATIO, rows)
+    assert result["value"] == 3.0
+    assert ("; 1 row(s) left out by status (impl=sdpa_math cache_len=4096: oom); "
+            "1 row(s) have no median_ms ratio (not applicable); needs") in result["reason"]
+
+
+def test_a_list_value_above_its_physical_limit_is_a_probe_error():
+    spec = {"value": {"column": "median_ms", "valid_max": 2.0, "stat": "range"},
+            "expect": {"max": 5}}
+    rows = [decode_row(median_ms=1.0), decode_row(median_ms=2.5, cache_len=2048)]
+    assert verdict(spec, rows)["verdict"] == "not measurable here"
+    assert verdict(spec, rows[:1])["verdict"] == "reproduced"
+
+
+def test_rows_are_summarised_in_order_numbers_before_words():
+    frame = pd.DataFrame({"T": [2048, 512, 1024, 512], "impl": ["tiled", "naive", "tiled",
+                                                               "naive"],
+                          "splits": [8, "auto", 16, None]})
+    assert verdicts._rows_summary(frame) == "impl=naive,tiled; T=512,1024,2048; splits=8,16,auto"
+
+
+def test_the_chapters_hardware_is_quoted_for_measured_claims_only():
+    claim = Claim("C13-98", "s", "v", "measured", claims._check({
+        "stage": "decode", "value": {"column": "median_ms", "stat": "max"},
+        "expect": {"max": 3}}))
+    model = Claim("C13-97", "s", "v", "model", claim.check)
+    evidence = evidence_of("decode", [decode_row(dtype="bfloat16")])
+    result = verdicts.evaluate_all([claim, model], evidence, CPU_KEY, ROOT, "an A100",
+                                   {"cpu": "bfloat16", "cuda": "float16"})
+    measured, modelled = result["claims"]
+    assert measured["verdict"] == "reproduced"  # judged on the stand-in it was given
+    assert measured["reason"].endswith(f"judged on {CPU_KEY}; the chapter measured on an A100")
+    assert modelled["reason"].endswith(f"judged on {CPU_KEY}")
+    plain_all = verdicts.evaluate_all([claim], evidence_of("decode", [decode_row()]), CPU_KEY,
+                                      ROOT)
+    assert plain_all["claims"][0]["reason"].endswith(f"judged on {CPU_KEY}")
+    assert plain_all["claims"][0]["judged_on"] == "impl=splitkv; cache_len=1024; batch=1; " \
+                                                  "dtype=float32; splits=4"
+
+
+def test_what_a_verdict_without_a_value_leaves_empty():
+    missing = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
+                      None)
+    assert missing["judged_on"] == "" and missing["rows"] == [] and missing["value"] is None
+    assert missing["unit"] is None and missing["value_text"] == "—"
+    assert missing["compared_with"] is None and missing["note"] is None
