@@ -12,7 +12,10 @@ up and then timing the same call many times:
 * ``malloc fixed``: one thread, glibc's mmap threshold and trim threshold fixed at 1 GiB
                     (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_): large buffers stay
                     on the heap, are reused warm and never handed back to the kernel;
-* ``malloc fixed, 2 threads``.
+* ``malloc fixed, 2 threads``;
+* ``steady`` and ``steady, 2 threads``: what every pipeline stage does,
+                    ``inferlab.runner.steady_process()`` (glibc: no mmap, no trimming, the
+                    heap grown 256 MiB at a time; OpenMP waits passively).
 
 For each setting it prints, over the workers, the median per worker, the spread between
 workers (max/min - 1: the between-run spread) and the spread of calls inside a worker
@@ -34,18 +37,22 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 GIB = str(1 << 30)
-SETTINGS = {
-    "default": ({}, 1),
-    "2 threads": ({}, 2),
-    "2 passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, 2),
-    "malloc fixed": ({"MALLOC_MMAP_THRESHOLD_": GIB, "MALLOC_TRIM_THRESHOLD_": GIB}, 1),
-    "malloc fixed, 2 threads": ({"MALLOC_MMAP_THRESHOLD_": GIB,
-                                 "MALLOC_TRIM_THRESHOLD_": GIB}, 2),
+FIXED = {"MALLOC_MMAP_THRESHOLD_": GIB, "MALLOC_TRIM_THRESHOLD_": GIB}
+SETTINGS = {  # name: (environment, threads, call the pipeline's steady_process first)
+    "default": ({}, 1, False),
+    "2 threads": ({}, 2, False),
+    "2 passive": ({"OMP_WAIT_POLICY": "PASSIVE"}, 2, False),
+    "malloc fixed": (FIXED, 1, False),
+    "malloc fixed, 2 threads": (FIXED, 2, False),
+    "steady": ({}, 1, True),
+    "steady, 2 threads": ({}, 2, True),
 }
 
 WORKER = r"""
-import json, resource, sys, time, torch
+import json, resource, sys, time
 sys.path.insert(0, {repo!r})
+{steady}
+import torch
 from inferlab.attention import naive_attention
 torch.set_num_threads({threads})
 g = torch.Generator().manual_seed(0)
@@ -64,9 +71,10 @@ print(json.dumps({{"times": times, "faults_per_call": faults / {calls}}}))
 
 
 def worker(setting: str, T: int, calls: int) -> dict:
-    env_extra, threads = SETTINGS[setting]
+    env_extra, threads, steady = SETTINGS[setting]
     env = {**os.environ, **env_extra}
-    code = WORKER.format(repo=str(REPO), threads=threads, T=T, calls=calls)
+    code = WORKER.format(repo=str(REPO), threads=threads, T=T, calls=calls, steady=(
+        "from inferlab.runner import steady_process; steady_process()" if steady else ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -95,10 +103,12 @@ def main() -> int:
     print(f"{'T':>5}  {'setting':<24} {'median ms':>9}  {'between workers':>15}  "
           f"{'p90/p10 in worker':>17}  {'faults/call':>11}")
     for T in args.T:
+        runs: dict[str, list[dict]] = {setting: [] for setting in SETTINGS}
+        for _ in range(args.workers):  # settings interleaved, so drift hits all alike
+            for setting in SETTINGS:
+                runs[setting].append(worker(setting, T, args.calls))
         for setting in SETTINGS:
-            # workers of every setting interleaved, so drift hits all alike
-            results[f"{T} {setting}"] = s = summary(
-                [worker(setting, T, args.calls) for _ in range(args.workers)])
+            results[f"{T} {setting}"] = s = summary(runs[setting])
             print(f"{T:>5}  {setting:<24} {s['median_ms']:>9.3f}  "
                   f"{s['between_workers']:>15.1%}  {s['inside_worker_p90_p10']:>17.1%}  "
                   f"{s['faults_per_call']:>11.0f}", flush=True)
