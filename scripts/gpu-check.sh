@@ -116,7 +116,7 @@ run_step tests-cuda 150 "$PY" -m pytest -q -rs -p no:cacheprovider tests/test_ba
 # 3. The book grid on the GPU, one stage at a time, the claims-deciding timings first, so a
 # slot that ends early still leaves them. profiles/book.yaml forces the GPU and leaves the
 # grid as config.yaml has it: results go to results/$KEY/, the machine's book evidence.
-STAGES="probe:90 prefill:240 decode:150 traffic:60 correctness:120 claims:60"
+STAGES="probe:90 prefill:240 decode:150 traffic:60 correctness:120 model:30 claims:60"
 if "$PY" -c "import snakemake" 2> /dev/null; then
   for item in $STAGES report:60; do
     run_step "stage-${item%%:*}" "${item##*:}" "$PY" -m snakemake "${item%%:*}" \
