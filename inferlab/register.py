@@ -154,7 +154,7 @@ class Register:
         lines = self._lines()
         if committed is None:
             return Anchor(None, len(lines), [])
-        head = committed.decode("utf-8", errors="replace").splitlines()
+        head = committed.decode(errors="replace").splitlines()  # bytes decode as UTF-8
         where = f"{layout.REGISTER_FILE} (committed at HEAD: {len(head)} entries)"
         for lineno, (old, new) in enumerate(zip(head, lines, strict=False), start=1):
             if old != new:
@@ -217,16 +217,20 @@ class Register:
         """Append the next version of ``stage``; return the entry as written.
 
         ``path`` is the artifact's path relative to the root (results/{key}/...); both
-        files must already be retained (``retain``), which is checked.
+        files must already be retained (``retain``): each copy is re-hashed here.
         """
         if stage not in STAGES:
             raise ValueError(f"stage={stage!r} is not a stage; expected one of {list(STAGES)}")
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance={provenance!r} must be the sidecar's provenance dict")
         for name, sha in (("sha256", sha256), ("sidecar_sha256", sidecar_sha256)):
-            if not self.copy_path(_check_sha(name, sha)).is_file():
+            copy = self.copy_path(_check_sha(name, sha))
+            if not copy.is_file():
                 raise ValueError(f"{name}={sha} has no retained copy in {self.objects}; "
                                  "retain the file before registering it")
+            if sha256_file(copy) != sha:
+                raise ValueError(f"{name}={sha}: its retained copy in {self.objects} is not "
+                                 "that file (modified); retain the file again to register it")
         with self._locked():
             entries = self.entries()
             for problem in self.anchor().problems:  # never extend a rewritten history

@@ -16,7 +16,7 @@ from inferlab.register import Register
 
 
 def _preview(data: bytes, width: int = 60) -> str:
-    text = data.decode("utf-8", errors="replace")
+    text = data.decode(errors="replace")  # bytes decode as UTF-8
     return repr(text if len(text) <= width else text[:width] + "…")
 
 

@@ -1,0 +1,470 @@
+"""The bytes under the register, at their edges (issue 14): hashes, canonical JSON,
+whole-or-nothing writes, git state; the sidecar and provenance the writer builds; what
+``inferlab verify`` and ``inferlab history`` print.
+
+Each expected value here is computed by the test (hashlib, json, os) or written out,
+never taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import calendar
+import errno
+import hashlib
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from inferlab import files, layout
+from inferlab.provenance import (
+    build_provenance,
+    code_hash,
+    config_hash,
+    file_hashes,
+    sidecar_bytes,
+    write_artifact,
+)
+from inferlab.register import Register
+from inferlab.verify import _preview, cli_history, cli_verify, repair
+from tests.pipeline_repo import git
+from tests.test_register import MACHINE, _csv, three_versions
+
+# ------------------------------------------------------------------ hashes and JSON
+
+
+def test_sha256_of_bytes_and_of_a_file_larger_than_one_block(tmp_path):
+    data = bytes(range(256)) * 5000  # 1.28 MB: more than one read
+    path = tmp_path / "big"
+    path.write_bytes(data)
+    assert files.sha256_bytes(data) == hashlib.sha256(data).hexdigest()
+    assert files.sha256_file(path) == hashlib.sha256(data).hexdigest()
+    (tmp_path / "empty").write_bytes(b"")
+    assert files.sha256_file(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
+
+
+@pytest.mark.parametrize(("obj", "where"), [
+    ({"a": {"b": float("inf")}}, r"obj\['a'\]\['b'\]=inf"),
+    (("x", -float("inf")), r"obj\[1\]=-inf"),
+    ([[0.0, float("nan")]], r"obj\[0\]\[1\]=nan"),
+])
+def test_canonical_json_names_a_non_finite_number(obj, where):
+    with pytest.raises(ValueError, match=f"^{where}: NaN and infinity have no canonical JSON "
+                                         r"form; use None \(null\) for a value that was not "
+                                         "measured$"):
+        files.canonical_json(obj)
+
+
+def test_reject_nonfinite_uses_the_given_name_and_passes_finite_data():
+    with pytest.raises(ValueError, match=r"^sidecar\['x'\]=nan: "):
+        files.reject_nonfinite({"x": float("nan")}, "sidecar")
+    files.reject_nonfinite({"x": [1.5, 2, None, "nan"]}, "ok")  # finite, or not a float
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf")])
+def test_a_non_finite_key_has_no_canonical_form_either(number):
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        files.canonical_json({number: 1})
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        sidecar_bytes("decode", "d", b"", {number: 1})
+
+
+def test_canonical_json_of_what_json_cannot_write_is_a_value_error():
+    with pytest.raises(ValueError, match="obj is not JSON data: .*set"):
+        files.canonical_json({"a": {1, 2}})
+
+
+def test_canonical_json_is_compact_sorted_utf8():
+    assert files.canonical_json({"b": [1, {"d": "é", "c": None}], "a": True}) == \
+        '{"a":true,"b":[1,{"c":null,"d":"é"}]}'.encode()
+
+
+def test_utc_now_iso_is_utc_to_the_second_with_a_z(monkeypatch):
+    monkeypatch.setenv("TZ", "Asia/Kathmandu")  # UTC+05:45: a local clock would show
+    time.tzset()
+    try:
+        stamp = files.utc_now_iso()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+    assert abs(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.time()) < 60
+
+
+def test_relative_inside_and_outside_the_root(tmp_path):
+    assert files.relative(tmp_path / "a" / "b.csv", tmp_path) == "a/b.csv"
+    assert files.relative(str(tmp_path / "a" / ".." / "c"), str(tmp_path)) == "c"
+    outside = tmp_path.parent / "elsewhere.txt"
+    assert files.relative(outside, tmp_path) == outside.resolve().as_posix()
+
+
+# ------------------------------------------------------------------ writes
+
+
+def test_atomic_write_replaces_and_removes_stale_temp_files(tmp_path):
+    target = tmp_path / "sub" / "a.csv"
+    files.atomic_write(target, b"one\n")
+    stale = target.parent / ".a.csv.xyz.tmp"
+    stale.write_bytes(b"left by a killed write")
+    other = target.parent / ".b.csv.xyz.tmp"  # another file's: not ours to remove
+    other.write_bytes(b"b")
+    files.atomic_write(target, b"two\n")
+    assert target.read_bytes() == b"two\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == [".b.csv.xyz.tmp", "a.csv"]
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
+    target = tmp_path / "a.csv"
+    target.write_bytes(b"old\n")
+
+    def refuse(fd, data):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(files.os, "write", refuse)
+    with pytest.raises(OSError, match=r"I/O error writing .*a.csv \(0 of 4 bytes written\)") \
+            as caught:
+        files.atomic_write(target, b"new\n")
+    assert caught.value.errno == errno.EIO
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old\n" and os.listdir(tmp_path) == ["a.csv"]
+
+
+def test_write_all_goes_on_after_a_short_write(tmp_path, monkeypatch):
+    real_write, sizes = os.write, []
+
+    def three_bytes_at_a_time(fd, data):
+        sizes.append(len(data))
+        return real_write(fd, bytes(data[:3]))
+
+    monkeypatch.setattr(files.os, "write", three_bytes_at_a_time)
+    files.atomic_write(tmp_path / "a", b"0123456789")
+    monkeypatch.undo()
+    assert (tmp_path / "a").read_bytes() == b"0123456789" and sizes == [10, 7, 4, 1]
+
+
+def test_a_write_that_makes_no_progress_is_enospc(tmp_path, monkeypatch):
+    monkeypatch.setattr(files.os, "write", lambda fd, data: 0)
+    with pytest.raises(OSError, match=r"no progress writing .* \(0 of 2 bytes written\)") \
+            as caught:
+        files.durable_append(tmp_path / "r.jsonl", b"x\n")
+    assert caught.value.errno == errno.ENOSPC
+
+
+def test_durable_append_adds_whole_lines_only(tmp_path):
+    path = tmp_path / "r.jsonl"
+    files.durable_append(path, b"a\n")
+    files.durable_append(path, b"b\n")
+    assert path.read_bytes() == b"a\nb\n"
+    with pytest.raises(ValueError, match="^line must end with a newline$"):
+        files.durable_append(path, b"c")
+    assert path.read_bytes() == b"a\nb\n"
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_restored_on_failure_removes_its_links_on_success_and_stale_ones(tmp_path):
+    old = tmp_path / "old.csv"
+    old.write_bytes(b"old\n")
+    stale = tmp_path / ".old.csv.99999.bak"
+    stale.write_bytes(b"left by a killed run")
+    with files.restored_on_failure([old, tmp_path / "new.csv"]):
+        assert not stale.exists()
+        assert (tmp_path / f".old.csv.{os.getpid()}.bak").read_bytes() == b"old\n"
+        files.atomic_write(old, b"replaced\n")
+    assert sorted(os.listdir(tmp_path)) == ["old.csv"]
+    assert old.read_bytes() == b"replaced\n"
+
+
+def test_restored_on_failure_raises_a_link_error_that_is_not_about_links(tmp_path,
+                                                                          monkeypatch):
+    old = tmp_path / "old.csv"
+    old.write_bytes(b"old\n")
+
+    def no_space(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "link", no_space)
+    with pytest.raises(OSError, match="No space left"), files.restored_on_failure([old]):
+        pytest.fail("the block must not run without its backup")
+    assert os.listdir(tmp_path) == ["old.csv"]
+
+
+@pytest.mark.parametrize("code", sorted(files.NO_HARD_LINKS))
+def test_each_no_hard_link_error_is_tolerated(tmp_path, monkeypatch, code):
+    old = tmp_path / "old.csv"
+    old.write_bytes(b"old\n")
+
+    def refuse(src, dst):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(files.os, "link", refuse)
+    with files.restored_on_failure([old]):
+        files.atomic_write(old, b"new\n")
+    assert old.read_bytes() == b"new\n"
+
+
+# ------------------------------------------------------------------ git
+
+
+def test_git_show_reads_a_committed_file_and_none_otherwise(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_bytes(b"committed\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    (tmp_path / "a.txt").write_bytes(b"working\n")
+    assert files.git_show(tmp_path, "HEAD", "a.txt") == b"committed\n"
+    assert files.git_show(tmp_path, "HEAD", "b.txt") is None
+    assert files.git_show(tmp_path / "nowhere", "HEAD", "a.txt") is None
+
+
+def test_git_state_of_a_root_inside_a_repository_sees_only_the_root(tmp_path):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "code.py").write_text("x = 1\n")
+    (tmp_path / "other.txt").write_text("a\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    (tmp_path / "other.txt").write_text("b\n")  # outside the root: not its code
+    assert files.git_state(root)["dirty"] is False
+    (root / "code.py").write_text("x = 2\n")
+    assert files.git_state(root)["dirty"] is True
+
+
+def test_git_state_of_a_repository_without_commits(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    assert files.git_state(tmp_path) == {"commit": None, "dirty": True}
+
+
+def test_git_state_when_git_cannot_run(tmp_path, monkeypatch):
+    def missing(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(files.subprocess, "run", missing)
+    assert files.git_state(tmp_path) == {"commit": None, "dirty": None}
+    assert files.git_show(tmp_path, "HEAD", "a") is None
+
+
+# ------------------------------------------------------------------ provenance
+
+
+def test_config_hash_is_the_sha256_of_the_canonical_config():
+    config = {"T": [512], "d": 64, "name": "Größe"}
+    assert config_hash(config) == hashlib.sha256(
+        '{"T":[512],"d":64,"name":"Größe"}'.encode()).hexdigest()
+    with pytest.raises(ValueError, match=r"^config=\[1\] must be a dict$"):
+        config_hash([1])
+
+
+def test_file_hashes_and_code_hash(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    b, a = tmp_path / "pkg" / "b.py", tmp_path / "a.py"
+    b.write_bytes(b"b\n")
+    a.write_bytes(b"a\n")
+    hashes = file_hashes([b, str(a)], tmp_path)
+    assert list(hashes.items()) == [("a.py", hashlib.sha256(b"a\n").hexdigest()),
+                                    ("pkg/b.py", hashlib.sha256(b"b\n").hexdigest())]
+    pairs = json.dumps(sorted(hashes.items()), separators=(",", ":")).encode()
+    assert code_hash([a, b], tmp_path) == hashlib.sha256(pairs).hexdigest()
+    with pytest.raises(ValueError, match=r"file '.*pkg' does not exist \(or is not a file\)"):
+        file_hashes([tmp_path / "pkg"], tmp_path)
+
+
+def test_build_provenance_has_every_field(tmp_path):
+    code = tmp_path / "code.py"
+    code.write_bytes(b"x = 1\n")
+    inp = tmp_path / "in.csv"
+    inp.write_bytes(b"T\n1\n")
+    prov = build_provenance(tmp_path, "cpu-x-2t@smoke", "prefill", config={"T": [1]},
+                            code_files=[code], inputs=[inp], seed=3, command="cmd",
+                            environment={"e": 1})
+    digest = hashlib.sha256(b"x = 1\n").hexdigest()
+    assert {k: v for k, v in prov.items() if k != "created_at"} == {
+        "stage": "prefill", "machine": "cpu-x-2t", "grid": "smoke", "git_commit": None,
+        "git_dirty": None, "code_files": {"code.py": digest},
+        "code_sha256": hashlib.sha256(f'[["code.py","{digest}"]]'.encode()).hexdigest(),
+        "config_sha256": hashlib.sha256(b'{"T":[1]}').hexdigest(), "config": {"T": [1]},
+        "environment": {"e": 1}, "seed": 3,
+        "inputs": {"in.csv": hashlib.sha256(b"T\n1\n").hexdigest()}, "command": "cmd"}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", prov["created_at"])
+    book = build_provenance(tmp_path, "cpu-x-2t", "probe", config={}, code_files=[],
+                            inputs=[], seed=0, command="c", environment={})
+    assert (book["machine"], book["grid"]) == ("cpu-x-2t", None)
+
+
+def test_build_provenance_records_the_git_commit(tmp_path):
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "code.py")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], text=True,
+                          capture_output=True, check=True).stdout.strip()
+    prov = build_provenance(tmp_path, MACHINE, "probe", config={}, code_files=[],
+                            inputs=[], seed=0, command="c", environment={})
+    assert (prov["git_commit"], prov["git_dirty"]) == (head, False)
+
+
+def test_sidecar_bytes_are_sorted_indented_utf8_with_a_newline():
+    data = sidecar_bytes("decode", "decode.csv", b"T\n1\n", {"z": 1, "a": "é"}, 3)
+    expected = {"schema": "inferlab/decode", "schema_version": 3, "artifact": "decode.csv",
+                "sha256": hashlib.sha256(b"T\n1\n").hexdigest(),
+                "provenance": {"z": 1, "a": "é"}}
+    assert data == (json.dumps(expected, sort_keys=True, indent=2, ensure_ascii=False)
+                    + "\n").encode()
+    assert json.loads(sidecar_bytes("decode", "d", b"", {}))["schema_version"] == 1
+    with pytest.raises(ValueError, match=r"sidecar\['provenance'\]\['x'\]=nan"):
+        sidecar_bytes("decode", "d", b"", {"x": float("nan")})
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"content": "T\n1\n"}, "content must be bytes (the artifact as written), got str"),
+    ({"seed": True}, "seed=True must be an int"),
+    ({"seed": 1.0}, "seed=1.0 must be an int"),
+    ({"command": "  "}, "command='  ' must be the command line that reproduces it"),
+    ({"command": None}, "command=None must be the command line that reproduces it"),
+    ({"environment": []}, "environment=[] must be a dict (environment.fingerprint)"),
+    ({"schema_version": 0}, "schema_version=0 must be an int >= 1"),
+    ({"schema_version": True}, "schema_version=True must be an int >= 1"),
+    ({"schema_version": 1.0}, "schema_version=1.0 must be an int >= 1"),
+])
+def test_write_artifact_names_a_bad_argument_and_writes_nothing(tmp_path, change, message):
+    """(Each message is matched whole: ``^...$``.)"""
+    args = {"content": b"T\n1\n", "config": {}, "code_files": [], "inputs": [], "seed": 0,
+            "command": "x", "environment": {}} | change
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        write_artifact(tmp_path, MACHINE, "prefill", **args)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_artifact_writes_schema_version_1_unless_told(tmp_path):
+    write_artifact(tmp_path, MACHINE, "decode", b"T\n1\n", config={}, code_files=[],
+                   inputs=[], seed=0, command="x", environment={})
+    sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, MACHINE, "decode"))
+    assert json.loads(sidecar.read_text())["schema_version"] == 1
+
+
+def test_write_artifact_writes_the_files_and_returns_the_entry(tmp_path):
+    entry = write_artifact(tmp_path, MACHINE, "decode", b"T\n1\n", config={}, code_files=[],
+                           inputs=[], seed=0, command="x", environment={}, schema_version=2)
+    artifact = layout.artifact_path(tmp_path, MACHINE, "decode")
+    sidecar = layout.sidecar_path(artifact).read_bytes()
+    assert artifact.read_bytes() == b"T\n1\n"
+    assert json.loads(sidecar)["schema_version"] == 2
+    assert entry == Register(tmp_path, MACHINE).latest("decode")
+    assert (entry["path"], entry["sha256"], entry["sidecar_sha256"]) == (
+        f"results/{MACHINE}/decode.csv", hashlib.sha256(b"T\n1\n").hexdigest(),
+        hashlib.sha256(sidecar).hexdigest())
+
+
+# ------------------------------------------------------------------ verify and history
+
+
+def test_preview_cuts_at_its_width():
+    assert _preview(b"x" * 60) == repr("x" * 60)
+    assert _preview(b"x" * 61) == repr("x" * 60 + "…")
+    assert _preview(b"ab\xff", width=2) == repr("ab…")
+
+
+def test_repair_says_what_it_did(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    reg = Register(root, MACHINE)
+    assert repair(reg) is False and capsys.readouterr().out == ""
+    whole = reg.path.read_bytes()
+    reg.path.write_bytes(whole[:-1])
+    assert repair(reg) is False
+    out = capsys.readouterr().out
+    assert f"REPAIR {MACHINE}: evidence/{MACHINE}/register.jsonl line 3 is torn (an append " \
+           f"interrupted: {len(whole.splitlines()[-1])} bytes, no newline): " in out
+    assert out.endswith(f"REPAIR {MACHINE}: it is a whole entry: only its newline was "
+                        "added\n")
+    reg.path.write_bytes(whole + b'{"seq": 3')
+    assert repair(reg) is True
+    assert capsys.readouterr().out.splitlines() == [
+        f"REPAIR {MACHINE}: evidence/{MACHINE}/register.jsonl line 4 is torn (an append "
+        "interrupted: 9 bytes, no newline): '{\"seq\": 3'",
+        f"REPAIR {MACHINE}: removed those 9 bytes; every complete entry is untouched"]
+    assert reg.path.read_bytes() == whole
+
+
+def test_verify_prints_one_line_per_problem_and_the_hint(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    path = layout.register_path(root, MACHINE)
+    path.write_bytes(path.read_bytes() + b"{")
+    assert cli_verify(root, MACHINE) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"FAIL {MACHINE}: register.jsonl line 4: not valid JSON (Expecting " \
+                     "property name enclosed in double quotes): a corrupt or truncated line"
+    assert out[1] == f"HINT {MACHINE}: the last line is torn; `inferlab verify --repair` " \
+                     "removes it"
+    assert not any(line.startswith("OK") for line in out)
+
+
+def test_verify_of_one_key_checks_that_key_only(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    write_artifact(root, "cpu-other-1t", "decode", _csv(5), config={}, code_files=[],
+                   inputs=[], seed=0, command="x", environment={})
+    layout.artifact_path(root, MACHINE, "decode").write_bytes(b"edited\n")
+    assert cli_verify(root, "cpu-other-1t") == 0
+    out = capsys.readouterr().out
+    assert "OK cpu-other-1t: 1 entries, 2 copies" in out and MACHINE not in out
+    assert cli_verify(tmp_path / "empty") == 1
+    assert capsys.readouterr().out == (
+        "nothing to verify: no evidence/ or results/ folders under "
+        f"{(tmp_path / 'empty').resolve()} (is --root the repository?)\n")
+
+
+def test_verify_notes_what_git_does_not_anchor(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    assert cli_verify(root) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"NOTE {MACHINE}: not anchored: git does not track evidence/{MACHINE}/register.jsonl "
+        "at HEAD, so a deleted tail or a consistent forged entry cannot be told from a real "
+        "one (commit evidence/ to anchor it)", f"OK {MACHINE}: 3 entries, 6 copies"]
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "evidence")
+    assert cli_verify(root) == 0
+    assert capsys.readouterr().out.splitlines() == [f"OK {MACHINE}: 3 entries, 6 copies"]
+    write_artifact(root, MACHINE, "decode", _csv(5), config={}, code_files=[], inputs=[],
+                   seed=0, command="x", environment={})
+    write_artifact(root, MACHINE, "decode", _csv(6), config={}, code_files=[], inputs=[],
+                   seed=0, command="x", environment={})
+    assert cli_verify(root) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"NOTE {MACHINE}: entries 4-5 were appended since the last commit: checked, but not "
+        "anchored until committed", f"OK {MACHINE}: 5 entries, 10 copies"]
+
+
+def test_history_rows(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    lines = layout.register_path(root, MACHINE).read_text().splitlines()
+    entry = json.loads(lines[0])
+    assert cli_history(root, MACHINE) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["version", "stage", "created_at", "sha256", "commit", "path"]
+    assert out[1].split() == ["1", "prefill", entry["provenance"]["created_at"],
+                              entry["sha256"][:12], "none", f"results/{MACHINE}/prefill.csv"]
+    assert out[2].split()[:2] == ["1", "decode"] and len(out) == 4
+    assert all(line == line.rstrip() for line in out)
+    assert out[0].index("stage") == out[1].index("prefill")  # columns line up
+    assert cli_history(root, "cpu-none-1t") == 1
+    assert "no register for 'cpu-none-1t': " in capsys.readouterr().out
+
+
+def test_history_shows_a_dirty_commit(tmp_path, capsys):
+    from inferlab.verify import _history_row
+
+    row = _history_row({"version": 2, "stage": "decode", "sha256": "ab" * 32, "path": "p",
+                        "provenance": {"git_commit": "0123456789abcdef", "git_dirty": True,
+                                       "created_at": "t"}})
+    assert row == ("2", "decode", "t", "ab" * 6, "0123456789-dirty", "p")
+    assert _history_row({})[4] == "none"
