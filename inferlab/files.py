@@ -226,6 +226,15 @@ def git_state(root: Path | str) -> dict:
     return {"commit": commit or None, "dirty": dirty}
 
 
+def git_subfolders(root: Path | str, rev: str, folder: str) -> list[str]:
+    """Names of the folders directly under ``folder`` (relative to ``root``) at ``rev``;
+    [] when git has none (or no git, or not a repository)."""
+    out = _git(root, "ls-tree", "-d", "--name-only", rev, f"./{folder}/")
+    if out is None or out.returncode != 0:
+        return []
+    return sorted(Path(line).name for line in out.stdout.splitlines() if line.strip())
+
+
 def git_show(root: Path | str, rev: str, path: str) -> bytes | None:
     """The bytes of ``path`` at ``rev`` (e.g. "HEAD"), or None when git has no such file."""
     try:

@@ -2,7 +2,8 @@
 
 ``verify`` re-hashes every register under a root (``Register.verify``: chain, retained
 copies, results files), compares each with the register committed at git HEAD
-(``Register.anchor``: a deleted tail or a rewritten line shows), and with ``--repair``
+(``Register.anchor``: a deleted tail, a rewritten line or a whole machine's deleted
+folders show), and with ``--repair``
 first removes a torn final line, saying what it removes. Exit status: 0 clean, 1 a
 problem or nothing to verify.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab import layout
+from inferlab.files import git_subfolders
 from inferlab.register import Register
 
 
@@ -54,10 +56,14 @@ def _notes(register: Register) -> list[str]:
 def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> int:
     """``inferlab verify [--repair]``: 0 when every register checked is clean, else 1."""
     root = Path(root)
-    if key is not None and not layout.evidence_dir(root, key).is_dir():
+    if key is not None and not layout.evidence_dir(root, key).is_dir() \
+            and key not in git_subfolders(root, "HEAD", "evidence"):
         print(f"no evidence for {key!r}: {layout.evidence_dir(root, key)} does not exist")
         return 1
-    names = [key] if key is not None else layout.evidence_keys(root)
+    # a key committed at HEAD whose folders were deleted whole is checked too: its anchor
+    # then says every committed entry is gone (nothing else is left to hash)
+    names = [key] if key is not None else sorted(
+        set(layout.evidence_keys(root)) | set(git_subfolders(root, "HEAD", "evidence")))
     if not names:
         print(f"nothing to verify: no evidence/ or results/ folders under {root.resolve()} "
               "(is --root the repository?)")

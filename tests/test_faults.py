@@ -343,3 +343,13 @@ def test_broken_yaml_names_where_it_is(tmp_path, capsys, where):
     named = f"config file '{bad}' is not valid YAML" if where == "configfile" else \
         "override 'prefill.d=[1' is not valid YAML"
     assert named in err and "Traceback" not in err
+
+
+def test_a_committed_machine_deleted_whole_is_found(committed, capsys):
+    """rm -r evidence/KEY results/KEY: nothing is left to hash, but HEAD still has it."""
+    shutil.rmtree(layout.evidence_dir(committed, MACHINE))
+    shutil.rmtree(committed / "results" / MACHINE)
+    assert cli_verify(committed) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {MACHINE}" in out and "entries 1-3 were deleted" in out
+    assert "nothing to verify" not in out
