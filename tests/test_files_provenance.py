@@ -252,6 +252,22 @@ def test_git_state_when_git_cannot_run(tmp_path, monkeypatch):
     monkeypatch.setattr(files.subprocess, "run", missing)
     assert files.git_state(tmp_path) == {"commit": None, "dirty": None}
     assert files.git_show(tmp_path, "HEAD", "a") is None
+    assert files.git_subfolders(tmp_path, "HEAD", "evidence") == []
+
+
+def test_git_subfolders_lists_committed_folders_only(tmp_path):
+    """The machines committed at HEAD (what `inferlab verify` adds to the working tree's):
+    folders, not the files beside them, and only what HEAD has."""
+    for name in ("cpu-b-2c/register.jsonl", "cpu-a-2c/objects/x", "README.md"):
+        (tmp_path / "evidence" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "evidence" / name).write_text("x\n")
+    assert files.git_subfolders(tmp_path, "HEAD", "evidence") == []  # not a repository
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    (tmp_path / "evidence" / "cpu-c-2c").mkdir()  # not committed
+    assert files.git_subfolders(tmp_path, "HEAD", "evidence") == ["cpu-a-2c", "cpu-b-2c"]
+    assert files.git_subfolders(tmp_path, "HEAD", "results") == []
 
 
 # ------------------------------------------------------------------ provenance
