@@ -353,3 +353,6 @@ def test_a_committed_machine_deleted_whole_is_found(committed, capsys):
     out = capsys.readouterr().out
     assert f"FAIL {MACHINE}" in out and "entries 1-3 were deleted" in out
     assert "nothing to verify" not in out
+    assert cli_verify(committed, MACHINE) == 1  # named alone, it is found the same way
+    out = capsys.readouterr().out
+    assert "entries 1-3 were deleted" in out and "no evidence for" not in out
