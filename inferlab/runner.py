@@ -134,7 +134,7 @@ def nonfinite_cells(evidence, root: Path, most: int = 5) -> list[str]:
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
-_NEVER, _TOP_PAD = 2**31 - 1, 256 << 20
+_NEVER, _TOP_PAD = -1, 256 << 20  # -1: never trim, mallopt(3) (2**31 - 1 would be 2 GiB)
 
 
 def steady_process() -> dict:
@@ -145,7 +145,10 @@ def steady_process() -> dict:
       page depended on what ran before it, so naive attention at 256 tokens read 5 or 9 ms
       run to run (1,537 minor faults a call; none with this setting, and 1.5-1.9x faster
       at 256-2,048 tokens). No mmap, no trimming, the heap grown 256 MiB at a time:
-      freed buffers stay warm, as a GPU's caching allocator keeps them;
+      freed buffers stay warm, as a GPU's caching allocator keeps them. "No trimming"
+      is a trim threshold of -1 (mallopt(3)): the largest positive one, 2 GiB, let glibc
+      trim the heap whenever naive attention at 4,096 tokens freed its two 805 MB
+      buffers, so each call faulted on 393,216 pages and took 1.1-3.1 s, not 0.75;
     * OpenMP threads that spin-wait on a shared 2-vCPU VM made two threads up to 8x
       slower than one; passive waiting (unless the caller chose) stops the spinning.
 
