@@ -149,10 +149,20 @@ def import_closure(module: str) -> tuple[str, ...]:
     return tuple(sorted({p.relative_to(REPO_ROOT).as_posix() for p in seen.values()}))
 
 
+def _script_closure(script: str) -> set[str]:
+    """A glue script and the import closure of every inferlab module it imports."""
+    imported = _imports(REPO_ROOT / script, "__main__")
+    return {script}.union(*(import_closure(m) for m in imported if m.startswith("inferlab")))
+
+
 def code_files(name: str) -> list[str]:
     """The files whose change reruns stage ``name`` (or "report"), relative to the
-    repository: its import closure, its glue script and its extra files."""
+    repository: the import closure of its module and of its glue script (for a stage,
+    the runner: it steadies the process, reads the inputs and writes the artifact) and
+    its extra files."""
     if name == "report":
-        return sorted({*import_closure(REPORT_MODULE), "scripts/report.py", *REPORT_FILES})
+        return sorted({*import_closure(REPORT_MODULE), *_script_closure("scripts/report.py"),
+                       *REPORT_FILES})
     declared = stage(name)
-    return sorted({*import_closure(declared.module), "scripts/run_stage.py", *declared.files})
+    return sorted({*import_closure(declared.module), *_script_closure("scripts/run_stage.py"),
+                   *declared.files})

@@ -124,9 +124,12 @@ def test_no_import_cycle_inside_inferlab():
 
 @pytest.mark.parametrize("name", [*STAGES, "report"])
 def test_computed_code_files_cover_what_really_gets_imported(name):
-    """Import the stage's module in a fresh interpreter: every inferlab module it loads
-    must be among the files whose change reruns it."""
-    module = pipeline.REPORT_MODULE if name == "report" else STAGES[name].module
+    """Import what the rule runs in a fresh interpreter, its glue script's module (the
+    runner, which steadies the process and reads and writes the artifacts) and the
+    stage's module: every inferlab module loaded must be among the files whose change
+    reruns it (a change to the runner's allocator settings once rerun nothing)."""
+    module = (pipeline.REPORT_MODULE if name == "report"
+              else f"inferlab.runner, {STAGES[name].module}")
     probe = (f"import sys, {module}; print('\\n'.join(sorted(m for m in sys.modules "
              "if m.startswith('inferlab'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=layout.REPO_ROOT,
