@@ -43,6 +43,7 @@ from inferlab.report_tables import (
     backends_table,
     between_runs,
     exactness_table,
+    previous_verdicts,
     raw_block,
     raw_table,
 )
@@ -68,6 +69,13 @@ class KeyData:
     grid: str | None
     evidence: dict[str, Evidence]
     integrity: dict[str, dict]
+    previous: tuple[int | None, dict[str, str]] = (None, {})  # the run before, made alike
+
+    def was(self, claim_id: str, verdict: str) -> str | None:
+        """The verdict of the previous run made the same way, when it was another one."""
+        version, verdicts = self.previous
+        before = verdicts.get(claim_id)
+        return f"was {before} (version {version})" if before not in (None, verdict) else None
 
     @property
     def results(self) -> list[dict]:
@@ -97,7 +105,8 @@ class KeyData:
 def load_key(root: Path, key: str) -> KeyData:
     evidence = {stage: load_evidence(root, key, stage) for stage in STAGES}
     return KeyData(key, layout.split_key(key)[1], evidence,
-                   {s: integrity(root, key, e) for s, e in evidence.items()})
+                   {s: integrity(root, key, e) for s, e in evidence.items()},
+                   previous_verdicts(root, key))
 
 
 def _environment(data: KeyData) -> dict:
@@ -132,7 +141,9 @@ def summary_card(data: KeyData) -> dict:
             "mismatch": check["status"] == "MISMATCH",
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()
                         if s != "claims" and c["status"] == "MISMATCH"],
-            "counts": [{"verdict": v, "count": counts[v]} for v in shown]}
+            "counts": [{"verdict": v, "count": counts[v]} for v in shown],
+            "flipped": [c["id"] for c in data.results if data.was(c["id"], c["verdict"])],
+            "previous_version": data.previous[0]}
 
 
 def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
@@ -149,7 +160,8 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
             cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
                 "key": k.key, "missing": None, "verdict": r["verdict"],
                 "value_text": r["value_text"], "judged_on": r["judged_on"] or r["reason"],
-                "figure": r["figure"], "prov": f"prov-{claim.id}-{k.key}"})
+                "figure": r["figure"], "prov": f"prov-{claim.id}-{k.key}",
+                "was": k.was(claim.id, r["verdict"])})
         rows.append({"id": claim.id, "kind": claim.kind, "span": span,
                      "sentence": plain_text(claim.sentence),
                      "chapter_value": plain_text(claim.chapter_value), "cells": cells})

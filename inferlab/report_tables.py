@@ -7,6 +7,7 @@ out on the page.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from inferlab.artifacts import Table
 from inferlab.backend_map import cell as map_cell
 from inferlab.formats import format_value, table_cell
 from inferlab.pipeline import STAGES
+from inferlab.register import Register
 
 # Raw tables: column -> header (units in the header); a column's format follows from its
 # type and name (_cell_kind). Columns an artifact lacks are left out.
@@ -137,6 +139,22 @@ def backend_map_table(probe: dict) -> dict | None:
                        f"{len(rows) - ran} refused",
             "reasons": [f"{backend} refused {', '.join(cases)}: {why}"
                         for (backend, why), cases in refusals.items()]}
+
+
+def previous_verdicts(root: Path, key: str) -> tuple[int | None, dict[str, str]]:
+    """(version, {claim id: verdict}) of the claims.json made before the latest one with
+    the same code, config and hardware (``compare``); (None, {}) when there is none."""
+    register = Register(root, key)
+    if not register.path.is_file():
+        return None, {}
+    entry = compare.comparable(register, "claims")
+    if entry is None:
+        return None, {}
+    try:  # a retained copy that cannot be read is verify's to report, not the page's
+        data = json.loads(register.copy_path(entry["sha256"]).read_text(encoding="utf-8"))
+        return entry["version"], {c["id"]: c["verdict"] for c in data["claims"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, {}
 
 
 def between_runs(root: Path, key: str, stage: str) -> dict:
