@@ -122,7 +122,8 @@ def summary_card(data: KeyData) -> dict:
     env = _environment(data)
     host, cuda = env.get("host") or {}, env.get("cuda") or {}
     device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
-    threads = f", {host['torch_threads']} threads" if host.get("torch_threads") else ""
+    n = host.get("torch_threads")
+    threads = f", {n} thread{'' if n == 1 else 's'}" if n else ""
     provs = [e.provenance for e in data.evidence.values() if e.provenance]
     commits = sorted({((p.get("git_commit") or "")[:10] or "not recorded")
                       + (" (dirty)" if p.get("git_dirty") else "") for p in provs})
