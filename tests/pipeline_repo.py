@@ -15,8 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
 
 from inferlab.config import deep_merge
@@ -102,3 +105,18 @@ def book_key(repo: Path) -> str:
     """The one results key of a ``book_repo``: the machine id detected here."""
     (key,) = [p.name for p in (repo / "results").iterdir()]
     return key
+
+
+@contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (e.g. "1m") mounted at ``where`` (made here; root only; the
+    test skips saying why when it cannot mount), unmounted afterwards: a disk that fills."""
+    where.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from inferlab.cli import main as cli_main
 from inferlab.provenance import write_artifact
 from inferlab.register import Register, entry_hash
 from inferlab.verify import cli_verify
-from tests.pipeline_repo import git
+from tests.pipeline_repo import git, small_tmpfs
 from tests.tampering import delete_tail, forge, rollback_results
 from tests.test_register import MACHINE, _csv, _write, three_versions
 
@@ -66,17 +65,9 @@ def _big_write(root: Path, seed: int) -> dict:
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A 1 MiB tmpfs mounted at tmp_path/disk (needs root), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    """A 1 MiB tmpfs at tmp_path/disk (root only)."""
+    with small_tmpfs(tmp_path / "disk", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_at_any_point_leaves_register_and_results_as_they_were(tmpfs):

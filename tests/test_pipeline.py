@@ -22,7 +22,7 @@ import yaml
 from inferlab import artifacts, layout, pipeline
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
-from tests.pipeline_repo import copy_repo, env, jobs, run, tree_hashes, versions
+from tests.pipeline_repo import copy_repo, env, jobs, run, small_tmpfs, tree_hashes, versions
 
 pytestmark = pytest.mark.slow
 
@@ -313,17 +313,9 @@ def test_nonfinite_input_names_its_file_and_row(smoke_copy):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 8 MiB tmpfs mounted here (root only), unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
-    try:
+    """An 8 MiB tmpfs at tmp_path/disk (root only)."""
+    with small_tmpfs(tmp_path / "disk", "8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_full_disk_fails_the_stage_and_keeps_the_register(smoke, full_disk):
