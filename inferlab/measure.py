@@ -168,10 +168,13 @@ def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_round
 
 
 def _warm_up(clock, warmup: int, min_run_s: float) -> tuple[int | None, str]:
-    """Run the warm-up calls; return (calls per timing, status), None when it failed."""
+    """Run the warm-up calls; return (calls per timing, status), None when it failed.
+
+    Calls per timing follow the fastest warm-up call: the first pays for first touches
+    (the heap growing), and any can be preempted on a shared machine, which would leave a
+    microsecond case at one call per timing, its timings dominated by the disturbance."""
     try:
-        for _ in range(warmup):
-            seconds = clock.seconds_per_call(1)
+        seconds = min(clock.seconds_per_call(1) for _ in range(warmup))
     except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
         return None, _failure_status(exc)
     wanted = math.ceil(min_run_s / max(seconds, 1e-9))

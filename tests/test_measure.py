@@ -79,10 +79,25 @@ def test_calls_per_timing_grow_for_microsecond_calls():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(8, generator=gen)
     result = time_interleaved({"tiny": lambda: x.add(1.0), "ms": _sleeper(3)}, threads=1,
-                              max_rounds=6, min_run_s=0.002)
+                              warmup=3, max_rounds=6, min_run_s=0.002)
     assert result["tiny"].calls_per_timing > 1
     assert result["ms"].calls_per_timing == 1
     assert result["tiny"].median_ms < result["ms"].median_ms
+
+
+def test_calls_per_timing_follow_the_fastest_warm_up_call_not_a_disturbed_last_one():
+    """A warm-up call preempted on a loaded machine (here: the last of three sleeps 20 ms)
+    must not set a microsecond case to one call per timing."""
+    calls = []
+
+    def tiny():
+        calls.append(1)
+        if len(calls) == 3:
+            time.sleep(0.02)
+
+    result = time_interleaved({"tiny": tiny}, threads=1, warmup=3, max_rounds=6,
+                              min_run_s=0.005)
+    assert result["tiny"].calls_per_timing >= 10
 
 
 @pytest.mark.parametrize(("values", "expected"), [
