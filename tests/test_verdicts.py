@@ -292,6 +292,16 @@ def test_the_value_claims_json_records(value, recorded):
     assert verdicts.reported_value(value) == recorded
 
 
+def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
+    """JSON has no infinity: a computed ±inf is written "inf" / "-inf", NaN is null, and
+    every other value is kept as it is."""
+    rows = pd.DataFrame({"x": [math.inf, -math.inf, math.nan, 1.5], "n": [1, 2, 3, 4],
+                         "s": ["a", "b", "c", "d"]})
+    assert verdicts._records(rows) == [
+        {"x": "inf", "n": 1, "s": "a"}, {"x": "-inf", "n": 2, "s": "b"},
+        {"x": None, "n": 3, "s": "c"}, {"x": 1.5, "n": 4, "s": "d"}]
+
+
 # ---------------------------------------------------------------- every verdict path
 
 
