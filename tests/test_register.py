@@ -395,6 +395,18 @@ def test_written_sidecars_and_entries_validate(root):
         entry_v.validate(entry)
 
 
+def test_every_stage_and_results_key_makes_entries_that_validate(tmp_path):
+    """An entry of each stage, under a book key and an ``@grid`` key, fits the schema."""
+    _, entry_v = _validators()
+    for key in ("cpu-test-2t", "cpu-test-2t@smoke"):
+        for stage in STAGES:
+            write_artifact(tmp_path, key, stage, b"{}" if stage in ("probe", "claims")
+                           else b"a\n1\n", config={}, code_files=[], inputs=[], seed=0,
+                           command="x", environment={})
+        for entry in Register(tmp_path, key).entries():
+            entry_v.validate(entry)
+
+
 def test_schemas_reject_a_broken_entry_and_describe_every_property(root):
     _, entry_v = _validators()
     entry = Register(root, MACHINE).entries()[0]

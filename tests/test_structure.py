@@ -63,6 +63,8 @@ def test_sidecar_and_register_schemas_list_exactly_the_stages():
     assert set(provenance["stage"]["enum"]) == set(STAGES)
     assert set(props["artifact"]["enum"]) == {s.artifact for s in STAGES.values()}
     assert props["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
+    entry = json.loads(layout.schema_path("register_entry.schema.json").read_text())
+    assert set(entry["properties"]["stage"]["enum"]) == set(STAGES)
 
 
 def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
