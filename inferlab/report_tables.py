@@ -7,12 +7,11 @@ out on the page.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from inferlab import compare
+from inferlab import artifacts, compare
 from inferlab.artifacts import Table
 from inferlab.backend_map import cell as map_cell
 from inferlab.formats import format_value, table_cell
@@ -145,16 +144,14 @@ def previous_verdicts(root: Path, key: str) -> tuple[int | None, dict[str, str]]
     """(version, {claim id: verdict}) of the claims.json made before the latest one with
     the same code, config and hardware (``compare``); (None, {}) when there is none."""
     register = Register(root, key)
-    if not register.path.is_file():
-        return None, {}
     entry = compare.comparable(register, "claims")
     if entry is None:
         return None, {}
     try:  # a retained copy that cannot be read is verify's to report, not the page's
-        data = json.loads(register.copy_path(entry["sha256"]).read_text(encoding="utf-8"))
-        return entry["version"], {c["id"]: c["verdict"] for c in data["claims"]}
-    except (OSError, ValueError, KeyError, TypeError):
+        data = artifacts.decode("claims", register.copy_path(entry["sha256"]).read_bytes())
+    except (OSError, ValueError):
         return None, {}
+    return entry["version"], {c["id"]: c["verdict"] for c in data["claims"]}
 
 
 def between_runs(root: Path, key: str, stage: str) -> dict:
