@@ -193,11 +193,29 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+# Settings that make a CPU compute like a lesser one (docs/other-cpu.md): ATen's kernel
+# dispatch and oneDNN's (which holds the bf16 matmul). Under them the numbers are not this
+# machine's, nor the lesser machine's: the id says "as <setting>".
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def simulated_isa(env: dict | None = None) -> str | None:
+    """"avx2", "default", "avx2 default" ...: the ISA limits set in ``env`` (os.environ),
+    lowercased, sorted, deduplicated; None when none is set."""
+    env = os.environ if env is None else env
+    limits = sorted({env[name].strip().lower() for name in ISA_LIMITS if env.get(name, "").strip()})
+    return " ".join(limits) or None
+
+
 def _cpu_name() -> str:
     """The CPU's model and its ISA level: two EPYCs that both say "AMD EPYC" in a VM but
-    differ in AVX512-BF16 are different machines for this project's numbers."""
+    differ in AVX512-BF16 are different machines for this project's numbers. Under an ISA
+    limit (``simulated_isa``) the name adds "as <limit>": a run that behaves like another
+    CPU never writes into this one's evidence, nor into the other's."""
     isa = cpu_isa(_cpu_flags())
-    return f"{_cpu_model()} {isa}" if isa else _cpu_model()
+    name = f"{_cpu_model()} {isa}" if isa else _cpu_model()
+    simulated = simulated_isa()
+    return f"{name} as {simulated}" if simulated else name
 
 
 def _cpus_available() -> int:

@@ -9,6 +9,16 @@ Ceilings are what later stages divide by: a large copy's bandwidth (bytes read p
 written per second, the decode floor's bandwidth) and a square matmul's rate per dtype
 (the prefill rows' fraction of the matmul ceiling). Both are timed with the one harness,
 interleaved, so they share the conditions of the run.
+
+The matmul's size is chosen by time, per dtype, not fixed: n doubles from ``matmul_min_n``
+until one call takes ``matmul_call_ms`` (long enough to saturate and to time) or n reaches
+``matmul_max_n``. A fixed size costs what the slowest dtype makes of it: an AVX2 CPU has no
+bf16 matmul unit, and its fallback took 58.7 s a call at n = 2,048 (0.29 GFLOP/s), 470 s of
+probe for one number; grown by time it stops at n = 512 after ~0.1 s. A dtype whose rate is
+below a quarter of fp32's is recorded as a slow path (``matmul_slow_path``): a native 16-bit
+matmul moves half fp32's bytes and runs at least at its rate (4.4x it with AVX512-BF16 here),
+the fallback converts element by element (40-80x slower than fp32 on AVX2), so a quarter
+lies far from both. Stages read the flag to shrink or skip their points in that dtype.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import torch
 
 from inferlab.backend_map import map_cases, map_rows
 from inferlab.backends import availability
+from inferlab.clocks import make_clock
 from inferlab.environment import fingerprint
 from inferlab.measure import time_interleaved
 from inferlab.stages.common import TimingParams, harness_progress, random_qkv, torch_dtype, tuples
@@ -45,7 +56,9 @@ class Params:
     heads: int
     d: int
     copy_mib: int
-    matmul_sizes: tuple[int, ...]
+    matmul_min_n: int
+    matmul_max_n: int
+    matmul_call_ms: float
     dtypes: tuple[str, ...]
     causal: tuple[bool, ...]
     map: MapParams
@@ -79,20 +92,51 @@ def backend_map_rows(params: Params, ctx) -> list[dict]:
                     m.tokens, ctx.device, ctx.seed, progress=ctx.progress)
 
 
-def _ceiling_cases(params: Params, device: str) -> dict:
-    """{label: fn}: one large copy and an n x n matmul per size and dtype, outputs
-    preallocated."""
-    gen = torch.Generator(device="cpu").manual_seed(0)
+SLOW_PATH_FRACTION = 0.25  # of fp32's rate; why a quarter: the module docstring
+
+
+def _matrices(n: int, dtype: str, device: str, gen: torch.Generator):
+    """Random n x n inputs a, b and a preallocated output c, in ``dtype`` on ``device``."""
+    a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype)) for _ in "ab")
+    return a, b, torch.empty_like(a)
+
+
+def matmul_sizing(params: Params, dtype: str, ctx, gen: torch.Generator) -> list[dict]:
+    """Two calls per n = min_n, 2 min_n, ... until a call takes ``matmul_call_ms`` or n
+    reaches ``matmul_max_n``: [{n, call_ms}], the last n being the one to time. The faster
+    of the two calls counts: the first of a size pays for first touches (and on a GPU for
+    the BLAS library's set-up), which would stop the growth early."""
+    steps, n = [], params.matmul_min_n
+    while True:
+        a, b, c = _matrices(n, dtype, ctx.device, gen)
+        clock = make_clock(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), ctx.device,
+                           ctx.threads, 0.0)
+        steps.append({"n": n, "call_ms": min(clock.seconds_per_call(1) for _ in "12") * 1e3})
+        if steps[-1]["call_ms"] >= params.matmul_call_ms or 2 * n > params.matmul_max_n:
+            return steps
+        n *= 2
+
+
+def _ceiling_cases(params: Params, sizes: dict[str, int], device: str,
+                   gen: torch.Generator) -> dict:
+    """{label: fn}: one large copy and, per dtype, an n x n matmul at its chosen n;
+    outputs preallocated."""
     src = torch.rand(params.copy_mib * MIB // 4, generator=gen).to(device)
     dst = torch.empty_like(src)
     cases = {"copy": lambda: dst.copy_(src)}
-    for n in params.matmul_sizes:
-        for dtype in params.dtypes:
-            a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype))
-                    for _ in "ab")
-            c = torch.empty_like(a)
-            cases[f"matmul {dtype} {n}"] = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
+    for dtype, n in sizes.items():
+        a, b, c = _matrices(n, dtype, device, gen)
+        cases[f"matmul {dtype} {n}"] = lambda a=a, b=b, c=c: torch.mm(a, b, out=c)
     return cases
+
+
+def slow_paths(own: dict[str, float | None]) -> dict[str, bool | None]:
+    """dtype -> whether its matmul rate is below SLOW_PATH_FRACTION of fp32's (a fallback
+    path); None where either rate is missing. fp32 itself is the reference: False."""
+    fp32 = own.get("float32")
+    return {dtype: (False if dtype == "float32" else
+                    None if rate is None or fp32 is None else rate < SLOW_PATH_FRACTION * fp32)
+            for dtype, rate in own.items()}
 
 
 def _row(timing) -> dict:
@@ -104,13 +148,19 @@ def _row(timing) -> dict:
 def ceilings(params: Params, ctx) -> dict:
     """Copy bandwidth (GB/s) and the matmul ceiling per dtype (GFLOP/s); None where it failed.
 
-    A ceiling is the best the machine reaches: the best rate over the matmul sizes (large
-    enough to saturate), and for a dtype the fp32 rate when that is higher, since kernels
+    A ceiling is the best the machine reaches: the matmul at a size grown by time (the
+    module docstring), and for a dtype the fp32 rate when that is higher, since kernels
     may compute that dtype in fp32 (PyTorch's CPU flash kernel does with bf16): without
     AVX512-BF16 a bf16 matmul runs at ~1 GFLOP/s while the flash kernel computes at the
     fp32 rate, which a bf16-only "ceiling" would put at 100x its ceiling.
     """
-    cases = _ceiling_cases(params, ctx.device)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    sizing = {}
+    for i, dtype in enumerate(params.dtypes, start=1):
+        ctx.progress(i, len(params.dtypes), f"matmul size by time, {dtype}")
+        sizing[dtype] = matmul_sizing(params, dtype, ctx, gen)
+    sizes = {dtype: steps[-1]["n"] for dtype, steps in sizing.items()}
+    cases = _ceiling_cases(params, sizes, ctx.device, gen)
     progress = harness_progress(ctx, 1, 1, "ceilings")
     timings = time_interleaved(cases, progress=progress, **params.timing.options(ctx))
     copy_bytes = params.copy_mib * MIB
@@ -119,18 +169,17 @@ def ceilings(params: Params, ctx) -> dict:
         t = timings[label]
         return amount / (t.median_ms * 1e-3) / 1e9 if t.status == "ok" else None
 
-    by_size = {dtype: {str(n): rate(f"matmul {dtype} {n}", 2 * n**3)
-                       for n in params.matmul_sizes} for dtype in params.dtypes}
-    own = {dtype: max((r for r in rates.values() if r is not None), default=None)
-           for dtype, rates in by_size.items()}
+    own = {dtype: rate(f"matmul {dtype} {n}", 2 * n**3) for dtype, n in sizes.items()}
     fp32 = own.get("float32")
     return {
         "copy_gbs": rate("copy", 2 * copy_bytes),  # a copy reads and writes every byte
         "matmul_gflops": {d: max((r for r in (r_own, fp32) if r is not None), default=None)
                           for d, r_own in own.items()},
-        "matmul_gflops_by_size": by_size,
+        "matmul_gflops_by_size": {dtype: {str(sizes[dtype]): r} for dtype, r in own.items()},
+        "matmul_slow_path": slow_paths(own),
+        "matmul_sizing": sizing,
         "copy_bytes": copy_bytes,
-        "matmul_sizes": list(params.matmul_sizes),
+        "matmul_sizes": sorted(set(sizes.values())),
         "method": next(iter(timings.values())).method,
         "timings": {label: _row(t) for label, t in timings.items()},
     }
