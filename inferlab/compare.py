@@ -21,6 +21,8 @@ from inferlab.pipeline import STAGES
 from inferlab.register import Register
 
 COMPARED = ("median_ms", "ratio")
+# each compared column's 95 % interval in the artifact: (low, high)
+INTERVALS = {"median_ms": ("ci_low_ms", "ci_high_ms"), "ratio": ("ratio_ci_low", "ratio_ci_high")}
 
 
 def _made_alike(a: dict, b: dict) -> bool:
@@ -47,19 +49,37 @@ def table_of(register: Register, stage: str, entry: dict) -> artifacts.Table:
 
 def differences(stage: str, old: artifacts.Table, new: artifacts.Table) -> pd.DataFrame:
     """Per point present in both (status ok in both): each compared column's old and new
-    value, the relative difference (new - old) / old, and the symmetric spread
-    max / min - 1 (the chapter's "differed by 67 per cent": 13.0 against 7.8 ms)."""
+    value, the relative difference (new - old) / old, the symmetric spread max / min - 1
+    (the chapter's "differed by 67 per cent": 13.0 against 7.8 ms), both runs' 95 %
+    intervals and ``<c>_agree``: each run's value lies inside the other run's interval
+    (NA where an interval is missing). A "95 %" interval that holds on the next run agrees
+    at about 95 % of the points; one built from one process's rounds agreed at 35-54 %."""
     keys = list(STAGES[stage].key_columns)
     cols = [c for c in COMPARED if c in new.frame.columns]
-    frames = [t.frame[t.frame["status"] == "ok"][keys + cols] for t in (old, new)]
+    bounds = [b for c in cols for b in INTERVALS[c] if b in new.frame and b in old.frame]
+    frames = [t.frame[t.frame["status"] == "ok"][keys + cols + bounds] for t in (old, new)]
     merged = frames[0].merge(frames[1], on=keys, suffixes=("_old", "_new"))
     for c in cols:
         old_v, new_v = merged[f"{c}_old"].astype(float), merged[f"{c}_new"].astype(float)
         merged[f"{c}_diff"] = (new_v - old_v) / old_v
         merged[f"{c}_spread"] = pd.concat([old_v, new_v], axis=1).max(axis=1) / \
             pd.concat([old_v, new_v], axis=1).min(axis=1) - 1
+        if all(b in bounds for b in INTERVALS[c]):
+            merged[f"{c}_agree"] = _agree(merged, c, *INTERVALS[c])
     merged["status"] = "ok"
     return merged
+
+
+def _inside(value: pd.Series, low: pd.Series, high: pd.Series) -> pd.Series:
+    return (low.astype(float) <= value.astype(float)) & (value.astype(float) <= high.astype(float))
+
+
+def _agree(merged: pd.DataFrame, c: str, low: str, high: str) -> pd.Series:
+    """Each run's ``c`` inside the other's [low, high]; NA where a bound is missing."""
+    agree = (_inside(merged[f"{c}_new"], merged[f"{low}_old"], merged[f"{high}_old"])
+             & _inside(merged[f"{c}_old"], merged[f"{low}_new"], merged[f"{high}_new"]))
+    known = merged[[f"{b}_{w}" for b in (low, high) for w in ("old", "new")]].notna().all(axis=1)
+    return agree.astype("boolean").where(known, pd.NA)
 
 
 def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:
@@ -102,5 +122,20 @@ def format_differences(previous: dict, latest: dict, diffs: pd.DataFrame, stage:
         if f"{c}_diff" in diffs and diffs[f"{c}_diff"].notna().any():
             a = diffs[f"{c}_diff"].abs()
             lines.append(f"{c}: median |diff| {a.median():.1%}, max {a.max():.1%} over "
-                         f"{int(a.notna().sum())} points")
+                         f"{int(a.notna().sum())} points" + agreement(diffs, c))
     return "\n".join(lines)
+
+
+def agreement(diffs: pd.DataFrame, c: str) -> str:
+    """'; each run inside the other's 95 % interval at 21 of 24 points (88 %)', counted
+    over the points that have both intervals (a ratio of 1, a case against itself, not
+    counted); '' when there are none."""
+    if f"{c}_agree" not in diffs:
+        return ""
+    known = diffs[f"{c}_agree"].dropna()
+    if c == "ratio":
+        known = known[diffs.loc[known.index, "ratio_new"].astype(float) != 1.0]
+    if not len(known):
+        return ""
+    n, ok = len(known), int(known.sum())
+    return f"; each run inside the other's 95 % interval at {ok} of {n} points ({ok / n:.0%})"

@@ -157,7 +157,9 @@ def previous_verdicts(root: Path, key: str) -> tuple[int | None, dict[str, str]]
 def between_runs(root: Path, key: str, stage: str) -> dict:
     """The latest version of a timing stage against the previous one made with the same
     code, config and hardware (``compare``): per point the relative difference of the
-    median time and of the paired ratio, or why there is nothing to compare."""
+    median time and of the paired ratio, each run's 95 % interval beside it, and whether
+    each run lies inside the other's interval (a point whose runs disagree beyond their
+    intervals is flagged); or why there is nothing to compare."""
     try:
         previous, latest, diffs = compare.compare_latest(root, key, stage)
     except ValueError as exc:
@@ -167,21 +169,37 @@ def between_runs(root: Path, key: str, stage: str) -> dict:
         d = diffs[f"{column}_diff"].abs().dropna() if f"{column}_diff" in diffs else None
         if d is not None and len(d):
             parts.append(f"{label}: median |difference| {format_value(d.median() * 100)} %, "
-                         f"largest {format_value(d.max() * 100)} %")
+                         f"largest {format_value(d.max() * 100)} %"
+                         + compare.agreement(diffs, column))
     keys = [k for k in STAGES[stage].key_columns if diffs[k].nunique(dropna=False) > 1]
     labels = {"median_ms": "median (ms)", "ratio": "paired ratio"}
-    shown = keys + [f"{c}_{w}" for c in labels if f"{c}_diff" in diffs for w in ("old", "new",
-                                                                                  "diff")]
-    rows = [{"noisy": False, "cells": [
-        ("—" if pd.isna(r[c]) else f"{r[c] * 100:+.1f} %") if c.endswith("_diff")
-        else table_cell(r[c], _cell_kind(c, diffs[c].dtype)) for c in shown]}
-        for _, r in diffs.iterrows()]
-    table = {"rows": rows, "columns": keys + [
-        f"{labels[c]}, {w}" for c in labels if f"{c}_diff" in diffs
-        for w in ("before", "now", "difference")]}
+    compared = [c for c in labels if f"{c}_diff" in diffs]
+    rows = []
+    for _, r in diffs.iterrows():
+        cells = [table_cell(r[k], _cell_kind(k, diffs[k].dtype)) for k in keys]
+        for c in compared:
+            low, high = compare.INTERVALS[c]
+            cells += [_with_interval(r, c, low, high, w) for w in ("old", "new")]
+            cells.append("—" if pd.isna(r[f"{c}_diff"]) else f"{r[f'{c}_diff'] * 100:+.1f} %")
+        agree = r.get("ratio_agree", pd.NA)
+        cells.append("—" if pd.isna(agree) else "yes" if agree else "no: outside")
+        # a point whose runs disagree beyond their intervals is marked like a noisy row
+        rows.append({"noisy": not pd.isna(agree) and not bool(agree), "cells": cells})
+    columns = keys + [f"{labels[c]}, {w}" for c in compared
+                      for w in ("before [95 %]", "now [95 %]", "difference")]
+    table = {"rows": rows, "columns": columns + ["ratios inside each other's interval"]}
     return {"key": key, "table": table,
             "summary": f"version {latest['version']} against version {previous['version']} "
                        f"over {len(diffs)} points; " + "; ".join(parts)}
+
+
+def _with_interval(r: pd.Series, c: str, low: str, high: str, which: str) -> str:
+    """'1.43 [1.41, 1.46]': a run's value with its 95 % interval where it has one."""
+    value = table_cell(r[f"{c}_{which}"], "num")
+    lo, hi = r.get(f"{low}_{which}", pd.NA), r.get(f"{high}_{which}", pd.NA)
+    if pd.isna(lo) or pd.isna(hi):
+        return value
+    return f"{value} [{table_cell(lo, 'num')}, {table_cell(hi, 'num')}]"
 
 
 def exactness_table(table: Table) -> dict:
