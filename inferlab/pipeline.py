@@ -15,9 +15,14 @@ names against the artifact schema) and the report. A stage is
 * whether it times anything (then it never shares the machine with another stage);
 * for a table, the columns that name a row (its point), so two versions can be compared.
 
-The code files whose change reruns a stage are not listed by hand: they are the
-import closure of its module inside ``inferlab/`` (``code_files``), read from the
-source with ``ast`` so this module imports neither torch nor any other stage.
+The code files whose change reruns a stage are not listed by hand: they are the code
+that computes its artifact (``code_files``): the import closure of its module inside
+``inferlab/`` and of the process settings (``inferlab.process``), read from the source
+with ``ast`` so this module imports neither torch nor any other stage, stopping at the
+declared ``BOOKKEEPING`` modules (they record, check, store or show what a stage computed,
+never what it computes). The bookkeeping the stage's run loads besides
+(``bookkeeping_files``: the runner, register, provenance, artifacts I/O ...) is hashed
+into every sidecar but triggers no rerun.
 
 This module is a leaf: it imports nothing from ``inferlab``.
 """
@@ -77,6 +82,25 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           reads=("probe", "correctness", "prefill", "decode", "traffic", "model"),
           files=("claims.yaml",)),
 )}
+# What records, checks, stores or shows a stage's artifact, never what it computes: hashed
+# into every sidecar (bookkeeping_files), no rerun trigger. The package __init__ files
+# only route imports; config.py's effect on a stage is its effective config, hashed apart.
+BOOKKEEPING = frozenset({
+    "inferlab", "inferlab.stages", "inferlab.pipeline", "inferlab.layout", "inferlab.config",
+    "inferlab.files", "inferlab.artifacts", "inferlab.register", "inferlab.provenance",
+    "inferlab.trust", "inferlab.evidence", "inferlab.runner", "inferlab.verify",
+    "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__",
+})
+# Text and pictures for people: bookkeeping for a stage, the report's own code.
+PRESENTATION = frozenset({
+    "inferlab.formats", "inferlab.report", "inferlab.report_tables", "inferlab.figures",
+})
+# How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
+# runs: it changes the numbers, so it is computing code of every stage.
+PROCESS_MODULE = "inferlab.process"
+STAGE_SCRIPT = "scripts/run_stage.py"
+REPORT_SCRIPT = "scripts/report.py"
+
 # The report is a rule, not a stage: it writes no register entry. Its code is the
 # closure of inferlab.report, the claims file and the page template.
 REPORT_MODULE = "inferlab.report"
@@ -131,14 +155,15 @@ def _imports(path: Path, module: str) -> set[str]:
 
 
 @functools.cache
-def import_closure(module: str) -> tuple[str, ...]:
+def import_closure(module: str, stop: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Files of the ``inferlab`` modules ``module`` imports, transitively, itself and
-    the packages on the way included; relative to the repository, sorted."""
+    the packages on the way included, except the modules in ``stop`` (not followed
+    either); relative to the repository, sorted."""
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
         name = todo.pop()
-        if name in seen:
+        if name in seen or name in stop:
             continue
         path = _module_file(name)
         if path is None:
@@ -157,12 +182,24 @@ def _script_closure(script: str) -> set[str]:
 
 def code_files(name: str) -> list[str]:
     """The files whose change reruns stage ``name`` (or "report"), relative to the
-    repository: the import closure of its module and of its glue script (for a stage,
-    the runner: it steadies the process, reads the inputs and writes the artifact) and
-    its extra files."""
+    repository: the code that computes its artifact. For a stage, the closure of its
+    module and of the process settings short of bookkeeping and presentation, and its
+    extra files; for the report, the closure of its module short of bookkeeping, the
+    claims file and its template."""
     if name == "report":
-        return sorted({*import_closure(REPORT_MODULE), *_script_closure("scripts/report.py"),
-                       *REPORT_FILES})
-    declared = stage(name)
-    return sorted({*import_closure(declared.module), *_script_closure("scripts/run_stage.py"),
+        return sorted({*import_closure(REPORT_MODULE, BOOKKEEPING), *REPORT_FILES})
+    declared, stop = stage(name), BOOKKEEPING | PRESENTATION
+    return sorted({*import_closure(declared.module, stop), *import_closure(PROCESS_MODULE, stop),
                    *declared.files})
+
+
+def bookkeeping_files(name: str) -> list[str]:
+    """The other files a run of stage ``name`` (or "report") loads: its glue script and
+    every module of the full closure that ``code_files`` leaves out. Hashed into every
+    sidecar, never a rerun trigger."""
+    if name == "report":
+        loaded = {*import_closure(REPORT_MODULE), *_script_closure(REPORT_SCRIPT)}
+    else:
+        loaded = {*import_closure(stage(name).module), *import_closure(PROCESS_MODULE),
+                  *_script_closure(STAGE_SCRIPT)}
+    return sorted(loaded - set(code_files(name)))
