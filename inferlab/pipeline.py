@@ -89,7 +89,8 @@ BOOKKEEPING = frozenset({
     "inferlab", "inferlab.stages", "inferlab.pipeline", "inferlab.layout", "inferlab.config",
     "inferlab.files", "inferlab.artifacts", "inferlab.register", "inferlab.provenance",
     "inferlab.trust", "inferlab.evidence", "inferlab.runner", "inferlab.verify",
-    "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__",
+    "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__", "inferlab.inputs",
+    "inferlab.logs",
 })
 # Text and pictures for people: bookkeeping for a stage, the report's own code.
 PRESENTATION = frozenset({
@@ -98,6 +99,7 @@ PRESENTATION = frozenset({
 # How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
 # runs: it changes the numbers, so it is computing code of every stage.
 PROCESS_MODULE = "inferlab.process"
+# The rules' glue scripts (Snakemake reruns a rule whose script is newer than its outputs)
 STAGE_SCRIPT = "scripts/run_stage.py"
 REPORT_SCRIPT = "scripts/report.py"
 
@@ -185,12 +187,14 @@ def code_files(name: str) -> list[str]:
     repository: the code that computes its artifact. For a stage, the closure of its
     module and of the process settings short of bookkeeping and presentation, and its
     extra files; for the report, the closure of its module short of bookkeeping, the
-    claims file and its template."""
+    claims file and its template. The rule's glue script counts too, though it only hands
+    over: Snakemake itself reruns a rule whose script is newer than its outputs."""
     if name == "report":
-        return sorted({*import_closure(REPORT_MODULE, BOOKKEEPING), *REPORT_FILES})
+        return sorted({*import_closure(REPORT_MODULE, BOOKKEEPING), REPORT_SCRIPT,
+                       *REPORT_FILES})
     declared, stop = stage(name), BOOKKEEPING | PRESENTATION
     return sorted({*import_closure(declared.module, stop), *import_closure(PROCESS_MODULE, stop),
-                   *declared.files})
+                   STAGE_SCRIPT, *declared.files})
 
 
 def bookkeeping_files(name: str) -> list[str]:

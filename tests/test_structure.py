@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inferlab import layout, pipeline
 from inferlab.pipeline import STAGES
+from tests.pipeline_repo import copy_repo, jobs
+from tests.pipeline_repo import run as run_in
 
 PACKAGE = layout.REPO_ROOT / "inferlab"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -128,18 +132,95 @@ def test_no_import_cycle_inside_inferlab():
 def test_computed_code_files_cover_what_really_gets_imported(name):
     """Import what the rule runs in a fresh interpreter, its glue script's module (the
     runner, which steadies the process and reads and writes the artifacts) and the
-    stage's module: every inferlab module loaded must be among the files whose change
-    reruns it (a change to the runner's allocator settings once rerun nothing)."""
+    stage's module: every inferlab module loaded is either computing code (its change
+    reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
+    (a change to the runner's allocator settings once rerun nothing)."""
     module = (pipeline.REPORT_MODULE if name == "report"
               else f"inferlab.runner, {STAGES[name].module}")
     probe = (f"import sys, {module}; print('\\n'.join(sorted(m for m in sys.modules "
              "if m.startswith('inferlab'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=layout.REPO_ROOT,
                          capture_output=True, text=True, timeout=120, check=True)
-    loaded = {pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
+    loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
               for m in out.stdout.split()}
-    assert loaded <= set(pipeline.code_files(name)), loaded - set(pipeline.code_files(name))
-    assert all((layout.REPO_ROOT / f).is_file() for f in pipeline.code_files(name))
+    code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
+    assert not code & bookkeeping
+    assert set(loaded.values()) <= code | bookkeeping, set(loaded.values()) - code - bookkeeping
+    undeclared = {f for m, f in loaded.items() if f not in code and m not in _not_code(name)}
+    assert not undeclared, f"loaded, neither code nor declared bookkeeping: {undeclared}"
+    assert all((layout.REPO_ROOT / f).is_file() for f in code | bookkeeping)
+
+
+def _not_code(name: str) -> frozenset[str]:
+    """The modules declared not to compute stage ``name``'s artifact."""
+    if name == "report":
+        return pipeline.BOOKKEEPING
+    return pipeline.BOOKKEEPING | pipeline.PRESENTATION
+
+
+# Which stages compute with a module, as its users see it (written out here, not read
+# from code_files, so that a closure gone wrong fails); downstream stages and the report
+# follow from the declaration.
+DIRECT_USERS = {
+    "inferlab/kernels.py": {"prefill", "decode"},
+    "inferlab/measure.py": {"probe", "prefill", "decode"},
+    "inferlab/attention.py": {"correctness", "prefill", "decode", "model"},
+    "inferlab/process.py": set(STAGES),
+    "inferlab/stages/common.py": set(STAGES) - {"claims"},
+    "inferlab/claims.py": {"claims"},
+    "claims.yaml": {"claims"},
+    "inferlab/figures.py": set(),  # presentation: the report only
+    "inferlab/formats.py": set(),
+    "scripts/run_stage.py": set(STAGES),  # Snakemake reruns a rule whose script is newer
+}
+# Everything a stage's run loads besides its computing code, from the issue's list.
+BOOKKEEPING_FILES = ["inferlab/register.py", "inferlab/provenance.py", "inferlab/trust.py",
+                     "inferlab/files.py", "inferlab/artifacts.py",
+                     "inferlab/evidence.py", "inferlab/layout.py", "inferlab/config.py",
+                     "inferlab/pipeline.py", "inferlab/runner.py", "inferlab/inputs.py",
+                     "inferlab/logs.py", "inferlab/audit.py", "inferlab/__init__.py",
+                     "inferlab/stages/__init__.py"]
+
+
+def _rerun_by(direct: set[str]) -> set[str]:
+    """``direct``, every stage downstream of them, and the report."""
+    hit = set(direct)
+    for name in STAGES:  # declaration order is DAG order
+        if hit & set(STAGES[name].reads):
+            hit.add(name)
+    return hit | {"report"}
+
+
+def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_path):
+    """One repository copy with every output present and newer than every file, then
+    dry runs: an edit of every bookkeeping module at once leaves nothing to do; an edit
+    of one computing module reruns exactly the stages that compute with it."""
+    repo = copy_repo(tmp_path / "repo")
+    args = ["--dry-run", "--cores", "2", "--config", "machine=test-bookkeeping"]
+    old, made = time.time() - 3000, time.time() - 2000
+    for path in repo.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+    key = "test-bookkeeping"
+    outputs = [layout.report_path(repo)]
+    for name in STAGES:
+        artifact = layout.artifact_path(repo, key, name)
+        outputs += [artifact, layout.sidecar_path(artifact)]
+    for path in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("made\n")
+        os.utime(path, (made, made))
+    assert jobs(run_in(repo, *args)) == set()
+
+    for rel in BOOKKEEPING_FILES:
+        with open(repo / rel, "a", encoding="utf-8") as f:
+            f.write("\n# an edited message\n")
+    assert jobs(run_in(repo, *args)) == set()
+
+    for rel, direct in DIRECT_USERS.items():
+        os.utime(repo / rel)  # now: newer than the outputs
+        assert jobs(run_in(repo, *args)) == _rerun_by(direct), rel
+        os.utime(repo / rel, (old, old))
 
 
 def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
