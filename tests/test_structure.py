@@ -128,6 +128,110 @@ def test_no_import_cycle_inside_inferlab():
             visit(module, [module])
 
 
+# Imports point one way: a module imports only from its own layer or the ones before it.
+LAYERS = {
+    "foundation": ["inferlab", "inferlab.pipeline", "inferlab.layout", "inferlab.files",
+                   "inferlab.shapes", "inferlab.process", "inferlab.logs", "inferlab.stages"],
+    "algorithms": ["inferlab.attention", "inferlab.partials", "inferlab.kernels",
+                   "inferlab.traffic"],
+    "measurement": ["inferlab.environment", "inferlab.memory", "inferlab.clocks",
+                    "inferlab.measure", "inferlab.kernel_names", "inferlab.backends",
+                    "inferlab.backend_map"],
+    "stages": ["inferlab.stages.common", "inferlab.stages.probe",
+               "inferlab.stages.correctness", "inferlab.stages.prefill",
+               "inferlab.stages.decode", "inferlab.stages.traffic", "inferlab.stages.model"],
+    "evidence": ["inferlab.artifacts", "inferlab.config", "inferlab.register",
+                 "inferlab.provenance", "inferlab.trust", "inferlab.evidence",
+                 "inferlab.inputs", "inferlab.compare", "inferlab.verify", "inferlab.adopt",
+                 "inferlab.runner"],
+    "claims": ["inferlab.claims", "inferlab.selection", "inferlab.verdicts",
+               "inferlab.stages.claims"],
+    "report": ["inferlab.formats", "inferlab.audit", "inferlab.figures",
+               "inferlab.report_tables", "inferlab.report"],
+    "cli": ["inferlab.cli", "inferlab.__main__"],
+}
+# Known exceptions, owned by other modules' maintainers: the lead removes each one once
+# its move is merged. (importer, imported): the move that removes it.
+KNOWN_UPWARD = {
+    # verdicts writes value_text with formats: the report should format (issue 21)
+    ("inferlab.verdicts", "inferlab.formats"),
+}
+KNOWN_REEXPORTS = {
+    # report takes Evidence through verdicts and load_evidence through audit: import both
+    # from inferlab.evidence
+    ("inferlab.report", "inferlab.verdicts", "Evidence"),
+    ("inferlab.report", "inferlab.audit", "load_evidence"),
+    # the stages take kernel_that_ran through backends: import it from kernel_names
+    ("inferlab.stages.prefill", "inferlab.backends", "kernel_that_ran"),
+    ("inferlab.stages.decode", "inferlab.backends", "kernel_that_ran"),
+}
+
+
+def _layer_of() -> dict[str, int]:
+    return {m: i for i, (_, modules) in enumerate(LAYERS.items()) for m in modules}
+
+
+def test_every_module_has_a_layer():
+    layer = _layer_of()
+    assert sum(len(m) for m in LAYERS.values()) == len(layer), "a module in two layers"
+    assert set(layer) == {_module_name(p) for p in MODULES}
+
+
+def test_imports_point_one_way_down_the_layers():
+    layer, names = _layer_of(), list(LAYERS)
+    upward = set()
+    for path in MODULES:
+        module = _module_name(path)
+        for imported in _imports(path) - {"inferlab"}:  # the package only routes names
+            if layer[imported] > layer[module]:
+                upward.add((module, imported))
+    wrong = sorted(upward - KNOWN_UPWARD)
+    assert not wrong, "imports against the layers: " + "; ".join(
+        f"{a} ({names[layer[a]]}) -> {b} ({names[layer[b]]})" for a, b in wrong)
+    assert KNOWN_UPWARD <= upward, f"fixed, remove: {KNOWN_UPWARD - upward}"
+
+
+def _defined(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    """``from inferlab.X import name`` where X only imported ``name`` itself hides where
+    it lives (and what the importer really depends on)."""
+    by_name = {_module_name(p): p for p in MODULES}
+    defined = {m: _defined(p) for m, p in by_name.items()}
+    through = set()
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.module not in by_name \
+                    or node.module == "inferlab":
+                continue
+            through |= {(_module_name(path), node.module, a.name) for a in node.names
+                        if a.name not in defined[node.module]
+                        and f"{node.module}.{a.name}" not in by_name}
+    assert not through - KNOWN_REEXPORTS, sorted(through - KNOWN_REEXPORTS)
+    assert KNOWN_REEXPORTS <= through, f"fixed, remove: {KNOWN_REEXPORTS - through}"
+
+
+def test_the_algorithms_check_their_inputs_in_shapes_only():
+    """No module imports another's private name (kernels and partials once took
+    attention's private checks while shapes.py claimed to be the one check)."""
+    private = set()
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("inferlab"):
+                private |= {(_module_name(path), node.module, a.name) for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")}
+    assert not private, sorted(private)
+
+
 @pytest.mark.parametrize("name", [*STAGES, "report"])
 def test_computed_code_files_cover_what_really_gets_imported(name):
     """Import what the rule runs in a fresh interpreter, its glue script's module (the
