@@ -62,3 +62,44 @@ def test_a_malformed_registered_input_is_refused_naming_its_file(tmp_path, capsy
     err = capsys.readouterr().err
     assert "results/cpu-test-1c/prefill.csv" in err, err
     assert "version 1" in err and "--forcerun prefill" in err
+
+
+def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
+    """The code that computed an artifact and the bookkeeping that ran around it are both
+    hashed into its sidecar, apart, and the sidecar still validates."""
+    import json
+
+    from tests.test_register import _validators
+
+    code, books = tmp_path / "algorithm.py", tmp_path / "register.py"
+    code.write_text("x = 1\n")
+    books.write_text("MESSAGE = 'a message'\n")
+    entry = write_artifact(tmp_path, "cpu-test-1c", "prefill", b"T\n1\n", config={},
+                           code_files=[code], bookkeeping_files=[books], inputs=[], seed=0,
+                           command="x", environment={})
+    prov = entry["provenance"]
+    assert set(prov["code_files"]) == {"algorithm.py"}
+    assert set(prov["bookkeeping_files"]) == {"register.py"}
+    assert prov["bookkeeping_sha256"] != prov["code_sha256"]
+    sidecar_check, entry_check = _validators()
+    sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, "cpu-test-1c", "prefill"))
+    sidecar_check.validate(json.loads(sidecar.read_text()))
+    entry_check.validate(entry)
+
+
+def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
+    """A version recorded before the split listed its bookkeeping as code: adopt ignores
+    those entries, and flags exactly the computing files that differ today."""
+    from inferlab.adopt import code_changed
+    from inferlab.pipeline import bookkeeping_files, code_files
+    from inferlab.provenance import file_hashes
+
+    root = layout.REPO_ROOT
+    code = file_hashes([root / f for f in code_files("prefill")], root)
+    books = file_hashes([root / f for f in bookkeeping_files("prefill")], root)
+    edited = dict.fromkeys(books, "0" * 64)  # every bookkeeping file changed since
+    assert code_changed(root, "prefill", {**code, **edited}) == []
+    assert code_changed(root, "prefill", {**code, "inferlab/kernels.py": "0" * 64}) == \
+        ["inferlab/kernels.py"]
+    missing = {f: sha for f, sha in code.items() if f != "inferlab/process.py"}
+    assert code_changed(root, "prefill", missing) == ["inferlab/process.py"]

@@ -51,24 +51,35 @@ def test_each_stage_has_its_schema_module_caption_and_params(name):
     assert set(declared.reads) < set(STAGES) and name not in pipeline.upstream(name)
 
 
-def test_the_claims_schemas_list_exactly_the_stages_a_claim_can_read():
-    readable = set(STAGES) - {"claims"}
-    spec = json.loads(layout.schema_path("claims.schema.json").read_text())
-    assert set(spec["$defs"]["check"]["properties"]["stage"]["enum"]) == readable
-    result = json.loads(layout.schema_path("claims_result.schema.json").read_text())
-    assert set(result["$defs"]["artifact"]["properties"]["stage"]["enum"]) == readable
-    assert set(STAGES["claims"].reads) == readable
+def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration():
+    """Every schema that names the stages names exactly those of ``STAGES`` (a claim:
+    those the claims stage reads, every stage declared before it), and the config's
+    sections are the global keys and each stage's declared sections."""
+    def enum_of(schema_file: str, *path: str) -> set:
+        node = json.loads(layout.schema_path(schema_file).read_text())
+        for part in path:
+            node = node[part]
+        return set(node)
 
-
-def test_sidecar_and_register_schemas_list_exactly_the_stages():
+    judged = set(STAGES["claims"].reads)
+    assert judged == set(list(STAGES)[:list(STAGES).index("claims")])
+    stages, artifacts = set(STAGES), {s.artifact for s in STAGES.values()}
+    enums = {
+        ("sidecar.schema.json", "$defs", "provenance", "properties", "stage", "enum"): stages,
+        ("sidecar.schema.json", "properties", "artifact", "enum"): artifacts,
+        ("register_entry.schema.json", "properties", "stage", "enum"): stages,
+        ("claims.schema.json", "$defs", "check", "properties", "stage", "enum"): judged,
+        ("claims_result.schema.json", "$defs", "artifact", "properties", "stage", "enum"):
+            judged,
+    }
+    for (schema_file, *path), expected in enums.items():
+        assert enum_of(schema_file, *path) == expected, (schema_file, path)
     sidecar = json.loads(layout.schema_path("sidecar.schema.json").read_text())
-    props = sidecar["properties"]
-    provenance = sidecar["$defs"]["provenance"]["properties"]
-    assert set(provenance["stage"]["enum"]) == set(STAGES)
-    assert set(props["artifact"]["enum"]) == {s.artifact for s in STAGES.values()}
-    assert props["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
-    entry = json.loads(layout.schema_path("register_entry.schema.json").read_text())
-    assert set(entry["properties"]["stage"]["enum"]) == set(STAGES)
+    assert sidecar["properties"]["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
+    sections = {x for s in STAGES.values() for x in s.sections}
+    config = enum_of("config.schema.json", "properties")
+    assert config - sections == {"machine", "grid", "device", "threads", "seed"}
+    assert sections <= config
 
 
 def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
@@ -339,3 +350,18 @@ def test_every_module_says_its_job_and_stays_small(path):
     tree = ast.parse(path.read_text())
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
     assert len(path.read_text().splitlines()) <= 420, f"{path.name} is over ~400 lines"
+
+
+def test_the_texts_that_list_the_stages_list_them_all():
+    from inferlab import stages
+    from inferlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = sub.choices["stage"].format_help()
+    doc = stages.__doc__
+    for name, declared in STAGES.items():
+        assert name in help_text, f"`inferlab stage --help` does not name {name}"
+        assert f"``{name}``" in doc and declared.artifact in doc, f"stages/__init__: {name}"
+    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
+    for declared in STAGES.values():
+        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact
