@@ -3,7 +3,7 @@ key's artifacts, which the runner has read and checked against the register."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from inferlab.claims import ClaimsFile, load
 from inferlab.verdicts import evaluate_all
@@ -14,7 +14,7 @@ class Params:
     """The claims stage is configured by claims.yaml (one of its code files), not config:
     loaded (and its column names checked) with the params, before any input is judged."""
 
-    claims_file: ClaimsFile
+    claims_file: ClaimsFile = field(compare=False)  # read from claims.yaml, not config
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
