@@ -9,8 +9,9 @@ decides instead, stage by stage in DAG order. A stage is *current* when
 * that version is anchored: it is in the register committed at HEAD (a version made
   or forged here since the last commit is rerun; outside git nothing can be anchored,
   which adopt says);
-* the code and effective config it was made with equal today's (the same effective
-  config the Snakefile hands the rule);
+* the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
+  the effective config it was made with equal today's (the same effective config the
+  Snakefile hands the rule);
 * it was measured on this hardware (CPU model and ISA level, or GPU), not merely under
   this machine id.
 
@@ -30,12 +31,20 @@ from inferlab import layout
 from inferlab.config import Config, load_config, resolve
 from inferlab.environment import fingerprint, hardware
 from inferlab.pipeline import STAGES, code_files
-from inferlab.provenance import code_hash, config_hash
+from inferlab.provenance import config_hash, file_hashes
 from inferlab.register import Register
 from inferlab.trust import doubt
 
 STEP_S = 0.001      # between the stamps of consecutive stages
 MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
+
+
+def code_changed(root: Path, name: str, recorded: dict[str, str]) -> list[str]:
+    """The files of stage ``name``'s computing code (``pipeline.code_files``) whose sha256
+    today is not the one the version recorded; the bookkeeping it recorded besides (an
+    older version recorded its runner, register ... as code too) is not compared."""
+    today = file_hashes([root / f for f in code_files(name)], root)
+    return sorted(f for f, sha in today.items() if recorded.get(f) != sha)
 
 
 def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
@@ -50,9 +59,9 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     if committed is not None and entry["seq"] >= committed:
         return (f"version {entry['version']} was registered after the last commit, so git "
                 "does not vouch for it (a run made here, or a forged entry)")
-    if code_hash([root / f for f in code_files(name)], root) != \
-            entry["provenance"]["code_sha256"]:
-        return "its code changed since it was made"
+    changed = code_changed(root, name, entry["provenance"].get("code_files") or {})
+    if changed:
+        return f"its code changed since it was made ({', '.join(changed)})"
     if config_hash(config.effective(name)) != entry["provenance"]["config_sha256"]:
         return "its effective config changed since it was made"
     there = hardware(entry["provenance"].get("environment") or {})

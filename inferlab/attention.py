@@ -31,56 +31,21 @@ one silently the functions refuse the ambiguous case.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 from torch import Tensor
 
-from inferlab.shapes import check_qkv
+from inferlab.shapes import check_inputs, check_positive_int
 
-__all__ = ["TILED", "TileStats", "naive_attention", "tiled_attention", "tiled_attention_fast"]
+__all__ = ["TILED", "TileStats", "accumulation_dtype", "naive_attention", "tiled_attention",
+           "tiled_attention_fast"]
 
-# --------------------------------------------------------------------------- checks
-
-
-def _check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-                  scale: float | None = None, min_keys: int = 1) -> float:
-    """Validate q, k, v, causal and scale for every entry point; return the scale to use."""
-    check_qkv(q, k, v)
-    if q.shape[2] < 1 or q.shape[3] < 1:
-        raise ValueError(f"q must have at least one query and D >= 1; got {tuple(q.shape)}")
-    if k.shape[2] < min_keys:
-        raise ValueError(f"k must have at least {min_keys} key(s); got {k.shape[2]} "
-                         "(partial_attention accepts an empty key set)")
-    if not isinstance(causal, bool):
-        raise ValueError(f"causal must be a bool; got {causal!r}")
-    if causal and q.shape[2] != k.shape[2]:
-        raise ValueError(f"causal=True needs T_q == T_k (query i sees keys 0..i); got "
-                         f"T_q={q.shape[2]}, T_k={k.shape[2]}. Alignment of a rectangular "
-                         "causal mask is ambiguous (SDPA: top-left), so it is refused")
-    return _check_scale(scale, q.shape[3])
+# --------------------------------------------------------------------------- helpers
 
 
-def _check_scale(scale: float | None, head_dim: int) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale) \
-            or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0 (default 1/sqrt(D)); got {scale!r}")
-    return float(scale)
-
-
-def _check_positive_int(name: str, value: object, upper: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
-    if upper is not None and value > upper:
-        raise ValueError(f"{name} must be at most {upper} (the number of keys); got {value}")
-    return value
-
-
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype partial sums are kept in for inputs of ``dtype``."""
     # fp16/bf16 sums lose the small terms of a long row; float64 stays the reference.
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -103,7 +68,7 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     scale defaults to 1/sqrt(D). Computed in the input dtype throughout (no upcast), so
     its error in fp16 is the yardstick for the tiled versions.
     """
-    scale = _check_inputs(q, k, v, causal=causal, scale=scale)
+    scale = check_inputs(q, k, v, causal=causal, scale=scale)
     B, H, T_q, D = q.shape
     T_k = k.shape[2]
     q3, k3, v3 = (t.reshape(B * H, -1, D) for t in (q, k, v))
@@ -147,10 +112,10 @@ def tiled_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     dtype and the TileStats of the loop that ran. Lengths need not be multiples of the
     blocks. Under causal, key tiles wholly above the diagonal are skipped, not computed.
     """
-    scale = _check_inputs(q, k, v, causal=causal, scale=scale)
-    BLOCK_Q = _check_positive_int("block_q", block_q)
-    BLOCK_K = _check_positive_int("block_k", block_k)
-    acc_dtype = _accumulation_dtype(q.dtype)
+    scale = check_inputs(q, k, v, causal=causal, scale=scale)
+    BLOCK_Q = check_positive_int("block_q", block_q)
+    BLOCK_K = check_positive_int("block_k", block_k)
+    acc_dtype = accumulation_dtype(q.dtype)
     T_q, T_k = q.shape[2], k.shape[2]
     out = torch.empty_like(q)
     computed = total = 0
@@ -205,11 +170,11 @@ def tiled_attention_fast(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     the diagonal-tile causal mask, and appending a column of ones to v so that p @ v
     also yields l (neither gained anything measurable here).
     """
-    scale = _check_inputs(q, k, v, causal=causal, scale=scale)
-    BLOCK_Q = _check_positive_int("block_q", block_q)
-    BLOCK_K = _check_positive_int("block_k", block_k)
+    scale = check_inputs(q, k, v, causal=causal, scale=scale)
+    BLOCK_Q = check_positive_int("block_q", block_q)
+    BLOCK_K = check_positive_int("block_k", block_k)
     B, H, T_q, D = q.shape
-    acc_dtype = _accumulation_dtype(q.dtype)
+    acc_dtype = accumulation_dtype(q.dtype)
     q3 = (q.to(acc_dtype) * scale).reshape(B * H, T_q, D)
     k3, v3 = (t.to(acc_dtype).reshape(B * H, -1, D) for t in (k, v))
     out = torch.empty_like(q3)

@@ -109,6 +109,8 @@ def _common() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from inferlab.pipeline import STAGES  # a leaf: the declaration, no torch
+
     common = _common()
     p = argparse.ArgumentParser(prog="inferlab", description=__doc__.splitlines()[0],
                                 parents=[common])
@@ -125,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_probe)
 
     s = sub.add_parser("stage", parents=[common], help="run one pipeline stage without Snakemake")
-    s.add_argument("stage", help="probe, correctness, prefill, decode, traffic or claims")
+    s.add_argument("stage", help=f"one of: {', '.join(STAGES)}")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set prefill.cpu.lengths=[512,1024]")
     s.set_defaults(func=_cmd_stage)
@@ -143,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_verify)
 
     s = sub.add_parser("history", parents=[common], help="list artifact versions in the register")
-    s.add_argument("stage", nargs="?", default=None)
+    s.add_argument("stage", nargs="?", default=None,
+                   help=f"only this stage's versions, one of: {', '.join(STAGES)}")
     s.add_argument("--compare", action="store_true",
                    help="the latest version against the previous one made with the same "
                         "code, config and hardware: the relative difference per point")

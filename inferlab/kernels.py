@@ -45,8 +45,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from inferlab.attention import TileStats, _check_inputs, _check_positive_int
+from inferlab.attention import TileStats
 from inferlab.partials import Partial
+from inferlab.shapes import check_inputs as _check_inputs
+from inferlab.shapes import check_positive_int as _check_positive_int
 
 try:
     import triton

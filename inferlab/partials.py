@@ -16,7 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from inferlab.attention import _accumulation_dtype, _check_inputs, _check_positive_int
+from inferlab.attention import accumulation_dtype
+from inferlab.shapes import check_inputs, check_positive_int
 
 __all__ = ["Partial", "partial_attention", "merge_partials", "finalize", "splitkv_decode",
            "splitkv_decode_fold"]
@@ -74,10 +75,10 @@ def partial_attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = Non
     matmuls accumulate in float32 inside); the softmax state is float32. Nothing the
     size of the cache is copied or upcast: only scores and outputs are.
     """
-    scale = _check_inputs(q, k, v, scale=scale, min_keys=0)
+    scale = check_inputs(q, k, v, scale=scale, min_keys=0)
     B, H, T_q, D = q.shape
     _check_mask(mask, (B, H, T_q, k.shape[2]))
-    acc_dtype = _accumulation_dtype(q.dtype)
+    acc_dtype = accumulation_dtype(q.dtype)
     if k.shape[2] == 0:  # amax of an empty row is an error, and the answer is known
         return Partial(q.new_full((B, H, T_q), float("-inf"), dtype=acc_dtype),
                        q.new_zeros((B, H, T_q), dtype=acc_dtype),
@@ -130,7 +131,7 @@ def _chunk_partials(q: Tensor, k: Tensor, v: Tensor, start: int, n: int, size: i
     that covers part of it is gathered once by the product, in the cache's own dtype.
     Returns m, l of shape (B, H, n, T_q) and o of shape (B, H, n, T_q, D).
     """
-    acc_dtype = _accumulation_dtype(q.dtype)
+    acc_dtype = accumulation_dtype(q.dtype)
     k_c, v_c = (t[:, :, start:start + n * size].unflatten(2, (n, size)) for t in (k, v))
     s = (q.unsqueeze(2) @ k_c.transpose(-1, -2)).to(acc_dtype) * scale   # (B, H, n, T_q, size)
     m = s.amax(dim=-1)
@@ -155,8 +156,8 @@ def splitkv_decode(q: Tensor, k: Tensor, v: Tensor, splits: int,
     ``splitkv_decode_fold`` is the same result as a left fold of ``merge_partials`` over
     the chunks (the reference the tests compare with). Returns q's dtype.
     """
-    scale = _check_inputs(q, k, v, scale=scale)
-    splits = _check_positive_int("splits", splits, upper=k.shape[2])
+    scale = check_inputs(q, k, v, scale=scale)
+    splits = check_positive_int("splits", splits, upper=k.shape[2])
     size, longer = divmod(k.shape[2], splits)  # `longer` chunks of size + 1, then size
     groups = [(0, longer, size + 1), (longer * (size + 1), splits - longer, size)]
     # both groups always run (one may hold no chunk): the same operations for any count
@@ -173,8 +174,8 @@ def splitkv_decode_fold(q: Tensor, k: Tensor, v: Tensor, splits: int,
                         scale: float | None = None) -> Tensor:
     """``splitkv_decode`` as a left fold: one ``partial_attention`` per chunk, merged one
     at a time (a Python loop whose cost grows with the split count: the reference)."""
-    _check_inputs(q, k, v, scale=scale)
-    splits = _check_positive_int("splits", splits, upper=k.shape[2])
+    check_inputs(q, k, v, scale=scale)
+    splits = check_positive_int("splits", splits, upper=k.shape[2])
     chunks = zip(k.tensor_split(splits, dim=2), v.tensor_split(splits, dim=2), strict=True)
     merged = None
     for k_chunk, v_chunk in chunks:

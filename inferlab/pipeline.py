@@ -6,18 +6,26 @@ names against the artifact schema) and the report. A stage is
 
 * a name, which is also its rule's name and its module ``inferlab.stages.<name>``
   (``Params.from_config(cfg)`` and ``run(params, ctx)``);
-* its artifact file in ``results/{key}/`` and that artifact's schema in ``schemas/``;
-* the stages whose artifacts it reads;
-* the config sections it uses: their values for the device found, with the seed, are the
-  stage's *effective config* (``inferlab.config.effective_config``), which is the
-  rule's rerun trigger, the provenance's ``config_sha256`` and what adopt compares;
+* whether its artifact is a table: then it is ``results/{key}/<name>.csv``, else
+  ``<name>.json``; its schema is ``schemas/<name>.schema.json`` (claims: its result's);
+* the stages whose artifacts it reads (``EARLIER``: all declared before it);
+* whether it times anything (then it never shares the machine with another stage), and
+  whether it has a config section: its config sections
+  are its own name's and ``timing`` exactly when timed. Their values for the device
+  found, with the seed, are the stage's *effective config*
+  (``inferlab.config.effective_config``), which is the rule's rerun trigger, the
+  provenance's ``config_sha256`` and what adopt compares;
 * extra files it reads (``claims.yaml``), which count as its code;
-* whether it times anything (then it never shares the machine with another stage);
 * for a table, the columns that name a row (its point), so two versions can be compared.
 
-The code files whose change reruns a stage are not listed by hand: they are the
-import closure of its module inside ``inferlab/`` (``code_files``), read from the
-source with ``ast`` so this module imports neither torch nor any other stage.
+The code files whose change reruns a stage are not listed by hand: they are the code
+that computes its artifact (``code_files``): the import closure of its module inside
+``inferlab/`` and of the process settings (``inferlab.process``), read from the source
+with ``ast`` so this module imports neither torch nor any other stage, stopping at the
+declared ``BOOKKEEPING`` modules (they record, check, store or show what a stage computed,
+never what it computes). The bookkeeping the stage's run loads besides
+(``bookkeeping_files``: the runner, register, provenance, artifacts I/O ...) is hashed
+into every sidecar but triggers no rerun.
 
 This module is a leaf: it imports nothing from ``inferlab``.
 """
@@ -26,57 +34,102 @@ from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
 
 
+# ``reads=EARLIER``: every stage declared before this one (the claims judge them all).
+EARLIER = ("<every earlier stage>",)
+
+
 @dataclass(frozen=True)
 class Stage:
     name: str
-    artifact: str                  # file name in results/{key}/
-    schema: str                    # file name in schemas/
-    reads: tuple[str, ...] = ()    # stages whose artifacts it reads
-    sections: tuple[str, ...] = ()  # config sections of its effective config
+    table: bool                    # a CSV table ({name}.csv), else a JSON document ({name}.json)
+    reads: tuple[str, ...] = ()    # stages whose artifacts it reads (EARLIER: all before it)
+    configured: bool = True        # it has a config section of its own name
     files: tuple[str, ...] = ()    # other files it reads, relative to the repository
     timed: bool = False            # it measures time: never beside another stage
     key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
+    schema_file: str | None = None  # when not {name}.schema.json
 
     @property
     def module(self) -> str:
         return f"inferlab.stages.{self.name}"
 
     @property
+    def artifact(self) -> str:
+        """Its file name in results/{key}/."""
+        return f"{self.name}.{'csv' if self.table else 'json'}"
+
+    @property
+    def schema(self) -> str:
+        """Its artifact's schema, a file name in schemas/."""
+        return self.schema_file or f"{self.name}.schema.json"
+
+    @property
     def is_table(self) -> bool:
-        return self.artifact.endswith(".csv")
+        return self.table
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The config sections of its effective config: its own, and ``timing`` exactly
+        when it measures time."""
+        return ((self.name,) if self.configured else ()) + (("timing",) if self.timed else ())
 
 
-STAGES: dict[str, Stage] = {s.name: s for s in (
-    Stage("probe", "probe.json", "probe.schema.json",
-          sections=("probe", "timing"), timed=True),
-    Stage("correctness", "correctness.csv", "correctness.schema.json",
-          sections=("correctness",),
+def _declare(*stages: Stage) -> dict[str, Stage]:
+    """{name: stage}, with ``EARLIER`` replaced by the names declared before it."""
+    declared: dict[str, Stage] = {}
+    for s in stages:
+        if s.reads == EARLIER:
+            s = replace(s, reads=tuple(declared))
+        declared[s.name] = s
+    return declared
+
+
+STAGES: dict[str, Stage] = _declare(
+    Stage("probe", table=False, timed=True),
+    Stage("correctness", table=True,
           key_columns=("check", "impl", "T", "dtype", "causal", "score_scale", "block_q",
                        "block_k", "splits")),
-    Stage("prefill", "prefill.csv", "prefill.schema.json", reads=("probe",),
-          sections=("prefill", "timing"), timed=True,
+    Stage("prefill", table=True, reads=("probe",), timed=True,
           key_columns=("impl", "fused_sdpa", "T", "dtype", "causal", "block_q", "block_k",
                        "batch", "heads", "d")),
-    Stage("decode", "decode.csv", "decode.schema.json", reads=("probe",),
-          sections=("decode", "timing"), timed=True,
+    Stage("decode", table=True, reads=("probe",), timed=True,
           key_columns=("impl", "fused_sdpa", "cache_len", "batch", "dtype", "splits", "heads",
                        "d")),
-    Stage("traffic", "traffic.csv", "traffic.schema.json", reads=("prefill",),
-          sections=("traffic",),
+    Stage("traffic", table=True, reads=("prefill",),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
-    Stage("model", "model.csv", "model.schema.json", reads=("probe",),
-          sections=("model",), key_columns=("quantity", "source", "dtype")),
-    Stage("claims", "claims.json", "claims_result.schema.json",
-          reads=("probe", "correctness", "prefill", "decode", "traffic", "model"),
-          files=("claims.yaml",)),
-)}
+    Stage("model", table=True, reads=("probe",), key_columns=("quantity", "source", "dtype")),
+    # configured by claims.yaml (one of its code files), not by a config section
+    Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),
+          schema_file="claims_result.schema.json"),
+)
+# What records, checks, stores or shows a stage's artifact, never what it computes: hashed
+# into every sidecar (bookkeeping_files), no rerun trigger. The package __init__ files
+# only route imports; config.py's effect on a stage is its effective config, hashed apart.
+BOOKKEEPING = frozenset({
+    "inferlab", "inferlab.stages", "inferlab.pipeline", "inferlab.layout", "inferlab.config",
+    "inferlab.files", "inferlab.artifacts", "inferlab.register", "inferlab.provenance",
+    "inferlab.trust", "inferlab.evidence", "inferlab.runner", "inferlab.verify",
+    "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__", "inferlab.inputs",
+    "inferlab.logs",
+})
+# Text and pictures for people: bookkeeping for a stage, the report's own code.
+PRESENTATION = frozenset({
+    "inferlab.formats", "inferlab.report", "inferlab.report_tables", "inferlab.figures",
+})
+# How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
+# runs: it changes the numbers, so it is computing code of every stage.
+PROCESS_MODULE = "inferlab.process"
+# The rules' glue scripts (Snakemake reruns a rule whose script is newer than its outputs)
+STAGE_SCRIPT = "scripts/run_stage.py"
+REPORT_SCRIPT = "scripts/report.py"
+
 # The report is a rule, not a stage: it writes no register entry. Its code is the
 # closure of inferlab.report, the claims file and the page template.
 REPORT_MODULE = "inferlab.report"
@@ -131,14 +184,15 @@ def _imports(path: Path, module: str) -> set[str]:
 
 
 @functools.cache
-def import_closure(module: str) -> tuple[str, ...]:
+def import_closure(module: str, stop: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """Files of the ``inferlab`` modules ``module`` imports, transitively, itself and
-    the packages on the way included; relative to the repository, sorted."""
+    the packages on the way included, except the modules in ``stop`` (not followed
+    either); relative to the repository, sorted."""
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
         name = todo.pop()
-        if name in seen:
+        if name in seen or name in stop:
             continue
         path = _module_file(name)
         if path is None:
@@ -157,12 +211,26 @@ def _script_closure(script: str) -> set[str]:
 
 def code_files(name: str) -> list[str]:
     """The files whose change reruns stage ``name`` (or "report"), relative to the
-    repository: the import closure of its module and of its glue script (for a stage,
-    the runner: it steadies the process, reads the inputs and writes the artifact) and
-    its extra files."""
+    repository: the code that computes its artifact. For a stage, the closure of its
+    module and of the process settings short of bookkeeping and presentation, and its
+    extra files; for the report, the closure of its module short of bookkeeping, the
+    claims file and its template. The rule's glue script counts too, though it only hands
+    over: Snakemake itself reruns a rule whose script is newer than its outputs."""
     if name == "report":
-        return sorted({*import_closure(REPORT_MODULE), *_script_closure("scripts/report.py"),
+        return sorted({*import_closure(REPORT_MODULE, BOOKKEEPING), REPORT_SCRIPT,
                        *REPORT_FILES})
-    declared = stage(name)
-    return sorted({*import_closure(declared.module), *_script_closure("scripts/run_stage.py"),
-                   *declared.files})
+    declared, stop = stage(name), BOOKKEEPING | PRESENTATION
+    return sorted({*import_closure(declared.module, stop), *import_closure(PROCESS_MODULE, stop),
+                   STAGE_SCRIPT, *declared.files})
+
+
+def bookkeeping_files(name: str) -> list[str]:
+    """The other files a run of stage ``name`` (or "report") loads: its glue script and
+    every module of the full closure that ``code_files`` leaves out. Hashed into every
+    sidecar, never a rerun trigger."""
+    if name == "report":
+        loaded = {*import_closure(REPORT_MODULE), *_script_closure(REPORT_SCRIPT)}
+    else:
+        loaded = {*import_closure(stage(name).module), *import_closure(PROCESS_MODULE),
+                  *_script_closure(STAGE_SCRIPT)}
+    return sorted(loaded - set(code_files(name)))

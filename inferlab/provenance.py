@@ -65,12 +65,17 @@ def _hash_of_file_hashes(hashes: dict[str, str]) -> str:
 
 
 def build_provenance(root, key, stage, *, config, code_files, inputs, seed, command,
-                     environment) -> dict:
-    """The sidecar's provenance dict (docs/contracts.md)."""
+                     environment, bookkeeping_files=None) -> dict:
+    """The sidecar's provenance dict (docs/contracts.md). ``code_files`` computed the
+    artifact (they decide whether it is current); ``bookkeeping_files``, when given, are
+    the rest of what ran (recorded, no rerun trigger)."""
     git = git_state(root)
     code = file_hashes(code_files, root)
     machine, grid = layout.split_key(key)
-    return {
+    bookkeeping = {} if bookkeeping_files is None else {
+        "bookkeeping_sha256": code_hash(bookkeeping_files, root),
+        "bookkeeping_files": file_hashes(bookkeeping_files, root)}
+    return {**bookkeeping,
         "stage": stage,
         "machine": machine,
         "grid": grid,
@@ -120,20 +125,22 @@ def _check_write_args(content, seed, command, environment, schema_version) -> No
 
 def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
                    config: dict, code_files: list, inputs: list[Path], seed: int,
-                   command: str, environment: dict, schema_version: int = 1) -> dict:
+                   command: str, environment: dict, schema_version: int = 1,
+                   bookkeeping_files: list | None = None) -> dict:
     """Write one stage artifact with its sidecar, retain both, register them; return the
     register entry. See the module docstring for why the steps come in this order.
 
     Args:
         content: the artifact's bytes (CSV or JSON text), computed in memory by the stage.
         config: the effective stage config; code_files: library and script files that ran;
-        inputs: artifacts this one was computed from; environment: environment.fingerprint.
+        inputs: artifacts this one was computed from; environment: environment.fingerprint;
+        bookkeeping_files: the other files that ran (runner, register ...), recorded only.
     """
     _check_write_args(content, seed, command, environment, schema_version)
     artifact = layout.artifact_path(root, key, stage)
     provenance = build_provenance(root, key, stage, config=config, code_files=code_files,
                                   inputs=inputs, seed=seed, command=command,
-                                  environment=environment)
+                                  environment=environment, bookkeeping_files=bookkeeping_files)
     sidecar = sidecar_bytes(stage, artifact.name, content, provenance, schema_version)
     register = Register(root, key)
     content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)

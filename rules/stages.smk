@@ -1,10 +1,13 @@
-# One rule per stage, named after it (probe, correctness, prefill, decode, traffic,
-# claims), generated from the declarations in inferlab.pipeline.STAGES: the loop only
-# spares six copies of the same rule. Every rule runs scripts/run_stage.py, which hands
-# the rule's input, output, threads and params to inferlab.runner.
-# input.code is the stage's code (its module's import closure), so a code change reruns
-# exactly the stages that use that code and those downstream of them; params.config is
-# its effective config, so a config change reruns exactly the stages that read it.
+# One rule per stage of inferlab.pipeline.STAGES, named after it, generated from its
+# declaration: the loop only spares a copy of the same rule per stage. Every rule runs
+# scripts/run_stage.py, which hands the rule's input, output, threads and params to
+# inferlab.runner.
+# input.code is the code that computes the stage's artifact (pipeline.code_files: its
+# module's import closure short of the bookkeeping modules, the process settings, the glue
+# script), so a code change reruns exactly the stages that compute with that code and
+# those downstream of them, and a change to the register, provenance or artifact I/O
+# reruns nothing; params.config is its effective config, so a config change reruns
+# exactly the stages that read it.
 
 for name, declared in STAGES.items():
 

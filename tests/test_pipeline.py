@@ -61,6 +61,8 @@ def test_artifact_exists_and_validates(smoke, stage):
     assert sidecar["provenance"]["grid"] == "smoke"
     assert f"machine={MACHINE}" in sidecar["provenance"]["command"]
     assert set(sidecar["provenance"]["code_files"]) == set(pipeline.code_files(stage))
+    assert set(sidecar["provenance"]["bookkeeping_files"]) == \
+        set(pipeline.bookkeeping_files(stage))
     # the threads of the run follow --cores: one here
     assert sidecar["provenance"]["environment"]["host"]["torch_threads"] == 1
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from inferlab import layout, pipeline
 from inferlab.pipeline import STAGES
+from tests.pipeline_repo import copy_repo, jobs
+from tests.pipeline_repo import run as run_in
 
 PACKAGE = layout.REPO_ROOT / "inferlab"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -47,24 +51,35 @@ def test_each_stage_has_its_schema_module_caption_and_params(name):
     assert set(declared.reads) < set(STAGES) and name not in pipeline.upstream(name)
 
 
-def test_the_claims_schemas_list_exactly_the_stages_a_claim_can_read():
-    readable = set(STAGES) - {"claims"}
-    spec = json.loads(layout.schema_path("claims.schema.json").read_text())
-    assert set(spec["$defs"]["check"]["properties"]["stage"]["enum"]) == readable
-    result = json.loads(layout.schema_path("claims_result.schema.json").read_text())
-    assert set(result["$defs"]["artifact"]["properties"]["stage"]["enum"]) == readable
-    assert set(STAGES["claims"].reads) == readable
+def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration():
+    """Every schema that names the stages names exactly those of ``STAGES`` (a claim:
+    those the claims stage reads, every stage declared before it), and the config's
+    sections are the global keys and each stage's declared sections."""
+    def enum_of(schema_file: str, *path: str) -> set:
+        node = json.loads(layout.schema_path(schema_file).read_text())
+        for part in path:
+            node = node[part]
+        return set(node)
 
-
-def test_sidecar_and_register_schemas_list_exactly_the_stages():
+    judged = set(STAGES["claims"].reads)
+    assert judged == set(list(STAGES)[:list(STAGES).index("claims")])
+    stages, artifacts = set(STAGES), {s.artifact for s in STAGES.values()}
+    enums = {
+        ("sidecar.schema.json", "$defs", "provenance", "properties", "stage", "enum"): stages,
+        ("sidecar.schema.json", "properties", "artifact", "enum"): artifacts,
+        ("register_entry.schema.json", "properties", "stage", "enum"): stages,
+        ("claims.schema.json", "$defs", "check", "properties", "stage", "enum"): judged,
+        ("claims_result.schema.json", "$defs", "artifact", "properties", "stage", "enum"):
+            judged,
+    }
+    for (schema_file, *path), expected in enums.items():
+        assert enum_of(schema_file, *path) == expected, (schema_file, path)
     sidecar = json.loads(layout.schema_path("sidecar.schema.json").read_text())
-    props = sidecar["properties"]
-    provenance = sidecar["$defs"]["provenance"]["properties"]
-    assert set(provenance["stage"]["enum"]) == set(STAGES)
-    assert set(props["artifact"]["enum"]) == {s.artifact for s in STAGES.values()}
-    assert props["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
-    entry = json.loads(layout.schema_path("register_entry.schema.json").read_text())
-    assert set(entry["properties"]["stage"]["enum"]) == set(STAGES)
+    assert sidecar["properties"]["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
+    sections = {x for s in STAGES.values() for x in s.sections}
+    config = enum_of("config.schema.json", "properties")
+    assert config - sections == {"machine", "grid", "device", "threads", "seed"}
+    assert sections <= config
 
 
 def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
@@ -124,22 +139,203 @@ def test_no_import_cycle_inside_inferlab():
             visit(module, [module])
 
 
+# Imports point one way: a module imports only from its own layer or the ones before it.
+LAYERS = {
+    "foundation": ["inferlab", "inferlab.pipeline", "inferlab.layout", "inferlab.files",
+                   "inferlab.shapes", "inferlab.process", "inferlab.logs", "inferlab.stages"],
+    "algorithms": ["inferlab.attention", "inferlab.partials", "inferlab.kernels",
+                   "inferlab.traffic"],
+    "measurement": ["inferlab.environment", "inferlab.memory", "inferlab.clocks",
+                    "inferlab.measure", "inferlab.kernel_names", "inferlab.backends",
+                    "inferlab.backend_map"],
+    "stages": ["inferlab.stages.common", "inferlab.stages.probe",
+               "inferlab.stages.correctness", "inferlab.stages.prefill",
+               "inferlab.stages.decode", "inferlab.stages.traffic", "inferlab.stages.model"],
+    "evidence": ["inferlab.artifacts", "inferlab.config", "inferlab.register",
+                 "inferlab.provenance", "inferlab.trust", "inferlab.evidence",
+                 "inferlab.inputs", "inferlab.compare", "inferlab.verify", "inferlab.adopt",
+                 "inferlab.runner"],
+    "claims": ["inferlab.claims", "inferlab.selection", "inferlab.verdicts",
+               "inferlab.stages.claims"],
+    "report": ["inferlab.formats", "inferlab.audit", "inferlab.figures",
+               "inferlab.report_tables", "inferlab.report"],
+    "cli": ["inferlab.cli", "inferlab.__main__"],
+}
+# Known exceptions, owned by other modules' maintainers: the lead removes each one once
+# its move is merged. (importer, imported): the move that removes it.
+KNOWN_UPWARD = {
+    # verdicts writes value_text with formats: the report should format (issue 21)
+    ("inferlab.verdicts", "inferlab.formats"),
+}
+KNOWN_REEXPORTS = {
+    # report takes Evidence through verdicts and load_evidence through audit: import both
+    # from inferlab.evidence
+    ("inferlab.report", "inferlab.verdicts", "Evidence"),
+    ("inferlab.report", "inferlab.audit", "load_evidence"),
+    # the stages take kernel_that_ran through backends: import it from kernel_names
+    ("inferlab.stages.prefill", "inferlab.backends", "kernel_that_ran"),
+    ("inferlab.stages.decode", "inferlab.backends", "kernel_that_ran"),
+}
+
+
+def _layer_of() -> dict[str, int]:
+    return {m: i for i, (_, modules) in enumerate(LAYERS.items()) for m in modules}
+
+
+def test_every_module_has_a_layer():
+    layer = _layer_of()
+    assert sum(len(m) for m in LAYERS.values()) == len(layer), "a module in two layers"
+    assert set(layer) == {_module_name(p) for p in MODULES}
+
+
+def test_imports_point_one_way_down_the_layers():
+    layer, names = _layer_of(), list(LAYERS)
+    upward = set()
+    for path in MODULES:
+        module = _module_name(path)
+        for imported in _imports(path) - {"inferlab"}:  # the package only routes names
+            if layer[imported] > layer[module]:
+                upward.add((module, imported))
+    wrong = sorted(upward - KNOWN_UPWARD)
+    assert not wrong, "imports against the layers: " + "; ".join(
+        f"{a} ({names[layer[a]]}) -> {b} ({names[layer[b]]})" for a, b in wrong)
+    assert KNOWN_UPWARD <= upward, f"fixed, remove: {KNOWN_UPWARD - upward}"
+
+
+def _defined(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    """``from inferlab.X import name`` where X only imported ``name`` itself hides where
+    it lives (and what the importer really depends on)."""
+    by_name = {_module_name(p): p for p in MODULES}
+    defined = {m: _defined(p) for m, p in by_name.items()}
+    through = set()
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.module not in by_name \
+                    or node.module == "inferlab":
+                continue
+            through |= {(_module_name(path), node.module, a.name) for a in node.names
+                        if a.name not in defined[node.module]
+                        and f"{node.module}.{a.name}" not in by_name}
+    assert not through - KNOWN_REEXPORTS, sorted(through - KNOWN_REEXPORTS)
+    assert KNOWN_REEXPORTS <= through, f"fixed, remove: {KNOWN_REEXPORTS - through}"
+
+
+def test_the_algorithms_check_their_inputs_in_shapes_only():
+    """No module imports another's private name (kernels and partials once took
+    attention's private checks while shapes.py claimed to be the one check)."""
+    private = set()
+    for path in MODULES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("inferlab"):
+                private |= {(_module_name(path), node.module, a.name) for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")}
+    assert not private, sorted(private)
+
+
 @pytest.mark.parametrize("name", [*STAGES, "report"])
 def test_computed_code_files_cover_what_really_gets_imported(name):
     """Import what the rule runs in a fresh interpreter, its glue script's module (the
     runner, which steadies the process and reads and writes the artifacts) and the
-    stage's module: every inferlab module loaded must be among the files whose change
-    reruns it (a change to the runner's allocator settings once rerun nothing)."""
+    stage's module: every inferlab module loaded is either computing code (its change
+    reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
+    (a change to the runner's allocator settings once rerun nothing)."""
     module = (pipeline.REPORT_MODULE if name == "report"
               else f"inferlab.runner, {STAGES[name].module}")
     probe = (f"import sys, {module}; print('\\n'.join(sorted(m for m in sys.modules "
              "if m.startswith('inferlab'))))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=layout.REPO_ROOT,
                          capture_output=True, text=True, timeout=120, check=True)
-    loaded = {pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
+    loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
               for m in out.stdout.split()}
-    assert loaded <= set(pipeline.code_files(name)), loaded - set(pipeline.code_files(name))
-    assert all((layout.REPO_ROOT / f).is_file() for f in pipeline.code_files(name))
+    code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
+    assert not code & bookkeeping
+    assert set(loaded.values()) <= code | bookkeeping, set(loaded.values()) - code - bookkeeping
+    undeclared = {f for m, f in loaded.items() if f not in code and m not in _not_code(name)}
+    assert not undeclared, f"loaded, neither code nor declared bookkeeping: {undeclared}"
+    assert all((layout.REPO_ROOT / f).is_file() for f in code | bookkeeping)
+
+
+def _not_code(name: str) -> frozenset[str]:
+    """The modules declared not to compute stage ``name``'s artifact."""
+    if name == "report":
+        return pipeline.BOOKKEEPING
+    return pipeline.BOOKKEEPING | pipeline.PRESENTATION
+
+
+# Which stages compute with a module, as its users see it (written out here, not read
+# from code_files, so that a closure gone wrong fails); downstream stages and the report
+# follow from the declaration.
+DIRECT_USERS = {
+    "inferlab/kernels.py": {"prefill", "decode"},
+    "inferlab/measure.py": {"probe", "prefill", "decode"},
+    "inferlab/attention.py": {"correctness", "prefill", "decode", "model"},
+    "inferlab/process.py": set(STAGES),
+    "inferlab/stages/common.py": set(STAGES) - {"claims"},
+    "inferlab/claims.py": {"claims"},
+    "claims.yaml": {"claims"},
+    "inferlab/figures.py": set(),  # presentation: the report only
+    "inferlab/formats.py": set(),
+    "scripts/run_stage.py": set(STAGES),  # Snakemake reruns a rule whose script is newer
+}
+# Everything a stage's run loads besides its computing code, from the issue's list.
+BOOKKEEPING_FILES = ["inferlab/register.py", "inferlab/provenance.py", "inferlab/trust.py",
+                     "inferlab/files.py", "inferlab/artifacts.py",
+                     "inferlab/evidence.py", "inferlab/layout.py", "inferlab/config.py",
+                     "inferlab/pipeline.py", "inferlab/runner.py", "inferlab/inputs.py",
+                     "inferlab/logs.py", "inferlab/audit.py", "inferlab/__init__.py",
+                     "inferlab/stages/__init__.py"]
+
+
+def _rerun_by(direct: set[str]) -> set[str]:
+    """``direct``, every stage downstream of them, and the report."""
+    hit = set(direct)
+    for name in STAGES:  # declaration order is DAG order
+        if hit & set(STAGES[name].reads):
+            hit.add(name)
+    return hit | {"report"}
+
+
+def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_path):
+    """One repository copy with every output present and newer than every file, then
+    dry runs: an edit of every bookkeeping module at once leaves nothing to do; an edit
+    of one computing module reruns exactly the stages that compute with it."""
+    repo = copy_repo(tmp_path / "repo")
+    args = ["--dry-run", "--cores", "2", "--config", "machine=test-bookkeeping"]
+    old, made = time.time() - 3000, time.time() - 2000
+    for path in repo.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+    key = "test-bookkeeping"
+    outputs = [layout.report_path(repo)]
+    for name in STAGES:
+        artifact = layout.artifact_path(repo, key, name)
+        outputs += [artifact, layout.sidecar_path(artifact)]
+    for path in outputs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("made\n")
+        os.utime(path, (made, made))
+    assert jobs(run_in(repo, *args)) == set()
+
+    for rel in BOOKKEEPING_FILES:
+        with open(repo / rel, "a", encoding="utf-8") as f:
+            f.write("\n# an edited message\n")
+    assert jobs(run_in(repo, *args)) == set()
+
+    for rel, direct in DIRECT_USERS.items():
+        os.utime(repo / rel)  # now: newer than the outputs
+        assert jobs(run_in(repo, *args)) == _rerun_by(direct), rel
+        os.utime(repo / rel, (old, old))
 
 
 def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
@@ -154,3 +350,18 @@ def test_every_module_says_its_job_and_stays_small(path):
     tree = ast.parse(path.read_text())
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
     assert len(path.read_text().splitlines()) <= 420, f"{path.name} is over ~400 lines"
+
+
+def test_the_texts_that_list_the_stages_list_them_all():
+    from inferlab import stages
+    from inferlab.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = sub.choices["stage"].format_help()
+    doc = stages.__doc__
+    for name, declared in STAGES.items():
+        assert name in help_text, f"`inferlab stage --help` does not name {name}"
+        assert f"``{name}``" in doc and declared.artifact in doc, f"stages/__init__: {name}"
+    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
+    for declared in STAGES.values():
+        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact

@@ -3,22 +3,25 @@ key's artifacts, which the runner has read and checked against the register."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from inferlab.claims import load
+from inferlab.claims import ClaimsFile, load
 from inferlab.verdicts import evaluate_all
 
 
 @dataclass(frozen=True)
 class Params:
-    """The claims stage is configured by claims.yaml (one of its code files), not config."""
+    """The claims stage is configured by claims.yaml (one of its code files), not config:
+    loaded (and its column names checked) with the params, before any input is judged."""
+
+    claims_file: ClaimsFile = field(compare=False)  # read from claims.yaml, not config
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
-        return cls()
+        return cls(load())
 
 
 def run(params: Params, ctx) -> dict:
-    claims_file = load()
+    claims_file = params.claims_file
     return evaluate_all(claims_file.claims, ctx.evidence, ctx.key, ctx.root,
                         claims_file.hardware, claims_file.fp16_stand_in)

@@ -1,0 +1,50 @@
+"""The process a stage runs in, settled before it computes: the allocator, OpenMP's
+waiting, torch's threads and seed. Computing code of every stage (``pipeline.code_files``):
+a change here can change every number, so it reruns every stage.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_NEVER, _TOP_PAD = -1, 256 << 20  # -1: never trim, mallopt(3) (2**31 - 1 would be 2 GiB)
+
+
+def steady_process() -> dict:
+    """Keep one run's timings like the next's (benchmarks/bimodal.py found the causes):
+
+    * glibc serves a buffer above its mmap threshold with fresh pages and returns them on
+      free, and trims the heap top; whether a call's score matrix then faults on every
+      page depended on what ran before it, so naive attention at 256 tokens read 5 or 9 ms
+      run to run (1,537 minor faults a call; none with this setting, and 1.5-1.9x faster
+      at 256-2,048 tokens). No mmap, no trimming, the heap grown 256 MiB at a time:
+      freed buffers stay warm, as a GPU's caching allocator keeps them. "No trimming"
+      is a trim threshold of -1 (mallopt(3)): the largest positive one, 2 GiB, let glibc
+      trim the heap whenever naive attention at 4,096 tokens freed its two 805 MB
+      buffers, so each call faulted on 393,216 pages and took 1.1-3.1 s, not 0.75;
+    * OpenMP threads that spin-wait on a shared 2-vCPU VM made two threads up to 8x
+      slower than one; passive waiting (unless the caller chose) stops the spinning.
+
+    Must run before torch loads OpenMP. Returns what was set, for the provenance.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    malloc = None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        if libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _NEVER) \
+                and libc.mallopt(_M_TOP_PAD, _TOP_PAD):
+            malloc = {"mmap_max": 0, "trim_threshold": _NEVER, "top_pad": _TOP_PAD}
+    except OSError:  # not glibc: nothing to set
+        pass
+    return {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"], "glibc_mallopt": malloc}
+
+
+def seed_and_threads(threads: int, seed: int) -> None:
+    """torch's intra-op threads and its global seed, as the stage's config says."""
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)

@@ -1,0 +1,105 @@
+"""The runner's messages when a stage cannot run (issue 23, items 15 and 16): a bad
+claims file is named as it is, never blamed on the inputs' values; a registered artifact
+that its schema refuses is named by its file."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inferlab import layout
+from inferlab.cli import main as cli_main
+from inferlab.provenance import write_artifact
+from tests.pipeline_repo import git
+
+BOOK = "cpu-amd-epyc-avx512bf16-2c"  # the committed evidence's key
+
+
+def _committed(root: Path) -> None:
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "evidence")
+
+
+@pytest.fixture
+def book(tmp_path) -> Path:
+    """The committed evidence (its correctness.csv holds NaN: no_running_max rows), in a
+    repository of its own with config.yaml beside it."""
+    if not layout.register_path(layout.REPO_ROOT, BOOK).is_file():
+        pytest.skip(f"no committed evidence of {BOOK} in this checkout")
+    root = tmp_path / "book"
+    for folder in (f"results/{BOOK}", f"evidence/{BOOK}"):
+        shutil.copytree(layout.REPO_ROOT / folder, root / folder)
+    shutil.copy2(layout.REPO_ROOT / "config.yaml", root / "config.yaml")
+    _committed(root)
+    return root
+
+
+def test_a_typo_in_the_claims_file_is_named_and_not_blamed_on_nonfinite_inputs(
+        book, monkeypatch, capsys):
+    text = layout.CLAIMS_FILE.read_text(encoding="utf-8")
+    assert "{column: ratio," in text
+    typo = book / "claims.yaml"
+    typo.write_text(text.replace("{column: ratio,", "{column: ratoi,", 1), encoding="utf-8")
+    monkeypatch.setattr(layout, "CLAIMS_FILE", typo)
+    assert cli_main(["stage", "claims", "--root", str(book), "--machine", BOOK]) == 2
+    err = capsys.readouterr().err
+    assert "ratoi" in err
+    assert "not finite" not in err and "likely cause" not in err, err
+
+
+def test_a_malformed_registered_input_is_refused_naming_its_file(tmp_path, capsys):
+    root = tmp_path / "repo"
+    root.mkdir()
+    shutil.copy2(layout.REPO_ROOT / "config.yaml", root / "config.yaml")
+    # consistent in the register (written through the one writer), refused by its schema
+    write_artifact(root, "cpu-test-1c", "prefill", b"impl,T\nnaive,many\n", config={},
+                   code_files=[], inputs=[], seed=0, command="x", environment={})
+    _committed(root)
+    assert cli_main(["stage", "traffic", "--root", str(root), "--machine", "cpu-test-1c"]) == 2
+    err = capsys.readouterr().err
+    assert "results/cpu-test-1c/prefill.csv" in err, err
+    assert "version 1" in err and "--forcerun prefill" in err
+
+
+def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
+    """The code that computed an artifact and the bookkeeping that ran around it are both
+    hashed into its sidecar, apart, and the sidecar still validates."""
+    import json
+
+    from tests.test_register import _validators
+
+    code, books = tmp_path / "algorithm.py", tmp_path / "register.py"
+    code.write_text("x = 1\n")
+    books.write_text("MESSAGE = 'a message'\n")
+    entry = write_artifact(tmp_path, "cpu-test-1c", "prefill", b"T\n1\n", config={},
+                           code_files=[code], bookkeeping_files=[books], inputs=[], seed=0,
+                           command="x", environment={})
+    prov = entry["provenance"]
+    assert set(prov["code_files"]) == {"algorithm.py"}
+    assert set(prov["bookkeeping_files"]) == {"register.py"}
+    assert prov["bookkeeping_sha256"] != prov["code_sha256"]
+    sidecar_check, entry_check = _validators()
+    sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, "cpu-test-1c", "prefill"))
+    sidecar_check.validate(json.loads(sidecar.read_text()))
+    entry_check.validate(entry)
+
+
+def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
+    """A version recorded before the split listed its bookkeeping as code: adopt ignores
+    those entries, and flags exactly the computing files that differ today."""
+    from inferlab.adopt import code_changed
+    from inferlab.pipeline import bookkeeping_files, code_files
+    from inferlab.provenance import file_hashes
+
+    root = layout.REPO_ROOT
+    code = file_hashes([root / f for f in code_files("prefill")], root)
+    books = file_hashes([root / f for f in bookkeeping_files("prefill")], root)
+    edited = dict.fromkeys(books, "0" * 64)  # every bookkeeping file changed since
+    assert code_changed(root, "prefill", {**code, **edited}) == []
+    assert code_changed(root, "prefill", {**code, "inferlab/kernels.py": "0" * 64}) == \
+        ["inferlab/kernels.py"]
+    missing = {f: sha for f, sha in code.items() if f != "inferlab/process.py"}
+    assert code_changed(root, "prefill", missing) == ["inferlab/process.py"]
