@@ -80,6 +80,27 @@ def test_dry_run_installs_only_carried_wheels_and_returns_what_fits(tmp_path):
     assert {"jsonschema", "referencing", "rpds_py", "jsonschema_specifications"} <= installed
 
 
+def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
+    # 25 s leave no step its 15 s after the 20 s kept for a kill and the pack: every step
+    # is skipped, and what ran (install, preflight) still comes back within the limits.
+    repo = copy_repo(tmp_path / "repo")
+    _wheels(repo)
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_CHECK_BUDGET_S": "25",
+           "GPU_CHECK_SITE": str(tmp_path / "site"), "GPU_CHECK_PY312": "python3.12-absent"}
+    env.pop("GPU_CHECK_PARENT", None)
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=120)
+    summary = (out / "summary.log").read_text()
+    assert done.returncode == 1, summary
+    assert "SKIP stage-probe" in summary and "SKIP ncu" in summary
+    assert "import not checked" in summary  # no CPython 3.12: said, not hidden
+    assert "OUT check: ok" in summary
+    with tarfile.open(out / "evidence.tar.gz") as tar:
+        names = tar.getnames()
+    assert "logs/gpu-check/preflight.txt" in names and "logs/gpu-check/steps.txt" in names
+
+
 def test_dry_run_refuses_without_carried_wheels(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     out = tmp_path / "out"
