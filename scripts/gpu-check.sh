@@ -9,7 +9,7 @@
 #
 # Each stage runs as `python -m inferlab stage NAME` (no snakemake), the claims-deciding
 # timings first, each under its own limit and all under GPU_CHECK_BUDGET_S (default 320
-# s, so that the run and one rerun fit the 15-minute lease). $OUT (else logs/gpu-check/out)
+# s, so that the run and one rerun fit the 15-minute lease). $OUT (else logs/gpu-check-out/)
 # receives exactly two files, within the lent machine's limits (at most 8 files, 16 MiB
 # each, names of [A-Za-z0-9._-], at most two folders deep), checked at the end:
 #   evidence.tar.gz  results/<key>/, evidence/<key>/, logs/<key>/ and logs/gpu-check/
@@ -36,7 +36,7 @@ if [ -n "${GPU_CHECK_PARENT:-}" ]; then  # a test it runs must not start it agai
 fi
 export GPU_CHECK_PARENT=$$ PYTHONUNBUFFERED=1
 
-OUT_DIR=${OUT:-logs/gpu-check/out}
+OUT_DIR=${OUT:-logs/gpu-check-out}
 WORK=logs/gpu-check          # step logs; packed into the tarball, never into $OUT itself
 WHEELS=${GPU_CHECK_WHEELS:-gpu-wheels}
 SITE=${GPU_CHECK_SITE:-/tmp/inferlab-site}
@@ -66,8 +66,8 @@ say() { echo "[gpu-check +$(( $(date +%s) - START ))s] $*" | tee -a "$SUMMARY" >
 
 pack() {  # the evidence so far, replaced atomically (a kill mid-tar leaves the last one)
   local tmp="$OUT_DIR/evidence.tar.gz.part"
-  tar czf "$tmp" --ignore-failed-read "results/$KEY" "evidence/$KEY" "logs/$KEY" \
-    "$WORK" 2> /dev/null
+  tar czf "$tmp" --ignore-failed-read --exclude="$OUT_DIR" "results/$KEY" \
+    "evidence/$KEY" "logs/$KEY" "$WORK" 2> /dev/null
   mv -f "$tmp" "$OUT_DIR/evidence.tar.gz"
 }
 
