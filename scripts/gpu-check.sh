@@ -98,6 +98,32 @@ run_step() {
   return $rc
 }
 
+# 0. A CUDA machine whose torch sees the GPU? If not: why, and nothing is run (before the
+# wheels: a machine without a GPU needs none). inferlab.environment needs no jsonschema.
+if (( ! DRY )); then
+  if ! command -v nvidia-smi > /dev/null 2>&1 && [ ! -e /proc/driver/nvidia/version ]; then
+    say "no NVIDIA driver here (no nvidia-smi on the PATH, no /proc/driver/nvidia): this script measures a CUDA machine, so nothing was run"
+    exit 2
+  fi
+  nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
+  if ! "$PY" - > "$WORK/gpu.txt" 2>&1 <<'PY'
+import sys
+from inferlab.environment import default_device
+try:
+    device = default_device()  # the reason and the fix if torch cannot see the GPU
+except ValueError as exc:
+    sys.exit(str(exc))
+if device != "cuda":
+    import torch
+    sys.exit(f"torch {torch.__version__} sees no CUDA device here (device {device})")
+PY
+  then
+    say "not a usable CUDA machine, nothing was run: $(tail -n 1 "$WORK/gpu.txt")"
+    pack
+    exit 2
+  fi
+fi
+
 # 1. The carried wheels, installed for the device's Python (CPython 3.12, manylinux
 # x86-64) into an empty folder, no index, the network refused.
 rm -rf "$SITE"
@@ -136,8 +162,7 @@ fi
 if [ "$CHECK_PY" = "$PY" ]; then export PYTHONPATH=$PWD:$SITE
 else export PYTHONPATH=$PWD; fi  # this Python's own jsonschema: its cp312 wheel cannot load
 
-# 2. Preflight: versions, the GPU, the results key. No GPU torch can use: nothing is run.
-nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
+# 2. Preflight: versions, the GPU, the results key.
 if ! DRY=$DRY PROFILE=$PROFILE "$PY" - > "$WORK/preflight.txt" 2>&1 <<'PY'
 import os, platform, shutil, sys
 from importlib import metadata
