@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 
-.PHONY: setup evidence regenerate smoke test lint clean-venv mutation
+.PHONY: setup evidence regenerate smoke test lint clean-venv mutation gpu-wheels
 
 setup: $(STAMP)
 
@@ -64,6 +64,10 @@ mutation: $(STAMP)
 	  END { for (i = 1; i <= n; i++) { c = caught[m[i]] + 0; t = c + missed[m[i]]; \
 	      printf "%-10s %4d of %4d mutants caught (%.1f%%)\n", m[i], c, t, t ? 100 * c / t : 0 } \
 	    if (left != "") printf "not caught (mutmut show NAME shows one):\n%s", left }'
+
+# The wheels the lent GPU machine lacks, carried with its run (docs/gpu-run.md).
+gpu-wheels:
+	bash scripts/gpu-wheels.sh
 
 clean-venv:
 	rm -rf $(VENV)

@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import numpy as np
 import pandas as pd
 
-from inferlab import layout
+from inferlab import layout, validation
 from inferlab.pipeline import stage as declared
 
 
@@ -183,7 +182,7 @@ def _records(stage: str, content: bytes) -> list[dict]:
 
 
 def _check(validator, record: dict, where: str) -> None:
-    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    error = validation.best_match(validator.iter_errors(record))
     if error is not None:
         at = "/".join(map(str, error.absolute_path)) or "(top level)"
         raise ValueError(f"{where}, {at}: {error.message}")
@@ -192,7 +191,7 @@ def _check(validator, record: dict, where: str) -> None:
 def validate(stage: str, content: bytes) -> None:
     """ValueError naming the row and column when the artifact breaks its schema."""
     name, file = declared(stage).artifact, declared(stage).schema
-    validator = jsonschema.Draft202012Validator(schema(stage))
+    validator = validation.validator(schema(stage))
     if declared(stage).is_table:
         for i, record in enumerate(_records(stage, content)):
             # jsonschema has no NaN: a computed non-finite number is checked as a number

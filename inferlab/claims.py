@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
-from inferlab import artifacts, layout
+from inferlab import artifacts, layout, validation
 from inferlab.pipeline import STAGES
 
 # unit -> (the column suffix it converts from, factor)
@@ -228,7 +227,7 @@ def _check_claim(claim: Claim, name: str) -> None:
 
 def _validate(data: Any, name: str) -> None:
     schema = json.loads(layout.schema_path("claims.schema.json").read_text(encoding="utf-8"))
-    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data),
+    errors = sorted(validation.validator(schema).iter_errors(data),
                     key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         err = errors[0]

@@ -27,14 +27,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
-from inferlab import layout
+from inferlab import layout, validation
 from inferlab.files import sha256_bytes
 from inferlab.pipeline import STAGES, stage
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_PATH = layout.schema_path("config.schema.json")
 DEVICE_BLOCKS = ("cpu", "cuda")
@@ -118,7 +120,7 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
 def validate_config(raw: dict) -> dict:
     """Return ``raw`` if it matches the schema; else ValueError naming the key and value."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = validation.validator(schema)
     errors = sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [line for e in errors for line in _error_lines(e)]

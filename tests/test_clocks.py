@@ -57,7 +57,7 @@ class FakeFlush:
     def __init__(self, gpu: FakeGpu):
         self.gpu = gpu
 
-    def zero_(self):
+    def flush(self):
         self.gpu.log.append("flush")
         self.gpu.now_ms += FLUSH_MS
 
@@ -73,6 +73,8 @@ def gpu(monkeypatch) -> FakeGpu:
 
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     monkeypatch.setattr(clocks, "_flush_buffer", lambda: FakeFlush(fake))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: fake.log.append("sleep"))
+    monkeypatch.setattr(clocks, "_sleep_cycles_per_s", lambda: 1e9)
     return fake
 
 
@@ -105,7 +107,7 @@ def test_gpu_clock_makes_exactly_the_calls_asked_each_after_a_flush(gpu, number)
     clock = make_clock(gpu.call, "cuda", threads=1, min_run_s=0.001)
     seconds = clock.seconds_per_call(number)
     assert gpu.log.count("call") == number
-    assert gpu.log == ["flush", "record", "call", "record"] * number
+    assert gpu.log == ["flush", "sleep", "record", "call", "record"] * number
     # the flush is outside the events: only the calls are timed
     assert seconds == pytest.approx(CALL_MS / 1e3)
     assert gpu.synchronized >= 2, "synchronised before the first event and after the last"

@@ -294,7 +294,7 @@ def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
     done = _gpu_check(tmp_path, os.environ["PATH"])
     assert done.returncode == 2
     assert "no NVIDIA driver here" in done.stderr and "nothing was run" in done.stderr
-    assert (tmp_path / "out" / "steps.txt").read_text() == ""
+    assert "stage-" not in (tmp_path / "out" / "summary.log").read_text()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
@@ -303,7 +303,7 @@ def test_gpu_check_refuses_a_gpu_that_torch_cannot_see(tmp_path, fake_nvidia_smi
     assert done.returncode == 2
     assert "nothing was run" in done.stderr
     assert "NVIDIA H200" in done.stderr and "make setup" in done.stderr
-    assert (tmp_path / "out" / "steps.txt").read_text() == ""
+    assert "stage-" not in (tmp_path / "out" / "summary.log").read_text()
 
 
 def test_book_profile_forces_cuda_and_keeps_the_book_grid():

@@ -1,0 +1,64 @@
+"""inferlab.ncu: Nsight Compute's CSV read into bytes per kernel, and rows that say why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inferlab import ncu
+from inferlab.traffic import naive_hbm_elements, tiled_hbm_elements
+
+# ncu --csv --metrics dram__bytes_read.sum,dram__bytes_write.sum, as its documentation
+# gives the format: the program's own output and ncu's notices first, then one row per
+# (launch, metric), values with thousands separators, units as ncu scales them.
+SAMPLE = (Path(__file__).parent / "ncu_sample.csv").read_text(encoding="utf-8")
+
+
+def test_parse_reads_one_launch_per_id_in_bytes():
+    launches = ncu.parse_csv(SAMPLE)
+    assert [launch["id"] for launch in launches] == ["0", "1"]
+    assert launches[0]["kernel"].startswith("fmha_cutlassF_f16")
+    assert launches[0]["dram__bytes_read.sum"] == 25_296_384
+    assert launches[0]["dram__bytes_write.sum"] == 6_291_456
+    assert launches[1]["dram__bytes_read.sum"] == pytest.approx(1500)
+    assert launches[1]["dram__bytes_write.sum"] == pytest.approx(2e6)
+
+
+def test_parse_without_a_header_is_no_launches():
+    assert ncu.parse_csv("==ERROR== Failed to initialize the profiler: LibraryNotLoaded\n") == []
+
+
+def test_an_unknown_unit_is_named():
+    bad = SAMPLE.replace('"byte","6,291,456"', '"furlong","3"')
+    with pytest.raises(ValueError, match="'furlong'"):
+        ncu.parse_csv(bad)
+
+
+def test_model_bytes_are_the_traffic_models_at_the_known_tile():
+    T = 4096
+    assert ncu.model_bytes("naive", T) == 12 * naive_hbm_elements(T, 64) * 2
+    assert ncu.model_bytes("triton_flash block=128", T) == \
+        12 * tiled_hbm_elements(T, 64, 128, ncu.TRITON_BLOCK_N) * 2
+    assert ncu.model_bytes("sdpa_flash", T) is None  # its tile is not ours to know
+
+
+def test_without_ncu_every_row_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
+    out = tmp_path / "ncu-bytes.csv"
+    ncu.main(["run", "--tokens", "64", "--out", str(out)])
+    lines = out.read_text().splitlines()
+    assert lines[0].split(",") == list(ncu.FIELDS)
+    assert len(lines) == 1 + len(ncu.CASES)
+    assert all(line.endswith("unavailable: ncu is not on the PATH") for line in lines[1:])
+
+
+def test_a_failing_ncu_is_a_row_with_its_message(monkeypatch):
+    class Done:
+        returncode, stdout = 1, ""
+        stderr = "==ERROR== Failed to initialize the profiler: LibraryNotLoaded"
+
+    monkeypatch.setattr(ncu.subprocess, "run", lambda *a, **k: Done())
+    row = ncu.measure("naive", 64, "/usr/bin/ncu", timeout_s=5)
+    assert row["status"].startswith("error: ncu exit 1, 0 kernels measured")
+    assert "LibraryNotLoaded" in row["status"]
