@@ -33,16 +33,22 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
+from inferlab.traffic import naive_hbm_elements  # noqa: E402
+
 RC = {"svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9,
       "axes.titlesize": 10, "legend.fontsize": 8.5, "axes.spines.top": False,
       "axes.spines.right": False, "axes.grid": True, "grid.color": "#e4e4e4",
       "lines.linewidth": 1.6, "lines.markersize": 5}
 BASE_COLOURS = {"naive": "#222222", "tiled": "#d62728", "tiled_fast": "#9467bd",
                 "sdpa_flash": "#1f77b4", "sdpa_efficient": "#2ca02c",
-                "sdpa_cudnn": "#17becf", "sdpa_math": "#8c564b", "splitkv": "#ff7f0e"}
+                "sdpa_cudnn": "#17becf", "sdpa_math": "#8c564b", "splitkv": "#ff7f0e",
+                "triton_flash": "#e377c2", "triton_decode": "#bcbd22"}
 DTYPE_STYLE = {"float32": ("-", "o"), "bfloat16": ("--", "s"), "float16": (":", "^")}
 MASK_COLOURS = {"full": "#1f77b4", "causal": "#d62728"}
-SPEEDUPS = {"naive ÷ fused": ("naive", "fused"), "tiled ÷ naive": ("tiled", "naive")}
+# The claims whose quantity the speed-up figure draws: the claim computes it (its rows'
+# value, ci_low, ci_high, in the claim's orientation); the figure only names it.
+SPEEDUP_CLAIMS = {"naive ÷ fused": "C13-05", "tiled ÷ naive": "C13-07"}
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 PANEL_IN = (4.6, 3.0)   # one axes, inches
 
 
@@ -52,10 +58,10 @@ PANEL_IN = (4.6, 3.0)   # one axes, inches
 def impl_label(row: dict) -> str:
     """'tiled B=128', 'splitkv, 4 splits', 'sdpa_flash': an implementation as drawn."""
     impl, block, splits = row["impl"], row.get("block_q"), row.get("splits")
-    if impl.startswith("tiled") and _present(block):
+    if (impl.startswith("tiled") or impl == "triton_flash") and _present(block):
         return f"{impl} B={int(block)}"
-    if impl == "splitkv" and _present(splits):
-        return f"splitkv, {int(splits)} split{'s' if int(splits) != 1 else ''}"
+    if impl in ("splitkv", "triton_decode") and _present(splits):
+        return f"{impl}, {int(splits)} split{'s' if int(splits) != 1 else ''}"
     return impl
 
 
@@ -67,7 +73,7 @@ def colour(label: str) -> str:
     size = re.search(r"(\d+)", label[len(impl):])
     if size is None:
         return base
-    pivot, scale = (8, 8) if impl == "splitkv" else (128, 4)  # 1..64 splits; tiles 64..512
+    pivot, scale = (8, 8) if "split" in label else (128, 4)  # 1..64 splits; tiles 64..512
     t = max(-0.5, min(0.6, math.log2(int(size.group(1)) / pivot) / scale))
     target = (1.0, 1.0, 1.0) if t > 0 else (0.0, 0.0, 0.0)
     return to_hex([c + abs(t) * (w - c) for c, w in zip(to_rgb(base), target, strict=True)])
@@ -191,85 +197,76 @@ def _noisy(frame: pd.DataFrame) -> pd.Series:
 
 
 def speedup_bands(claims) -> dict[str, tuple[float, float]]:
-    """The chapter's claimed ranges for naive ÷ fused and tiled ÷ naive: the union of the
-    bounds of every prefill claim on a paired ratio between those two row sets."""
-    bands: dict[str, tuple[float, float]] = {}
-    for claim in claims:
-        check = claim.check
-        if check is None or check.stage != "prefill" or check.measure.column != "ratio" \
-                or check.expect.kind != "between":
-            continue
-        name = _band_name(check)
-        if name is not None:
-            lo, hi = check.expect.bounds
-            old = bands.get(name, (lo, hi))
-            bands[name] = (min(lo, old[0]), max(hi, old[1]))
+    """The chapter's claimed range of each quantity the speed-up figure draws: the bounds
+    of its claim (``SPEEDUP_CLAIMS``) as claims.yaml states them."""
+    by_id = {claim.id: claim for claim in claims}
+    bands = {}
+    for name, claim_id in SPEEDUP_CLAIMS.items():
+        check = by_id[claim_id].check if claim_id in by_id else None
+        if check is not None and check.expect.bounds is not None:
+            bands[name] = tuple(check.expect.bounds)
     return bands
 
 
-def _band_name(check) -> str | None:
-    """'naive ÷ fused' for the fused rows' inverted ratio, 'tiled ÷ naive' for tiled rows."""
-    where = {c.column: c.values for c in check.rows.where if c.values is not None}
-    if where.get("fused_sdpa") == (True,) and check.measure.invert:
-        return "naive ÷ fused"
-    if where.get("impl") == ("tiled",) and not check.measure.invert:
-        return "tiled ÷ naive"
-    return None
-
-
-def _ratios(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(series label, colour, rows of T, dtype, ratio, low, high, noisy) per series: the
-    paired ratios the prefill stage measured (each row against naive of its mask, round
-    by round, with its 95% interval); naive ÷ fused is the fastest fused row's, inverted."""
+def claim_series(results: list[dict]) -> list[tuple[str, str, pd.DataFrame]]:
+    """(series label, colour, rows) per quantity of ``SPEEDUP_CLAIMS``: the rows its claim
+    judged on this key (claims.json), each with ``value`` in the claim's orientation and,
+    where the claim gives them, ``ci_low``/``ci_high``; non-finite values left out."""
     out = []
-    if "ratio" not in frame.columns:
-        return out
-    paired = frame[frame["ratio_to"] == "naive"] if "ratio_to" in frame else frame.iloc[:0]
-    fused = paired[_flag(paired, "fused_sdpa")].sort_values("median_ms")
-    fused = fused.groupby(["T", "dtype"]).head(1)
-    if not fused.empty:
-        out.append(("naive ÷ fused", colour("sdpa_flash"), pd.DataFrame({
-            "T": fused["T"], "dtype": fused["dtype"], "ratio": 1 / fused["ratio"],
-            "low": 1 / fused["ratio_ci_high"], "high": 1 / fused["ratio_ci_low"],
-            "noisy": _noisy(fused)}).reset_index(drop=True)))
-    for block, tiled in paired[paired["impl"] == "tiled"].groupby("block_q"):
-        label = impl_label({"impl": "tiled", "block_q": block})
-        out.append((f"{label} ÷ naive", colour(label), pd.DataFrame({
-            "T": tiled["T"], "dtype": tiled["dtype"], "ratio": tiled["ratio"],
-            "low": tiled["ratio_ci_low"], "high": tiled["ratio_ci_high"],
-            "noisy": _noisy(tiled)}).reset_index(drop=True)))
+    by_id = {result["id"]: result for result in results}
+    for name, claim_id in SPEEDUP_CLAIMS.items():
+        rows = pd.DataFrame((by_id.get(claim_id) or {}).get("rows") or [])
+        if rows.empty or not {"value", "T", "dtype"} <= set(rows.columns):
+            continue
+        rows["value"] = pd.to_numeric(rows["value"], errors="coerce")
+        rows = rows[rows["value"].map(math.isfinite) & (rows["value"] > 0)]
+        if rows.empty:
+            continue
+        labels = sorted({impl_label(r) for r in rows.to_dict("records")})
+        shown = f"{name} ({labels[0]})" if len(labels) == 1 else name
+        out.append((shown, colour(labels[0]), rows.reset_index(drop=True)))
     return out
 
 
-def speedup_figure(frame: pd.DataFrame, name: str, bands: dict) -> str | None:
-    """Causal rows: naive ÷ (fastest fused) and tiled ÷ naive against tokens."""
-    frame = _ok(frame)
-    frame = frame[_flag(frame, "causal")]
-    series = _ratios(frame) if not frame.empty else []
+def _interval(rows: pd.DataFrame):
+    """Error bar lengths (below, above) from the rows' ci_low/ci_high; None without them."""
+    if not {"ci_low", "ci_high"} <= set(rows.columns):
+        return None
+    value = rows["value"].to_numpy(float)
+    low = pd.to_numeric(rows["ci_low"], errors="coerce").to_numpy(float)
+    high = pd.to_numeric(rows["ci_high"], errors="coerce").to_numpy(float)
+    below, above = value - low, high - value
+    below[~(below >= 0)], above[~(above >= 0)] = 0, 0  # a missing end: no bar that side
+    return below, above
+
+
+def speedup_figure(results: list[dict], name: str, bands: dict) -> str | None:
+    """The chapter's speed-up quantities against tokens, as their claims computed them on
+    this key (naive ÷ fastest fused, tiled ÷ naive), with the chapter's ranges as bands."""
+    series = claim_series(results)
     if not series:
         return None
     with plt.rc_context(RC):
         fig, axes = _figure()
         ax = axes[0][0]
-        extra, colours, noisy = [], {}, False
-        for band, (lo, hi) in bands.items():
-            c = colour("sdpa_flash") if band.startswith("naive") else colour("tiled B=128")
-            ax.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
-            extra.append(Patch(color=c, alpha=0.25, label=f"chapter: {band}, "
-                                                          f"{_number(lo)}–{_number(hi)}×"))
+        extra, colours, noisy, lengths, dtypes = [], {}, False, set(), set()
         for label, colour_, rows in series:
             colours[label] = colour_
             for dtype, part in rows.groupby("dtype"):
-                err = (part["ratio"] - part["low"]).to_numpy(), \
-                      (part["high"] - part["ratio"]).to_numpy()
-                _series(ax, part, "T", "ratio", colour_, dtype, part["noisy"], err)
-                noisy |= bool(part["noisy"].any())
+                _series(ax, part, "T", "value", colour_, dtype, _noisy(part), _interval(part))
+                noisy |= bool(_noisy(part).any())
+            lengths |= set(rows["T"])
+            dtypes |= set(rows["dtype"])
+        for band, (lo, hi) in bands.items():
+            c = next((c for label, c, _ in series if label.startswith(band)), "#888888")
+            ax.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
+            extra.append(Patch(color=c, alpha=0.25, label=f"chapter: {band}, "
+                                                          f"{_number(lo)}–{_number(hi)}×"))
         ax.axhline(1, color="#888888", lw=0.8)
         _log_y(ax)
-        _length_axis(ax, frame["T"])
+        _length_axis(ax, lengths)
         ax.set(xlabel="tokens (causal mask)", ylabel="ratio of median times (×)", title=name)
-        dtypes = sorted(frame["dtype"].dropna().unique())
-        _legend(fig, colours, dtypes, noisy, extra)
+        _legend(fig, colours, sorted(dtypes), noisy, extra)
         return svg(fig, f"speedup-{name}")
 
 
@@ -347,20 +344,34 @@ def decode_figure(frame: pd.DataFrame, name: str, copy_gbs: float | None) -> str
 
 
 def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
-    """The model's naive/tiled traffic ratio, one line per mask over every length, and
-    the measured naive/fused time ratios over it (marker by dtype)."""
+    """The model's naive/tiled traffic ratio, one line per mask over every length at the
+    assumed tile and, dashed, one per kernel at its known tile; the measured naive/fused
+    time ratios over them (marker by dtype)."""
     if frame.empty:
         return None
     with plt.rc_context(RC):
-        fig, axes = _figure()
+        fig, axes = _figure(legend_rows=3)
         ax = axes[0][0]
         handles = []
         for causal, part in frame.groupby(_flag(frame, "causal")):
             mask = "causal" if causal else "full"
-            model = part.groupby("T")["model_ratio"].mean().dropna()
+            known = part[part["tile"] == "known"]
+            model = part[part["tile"] != "known"].groupby("T")["model_ratio"].mean().dropna()
             ax.plot(model.index, model.to_numpy(), color=MASK_COLOURS[mask], zorder=2)
             handles.append(Line2D([], [], color=MASK_COLOURS[mask], label=f"model, {mask}"))
-            for dtype, rows in part.dropna(subset=["measured_ratio"]).groupby("dtype"):
+            known = known.assign(label=[impl_label(
+                {"impl": r["fused_impl"], "block_q": r["block_q_model"]
+                 if r["fused_impl"] == "triton_flash" else None})
+                for r in known.to_dict("records")])
+            for label, rows in known.groupby("label"):
+                line = rows.groupby("T")["model_ratio"].mean().dropna()
+                ax.plot(line.index, line.to_numpy(), color=MASK_COLOURS[mask], ls="--",
+                        zorder=2)
+                handles.append(Line2D([], [], color=MASK_COLOURS[mask], ls="--",
+                                      label=f"model, {label} tile, {mask}"))
+            measured = part.dropna(subset=["measured_ratio"]).drop_duplicates(
+                ["T", "dtype", "fused_impl", "measured_ratio"])
+            for dtype, rows in measured.groupby("dtype"):
                 ax.plot(rows["T"], rows["measured_ratio"], linestyle="none",
                         marker=_style(dtype)[1], color=MASK_COLOURS[mask], zorder=3)
         for dtype in sorted(frame["dtype"].dropna().unique()):
@@ -373,12 +384,136 @@ def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
         return svg(fig, f"traffic-{name}")
 
 
+# ---------------------------------------------------------------- roofline
+
+
+def _model_ratio(traffic: pd.DataFrame | None, row: dict) -> tuple[float, str] | None:
+    """The traffic model's naive/fused byte ratio for one fused prefill row and whether its
+    tile is known or assumed: the traffic row of this kernel at its known tile, else the
+    point's assumed-tile row; None when traffic.csv has neither."""
+    if traffic is None or traffic.empty:
+        return None
+    same = ((traffic["T"] == row["T"]) & (traffic["d"] == row["d"])
+            & (traffic["causal"] == row["causal"]) & (traffic["dtype"] == row["dtype"]))
+    point = traffic[same.fillna(False).astype(bool)]  # model-only rows have no dtype
+    known = point[(point["tile"] == "known") & (point["fused_impl"] == row["impl"])]
+    if row["impl"] == "triton_flash":
+        known = known[known["block_q_model"] == row.get("block_q")]
+    for tile, rows in (("known", known), ("assumed", point[point["tile"] == "assumed"])):
+        ratios = rows["model_ratio"].dropna()
+        if not ratios.empty:
+            return float(ratios.iloc[0]), tile
+    return None
+
+
+def roofline_points(prefill: pd.DataFrame, traffic: pd.DataFrame | None) -> pd.DataFrame:
+    """Per ok prefill row whose bytes the traffic model counts (naive; the fused SDPA
+    kernels and our Triton kernel at their known tile, else the assumed one): arithmetic
+    intensity (the row's FLOPs over the model's bytes, FLOP/B), the attained GFLOP/s and
+    the series label. Plain tiling and sdpa_math are left out: the model does not count
+    the traffic of tiles or scores that go through main memory."""
+    points = []
+    for row in _ok(prefill).dropna(subset=["median_ms", "flops"]).to_dict("records"):
+        size = BYTES_PER_ELEMENT.get(str(row["dtype"]))
+        if size is None or not row["median_ms"] > 0:
+            continue
+        naive_bytes = (naive_hbm_elements(int(row["T"]), int(row["d"]), bool(row["causal"]))
+                       * int(row["batch"]) * int(row["heads"]) * size)
+        label = impl_label(row)
+        if row["impl"] == "naive":
+            bytes_ = naive_bytes
+        elif row.get("fused_sdpa") is True or row["impl"] == "triton_flash":
+            model = _model_ratio(traffic, row)
+            if model is None:
+                continue
+            bytes_ = naive_bytes / model[0]
+            label += ", tile known" if model[1] == "known" else ", tile assumed"
+        else:
+            continue
+        points.append({"label": label, "dtype": row["dtype"], "T": row["T"],
+                       "intensity": row["flops"] / bytes_,
+                       "gflops": row["flops"] / (row["median_ms"] * 1e6),
+                       "noisy": row.get("noisy") is True})
+    return pd.DataFrame(points, columns=["label", "dtype", "T", "intensity", "gflops", "noisy"])
+
+
+def _log_x(ax) -> None:
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1, 3)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _number(x)))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _roof(ax, copy_gbs: float, peak_gflops: float, dtype, xs: tuple[float, float]) -> None:
+    """min(peak, copy bandwidth × intensity), the ridge marked, over the intensities ``xs``."""
+    ridge = peak_gflops / copy_gbs
+    lo, hi = min(xs[0], ridge) / 2, max(xs[1], ridge) * 2
+    ax.plot([lo, ridge, hi], [copy_gbs * lo, peak_gflops, peak_gflops], color="#444444",
+            linestyle=_style(dtype)[0], lw=1.3, zorder=2)
+    ax.annotate(f"{dtype}: {_number(peak_gflops)} GFLOP/s, "
+                f"ridge {_number(float(f'{ridge:.3g}'))} FLOP/B",
+                (hi, peak_gflops), xytext=(0, 3),
+                textcoords="offset points", ha="right", va="bottom", color="#444444")
+    ax.plot([ridge], [peak_gflops], marker="|", color="#444444", markersize=9, zorder=2)
+
+
+def roofline_figure(prefill: pd.DataFrame, traffic: pd.DataFrame | None, ceilings: dict,
+                    name: str) -> str | None:
+    """Attained GFLOP/s against arithmetic intensity (FLOPs over the model's bytes), causal
+    rows (every row where none is causal), under the roof of this machine's measured copy
+    bandwidth and matmul ceiling per dtype: left of the ridge a kernel can at best move
+    bytes at the copy rate (the byte model predicts its time), right of it the matmul
+    ceiling bounds it (the byte model does not)."""
+    causal = _flag(prefill, "causal")
+    points = roofline_points(prefill[causal] if causal.any() else prefill, traffic)
+    if points.empty:
+        return None
+    copy_gbs = (ceilings or {}).get("copy_gbs")
+    peaks = (ceilings or {}).get("matmul_gflops") or {}
+    with plt.rc_context(RC):
+        fig, axes = _figure(legend_rows=3)
+        ax = axes[0][0]
+        colours = {}
+        for (label, dtype), part in points.groupby(["label", "dtype"]):
+            colours[label] = colour(label)
+            _series(ax, part, "intensity", "gflops", colours[label], dtype, part["noisy"])
+        dtypes = sorted(points["dtype"].unique())
+        span = (points["intensity"].min(), points["intensity"].max())
+        extra = []
+        for dtype in dtypes:
+            if copy_gbs and peaks.get(dtype):
+                _roof(ax, copy_gbs, peaks[dtype], dtype, span)
+        if copy_gbs and any(peaks.get(d) for d in dtypes):
+            extra.append(Line2D([], [], color="#444444",
+                                label=f"roof: copy {_number(copy_gbs)} GB/s"))
+        _log_x(ax)
+        _log_y(ax)
+        top = max([peaks.get(d) or 0 for d in dtypes] + [points["gflops"].max()])
+        ax.set_ylim(top=top * 1.6)  # room for the ceilings' labels under the title
+        ax.set(xlabel="arithmetic intensity (FLOP per byte of the model's traffic)",
+               ylabel="attained GFLOP/s", title=name)
+        _legend(fig, colours, dtypes, bool(points["noisy"].any()), extra, ncols=2)
+        return svg(fig, f"roofline-{name}")
+
+
+def roofline_figures(frames: dict[str, dict[str, pd.DataFrame]],
+                     ceilings: dict[str, dict]) -> list[str]:
+    """One roofline per key with prefill rows: ``frames`` as for ``report_figures``,
+    ``ceilings`` each key's probe.json ceilings (copy_gbs, matmul_gflops per dtype)."""
+    traffic = frames.get("traffic", {})
+    drawn = [roofline_figure(frame, traffic.get(key), ceilings.get(key) or {}, key)
+             for key, frame in frames["prefill"].items()]
+    return [figure for figure in drawn if figure]
+
+
 def report_figures(frames: dict[str, dict[str, pd.DataFrame]], copy_gbs: dict[str, float | None],
-                   bands: dict) -> dict[str, list[str]]:
+                   bands: dict, results: dict[str, list[dict]] | None = None
+                   ) -> dict[str, list[str]]:
     """The page's figures, one per results key that has rows: ``frames`` maps a stage
-    (prefill, decode, traffic) to {key: its rows}; ``copy_gbs`` each key's copy ceiling."""
+    (prefill, decode, traffic) to {key: its rows}; ``copy_gbs`` each key's copy ceiling;
+    ``results`` each key's claims (claims.json), which the speed-up figure draws."""
     drawn = {
-        "speedup": [speedup_figure(f, k, bands) for k, f in frames["prefill"].items()],
+        "speedup": [speedup_figure(r, k, bands) for k, r in (results or {}).items()],
         "memory": [memory_figure(f, k) for k, f in frames["prefill"].items()],
         "decode": [decode_figure(f, k, copy_gbs.get(k)) for k, f in frames["decode"].items()],
         "traffic": [traffic_figure(f, k) for k, f in frames["traffic"].items()]}
