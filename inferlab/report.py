@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from inferlab import figures, layout
+from inferlab import figures, layout, roofline
 from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
@@ -268,7 +268,7 @@ def page_data(root: Path, keys: list[KeyData]) -> dict:
     results = {k.key: k.results for k in keys}
     figs = {name: [Markup(svg) for svg in drawn]
             for name, drawn in figures.report_figures(frames, copy, bands, results).items()}
-    figs["roofline"] = [Markup(svg) for svg in figures.roofline_figures(frames, ceilings)]
+    figs["roofline"] = [Markup(svg) for svg in roofline.roofline_figures(frames, ceilings)]
     return {"sections": SECTIONS, "cards": [summary_card(k) for k in keys],
             "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
             "hardware": claims_file.hardware, "stages": stages, "figures": figs,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferlab import claims, figures
+from inferlab import claims, figures, plotting, roofline
 from inferlab.traffic import naive_hbm_elements, traffic_ratio
 
 SEED = 20240611
@@ -28,7 +28,7 @@ CEILINGS = {"copy_gbs": 40.0, "matmul_gflops": {"float32": 120.0, "bfloat16": 50
     ({"impl": "splitkv", "splits": 16}, "splitkv, 16 splits"),
     ({"impl": "tiled", "block_q": 256}, "tiled B=256")])
 def test_implementation_labels(row, label):
-    assert figures.impl_label(row) == label
+    assert plotting.impl_label(row) == label
 
 
 def test_our_triton_kernels_have_colours_of_their_own():
@@ -36,7 +36,7 @@ def test_our_triton_kernels_have_colours_of_their_own():
     labels = ["triton_flash B=64", "triton_flash B=128", "triton_decode, 4 splits",
               "triton_decode, 16 splits", "sdpa_flash", "tiled B=64", "tiled B=128",
               "splitkv, 4 splits", "splitkv, 16 splits", "naive"]
-    colours = [figures.colour(label) for label in labels]
+    colours = [plotting.colour(label) for label in labels]
     assert grey not in colours
     assert len(set(colours)) == len(labels)
 
@@ -144,7 +144,7 @@ def _traffic(T: int, dtype: str = "float32", known: bool = True) -> pd.DataFrame
 @pytest.mark.parametrize("dtype, size", [("float32", 4), ("bfloat16", 2)])
 def test_intensity_is_flops_over_the_models_bytes_at_the_tile_that_ran(T, dtype, size):
     prefill = _prefill(random.Random(T), T, dtype)
-    points = figures.roofline_points(prefill, _traffic(T, dtype)).set_index("label")
+    points = roofline.roofline_points(prefill, _traffic(T, dtype)).set_index("label")
     flops = 2 * 2 * 3 * T * T * 64
     naive_bytes = naive_hbm_elements(T, 64, causal=True) * 2 * 3 * size
     assert points.loc["naive", "intensity"] == pytest.approx(flops / naive_bytes)
@@ -161,7 +161,7 @@ def test_intensity_is_flops_over_the_models_bytes_at_the_tile_that_ran(T, dtype,
 
 def test_without_a_known_tile_the_assumed_one_is_used_and_said():
     """traffic.csv made by older code has only assumed-tile rows."""
-    points = figures.roofline_points(_prefill(random.Random(3), 2048),
+    points = roofline.roofline_points(_prefill(random.Random(3), 2048),
                                      _traffic(2048, known=False)).set_index("label")
     assert "sdpa_flash, tile assumed" in points.index
     flops = 2 * 2 * 3 * 2048 * 2048 * 64
@@ -171,7 +171,7 @@ def test_without_a_known_tile_the_assumed_one_is_used_and_said():
 
 
 def test_without_traffic_rows_only_naive_is_placed():
-    points = figures.roofline_points(_prefill(random.Random(4), 1024), None)
+    points = roofline.roofline_points(_prefill(random.Random(4), 1024), None)
     assert list(points["label"]) == ["naive"]
 
 
@@ -179,7 +179,7 @@ def test_roofline_draws_the_machines_roof_per_dtype():
     prefill = pd.concat([_prefill(random.Random(5), 1024), _prefill(random.Random(6), 1024,
                                                                      "bfloat16")])
     traffic = pd.concat([_traffic(1024), _traffic(1024, "bfloat16")])
-    drawn = figures.roofline_figure(prefill, traffic, CEILINGS, "cpu-key")
+    drawn = roofline.roofline_figure(prefill, traffic, CEILINGS, "cpu-key")
     assert ">roof: copy 40 GB/s</text>" in drawn
     assert ">float32: 120 GFLOP/s, ridge 3 FLOP/B</text>" in drawn
     assert ">bfloat16: 500 GFLOP/s, ridge 12.5 FLOP/B</text>" in drawn
@@ -187,11 +187,11 @@ def test_roofline_draws_the_machines_roof_per_dtype():
 
 
 def test_roofline_without_ceilings_still_places_the_points():
-    drawn = figures.roofline_figure(_prefill(random.Random(7), 1024), _traffic(1024), {}, "k")
+    drawn = roofline.roofline_figure(_prefill(random.Random(7), 1024), _traffic(1024), {}, "k")
     assert "roof: copy" not in drawn and ">naive</text>" in drawn
 
 
 def test_roofline_of_rows_that_did_not_run_is_none():
     prefill = _prefill(random.Random(8), 1024).assign(status="oom")
-    assert figures.roofline_figure(prefill, _traffic(1024), CEILINGS, "k") is None
-    assert figures.roofline_figures({"prefill": {"k": prefill}}, {"k": CEILINGS}) == []
+    assert roofline.roofline_figure(prefill, _traffic(1024), CEILINGS, "k") is None
+    assert roofline.roofline_figures({"prefill": {"k": prefill}}, {"k": CEILINGS}) == []
