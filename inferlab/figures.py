@@ -102,8 +102,8 @@ def speedup_figure(results: list[dict], name: str, bands: dict) -> str | None:
         for band, (lo, hi) in bands.items():
             c = next((c for label, c, _ in series if label.startswith(band)), "#888888")
             ax.axhspan(lo, hi, color=c, alpha=0.12, lw=0)
-            extra.append(Patch(color=c, alpha=0.25, label=f"chapter: {band}, "
-                                                          f"{plotting.number(lo)}–{plotting.number(hi)}×"))
+            span = f"{plotting.number(lo)}–{plotting.number(hi)}×"
+            extra.append(Patch(color=c, alpha=0.25, label=f"chapter: {band}, {span}"))
         ax.axhline(1, color="#888888", lw=0.8)
         plotting.log_y(ax)
         plotting.length_axis(ax, lengths)
