@@ -25,7 +25,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from inferlab import figures, layout
+from inferlab import figures, layout, roofline
 from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
@@ -263,10 +263,12 @@ def page_data(root: Path, keys: list[KeyData]) -> dict:
                                         for k in present(stage)]
     frames = {s: {k.key: k.frame(s).frame for k in present(s)}
               for s in ("prefill", "decode", "traffic")}
-    copy = {k.key: ((k.evidence["probe"].data or {}).get("ceilings") or {}).get("copy_gbs")
-            for k in keys}
+    ceilings = {k.key: (k.evidence["probe"].data or {}).get("ceilings") or {} for k in keys}
+    copy = {key: c.get("copy_gbs") for key, c in ceilings.items()}
+    results = {k.key: k.results for k in keys}
     figs = {name: [Markup(svg) for svg in drawn]
-            for name, drawn in figures.report_figures(frames, copy, bands).items()}
+            for name, drawn in figures.report_figures(frames, copy, bands, results).items()}
+    figs["roofline"] = [Markup(svg) for svg in roofline.roofline_figures(frames, ceilings)]
     return {"sections": SECTIONS, "cards": [summary_card(k) for k in keys],
             "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
             "hardware": claims_file.hardware, "stages": stages, "figures": figs,

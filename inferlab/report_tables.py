@@ -36,7 +36,8 @@ DECODE_COLUMNS = {
     "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
     "status": "status"}
 TRAFFIC_COLUMNS = {
-    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "block_q_model": "model B_q",
+    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "tile": "tile",
+    "block_q_model": "model B_q",
     "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
     "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
     "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",

@@ -3,10 +3,11 @@ for the report tests (tests/test_report.py) and the browser tests (tests/test_br
 
 The CPU key has every stage at the CPU grid of config.yaml (256-1,024 tokens, fp32 and
 bf16, 12 heads, d = 64; caches 1,024-16,384 at batch 1 and 4), with CUDA-only backends
-unavailable, some noisy rows, model-only traffic rows, and a malicious string in a
-probe reason and a kernel name. The GPU key has the chapter's grid in fp16 (1,024-8,192
-tokens; caches 4,096-65,536 at batch 1 and 8) and no traffic stage. Both get the
-claims.json the claims stage would write.
+unavailable, some noisy rows, PyTorch's CPU flash kernel as the op of its sdpa_flash rows
+(so traffic.csv, written by the real traffic stage, has rows at that kernel's known tile),
+model-only traffic rows, and a malicious string in a probe reason and a kernel name. The
+GPU key has the chapter's grid in fp16 (1,024-8,192 tokens; caches 4,096-65,536 at batch 1
+and 8) and no traffic stage. Both get the claims.json the claims stage would write.
 """
 
 from __future__ import annotations
@@ -16,16 +17,22 @@ import random
 from pathlib import Path
 
 import pandas as pd
-from test_claims import CPU, GPU, SEED, correctness_rows, probe_json, write_stage
+from test_claims import CPU, GPU, SEED, _cells, correctness_rows, probe_json, write_stage
 
+from inferlab import artifacts
 from inferlab.audit import evaluate_key
-from inferlab.traffic import decode_cache_bytes, implied_block_q, traffic_ratio
+from inferlab.evidence import Evidence
+from inferlab.runner import StageContext
+from inferlab.stages import traffic
+from inferlab.stages.traffic import CPU_FLASH_OP
+from inferlab.traffic import decode_cache_bytes
 
 EVIL = "<script>alert(1)</script>"
 CUDA_ONLY = ("{} attention is a CUDA-only kernel and this PyTorch build has no CUDA "
              "(torch.version.cuda is None, torch 2.13.0+cpu)")
 HEADS, D = 12, 64
 SIZES = {"float32": 4, "bfloat16": 2, "float16": 2}
+MATMUL_GFLOPS = {"float32": 120.0, "bfloat16": 500.0, "float16": 1000.0}
 
 
 def _probe(device: str, dtypes: tuple[str, ...], refused: dict[str, str],
@@ -45,6 +52,8 @@ def _probe(device: str, dtypes: tuple[str, ...], refused: dict[str, str],
                             "cuda": {"device_name": "Synthetic GPU"} if device == "cuda"
                             else None}
     probe["ceilings"]["copy_gbs"] = copy_gbs
+    probe["ceilings"]["matmul_gflops"] = {d: MATMUL_GFLOPS[d] for d in dtypes}
+    probe["ceilings"]["matmul_gflops_by_size"] = {d: {"1024": MATMUL_GFLOPS[d]} for d in dtypes}
     return probe
 
 
@@ -130,29 +139,16 @@ def decode_frame(rnd: random.Random, cache_lens, batches, dtype: str, copy_gbs: 
     return pd.DataFrame(rows)
 
 
-def traffic_frame(prefill: pd.DataFrame, model_lengths=(1024, 2048, 4096, 8192)) -> pd.DataFrame:
-    """The traffic stage's rows from prefill rows: measured where prefill ran, model-only
-    (empty dtype) at the chapter's lengths it did not."""
-    ok = prefill[prefill["status"] == "ok"]
-    rows = []
-    for (T, dtype, causal), group in ok.groupby(["T", "dtype", "causal"]):
-        naive = group[group["impl"] == "naive"]["median_ms"].min()
-        fused_rows = group[group["fused_sdpa"]].sort_values("median_ms")
-        fused = fused_rows["median_ms"].iloc[0]
-        rows.append(dict(T=T, d=D, causal=causal, dtype=dtype, tile="assumed", block_q_model=128,
-                         model_ratio=traffic_ratio(int(T), D, 128, causal=bool(causal)),
-                         naive_ms=naive, fused_ms=fused, fused_impl=fused_rows["impl"].iloc[0],
-                         measured_ratio=naive / fused, measured_ratio_ci_low=naive / fused * 0.98,
-                         measured_ratio_ci_high=naive / fused * 1.02,
-                         implied_block_q=implied_block_q(naive / fused, int(T), D, bool(causal)),
-                         cpu_kernel_q_split=32, cpu_kernel_kv_split=512, note=""))
-    for T in sorted(set(model_lengths) - set(ok["T"])):
-        for causal in (False, True):
-            rows.append(dict(T=T, d=D, causal=causal, dtype=None, tile="assumed",
-                             block_q_model=128,
-                             model_ratio=traffic_ratio(T, D, 128, causal=causal),
-                             note="model only: prefill did not measure this length here"))
-    return pd.DataFrame(rows)
+def traffic_rows(prefill: pd.DataFrame, device: str,
+                 model_lengths=(1024, 2048, 4096, 8192)) -> list[dict]:
+    """The traffic stage's own rows from the prefill rows as written: measured where
+    prefill ran (at the assumed tile, and at the known tile of a kernel that ran with one),
+    model-only (empty dtype) at the chapter's lengths it did not."""
+    table = artifacts.decode("prefill", artifacts.encode("prefill", _cells(prefill)))
+    evidence = {"prefill": Evidence("prefill", Path("prefill.csv"), table, None, None)}
+    ctx = StageContext("traffic", Path("."), "synthetic", device, 1, SEED, evidence,
+                       lambda _: None)
+    return traffic.run(traffic.Params(block_q_model=128, model_lengths=model_lengths), ctx)
 
 
 def splitkv_rows(rnd: random.Random, dtype: str) -> pd.DataFrame:
@@ -176,10 +172,12 @@ def two_machines(root: Path) -> Path:
     prefill = prefill_frame(rnd, (256, 512, 1024), ("float32", "bfloat16"), (1.5, 3.0),
                             (1.5, 2.5), {f"sdpa_{b}": r for b, r in cpu_refused.items()})
     prefill.loc[0, "kernel"] = EVIL
+    prefill.loc[(prefill["impl"] == "sdpa_flash") & (prefill["status"] == "ok"),
+                "kernel"] = CPU_FLASH_OP
     write_stage(root, CPU, "prefill", prefill, "cpu")
     write_stage(root, CPU, "decode", decode_frame(rnd, (1024, 4096, 16384), (1, 4), "float32",
                                                   16.0), "cpu")
-    write_stage(root, CPU, "traffic", traffic_frame(prefill), "cpu")
+    write_stage(root, CPU, "traffic", traffic_rows(prefill, "cpu"), "cpu")
 
     write_stage(root, GPU, "probe", _probe("cuda", ("float16",), {"flash": "not built"}, 300.0),
                 "cuda")

@@ -125,3 +125,31 @@ def test_a_provenance_link_opens_its_block(browser, synthetic):
         assert opened
     finally:
         context.close()
+
+
+FIGURE_BOXES = """id => [...document.querySelectorAll(`#${id} .panel`)].map(panel => {
+  const svg = panel.querySelector('svg'), box = svg.getBoundingClientRect();
+  return {title: svg.querySelector('text') ? [...svg.querySelectorAll('text')]
+            .map(t => t.textContent) : [], width: box.width, height: box.height,
+          panel: panel.getBoundingClientRect().width,
+          right: box.right, page: document.documentElement.clientWidth};
+})"""
+
+
+@pytest.mark.parametrize("width", [500, 1400])
+def test_a_roofline_per_machine_is_drawn_inside_its_panel(browser, synthetic, width):
+    context = browser.new_context(viewport={"width": width, "height": SCREEN_HEIGHT},
+                                  is_mobile=width == 500, has_touch=width == 500)
+    try:
+        page = context.new_page()
+        page.goto(synthetic.resolve().as_uri())
+        boxes = page.evaluate(FIGURE_BOXES, "traffic-roofline")
+    finally:
+        context.close()
+    keys = layout.keys(synthetic.parent.parent)
+    assert len(boxes) == len(keys)
+    for key, box in zip(keys, boxes, strict=True):
+        assert key in box["title"]  # one per machine, in the keys' order
+        assert any(t.startswith("roof: copy") for t in box["title"]), box["title"]
+        assert 0 < box["width"] <= box["panel"] + 0.5 and box["right"] <= box["page"]
+        assert box["height"] > 100

@@ -18,7 +18,7 @@ from markupsafe import escape
 from report_evidence import CUDA_ONLY, EVIL, two_machines
 from test_claims import CPU, GPU, write_stage
 
-from inferlab import artifacts, claims, figures, formats, layout
+from inferlab import artifacts, claims, figures, formats, layout, plotting
 from inferlab.backend_map import cell, map_cases, map_rows
 from inferlab.report import NOT_MEASURED, SECTIONS, render_report
 
@@ -273,10 +273,10 @@ def test_speedup_bands_come_from_the_claims():
 
 def test_each_implementation_has_its_own_colour(evidence_root):
     frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
-    labels = sorted({figures.impl_label(r) for r in frame.to_dict("records")})
+    labels = sorted({plotting.impl_label(r) for r in frame.to_dict("records")})
     assert len(labels) >= 6
-    assert len({figures.colour(label) for label in labels}) == len(labels)
-    assert len({figures.DTYPE_STYLE[d] for d in ("float32", "bfloat16", "float16")}) == 3
+    assert len({plotting.colour(label) for label in labels}) == len(labels)
+    assert len({plotting.DTYPE_STYLE[d] for d in ("float32", "bfloat16", "float16")}) == 3
 
 
 def test_prefill_ticks_are_the_real_lengths(report_html):

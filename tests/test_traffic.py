@@ -3,7 +3,9 @@ counts over awkward shapes, every argument check at its boundary; and split-KV d
 honouring an explicit scale (the decode the model's floor is about)."""
 
 import math
+import random
 
+import pandas as pd
 import pytest
 import torch
 
@@ -271,3 +273,108 @@ def test_splitkv_decode_honours_an_explicit_scale(make_qkv, splits, scale):
     expected = naive_attention(q, k, v, scale=scale)
     assert (out - expected).abs().max().item() <= 1e-12
     assert (out - naive_attention(q, k, v)).abs().max().item() > 1e-3
+
+
+# ---------------------------------------------------------------- the traffic stage's tiles
+
+
+def _prefill_point(rng, T: int, causal: bool, fused_kernel: str | None,
+                   triton_blocks=()) -> list[dict]:
+    """Prefill rows of one point, paired with naive: naive, sdpa_flash (whose op the profiler
+    named ``fused_kernel``) and our Triton kernel at each (BLOCK_M, BLOCK_N=64)."""
+    naive_ms = rng.uniform(50, 100)
+    impls = [("naive", False, None, None, "aten::bmm"),
+             ("sdpa_flash", True, None, None, fused_kernel)]
+    impls += [("triton_flash", False, b, 64, f"_attn_fwd (Triton, BLOCK_M={b})")
+              for b in triton_blocks]
+    rows = []
+    for impl, fused, block_q, block_k, kernel in impls:
+        ms = naive_ms if impl == "naive" else naive_ms / rng.uniform(2, 12)
+        rows.append({"impl": impl, "fused_sdpa": fused, "T": T, "batch": 1, "heads": 2,
+                     "d": 64, "dtype": "float32", "causal": causal, "block_q": block_q,
+                     "block_k": block_k, "threads": 1, "median_ms": ms, "ratio_to": "naive",
+                     "ratio": ms / naive_ms, "ratio_ci_low": 0.98 * ms / naive_ms,
+                     "ratio_ci_high": 1.02 * ms / naive_ms, "flops": 1, "kernel": kernel,
+                     "status": "ok"})
+    return rows
+
+
+def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
+    """The traffic stage on ``prefill_rows`` (row dicts, through the real writer and reader;
+    or a prefill Table as read), its rows through the writer and reader."""
+    from pathlib import Path
+
+    from inferlab import artifacts
+    from inferlab.evidence import Evidence
+    from inferlab.runner import StageContext
+    from inferlab.stages import traffic
+
+    table = prefill_rows if isinstance(prefill_rows, artifacts.Table) else artifacts.decode(
+        "prefill", artifacts.encode("prefill", prefill_rows))
+    evidence = {"prefill": Evidence("prefill", Path(tmp_path), table, None, None)}
+    ctx = StageContext("traffic", Path(tmp_path), "test", device, 1, 0, evidence, lambda _: None)
+    out = traffic.run(traffic.Params(block_q_model=128), ctx)
+    return artifacts.decode("traffic", artifacts.encode("traffic", out)).frame
+
+
+@pytest.mark.parametrize("T", [100, 512, 1024, 2048])
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_flash_kernel_rows_use_its_known_tile(tmp_path, T, causal):
+    from inferlab.backends import cpu_flash_split_sizes
+    from inferlab.stages.traffic import CPU_FLASH_OP
+
+    rng = random.Random(T + causal)
+    rows = _traffic(tmp_path, _prefill_point(rng, T, causal, f"{CPU_FLASH_OP}+aten::empty"))
+    assumed, known = rows[rows["tile"] == "assumed"], rows[rows["tile"] == "known"]
+    assert len(assumed) == 1 and len(known) == 1
+    q_split, kv_split = cpu_flash_split_sizes(T, T)
+    row = known.iloc[0]
+    assert (row["block_q_model"], row["cpu_kernel_q_split"], row["cpu_kernel_kv_split"]) == (
+        q_split, q_split, kv_split)
+    assert row["model_ratio"] == pytest.approx(traffic_ratio(T, 64, q_split, kv_split, causal))
+    assert assumed.iloc[0]["model_ratio"] == pytest.approx(traffic_ratio(T, 64, 128, 128, causal))
+    assert row["fused_impl"] == "sdpa_flash"
+    assert row["measured_ratio"] == pytest.approx(assumed.iloc[0]["measured_ratio"])
+    assert "FlashAttentionKernel.cpp" in row["note"] and CPU_FLASH_OP in row["note"]
+    assert "traffic.block_q_model" in assumed.iloc[0]["note"]
+
+
+@pytest.mark.parametrize("kernel", [None, "aten::_scaled_dot_product_efficient_attention"])
+def test_no_known_tile_when_the_cpu_flash_kernel_did_not_run(tmp_path, kernel):
+    rows = _traffic(tmp_path, _prefill_point(random.Random(7), 1024, True, kernel))
+    assert list(rows["tile"]) == ["assumed"]
+
+
+def test_triton_rows_use_the_blocks_they_were_launched_with(tmp_path):
+    rows = _traffic(tmp_path, _prefill_point(random.Random(11), 1024, True, None, (64, 128)),
+                    device="cuda")
+    known = rows[rows["tile"] == "known"].set_index("block_q_model")
+    assert sorted(known.index) == [64, 128] and set(known["fused_impl"]) == {"triton_flash"}
+    for block_q in (64, 128):
+        assert known.loc[block_q, "model_ratio"] == pytest.approx(
+            traffic_ratio(1024, 64, block_q, 64, causal=True))
+        assert f"BLOCK_M = {block_q}, BLOCK_N = 64" in known.loc[block_q, "note"]
+    assert known["cpu_kernel_q_split"].isna().all()
+    assumed = rows[rows["tile"] == "assumed"].iloc[0]
+    assert "do not report" in assumed["note"] and pd.isna(assumed["cpu_kernel_q_split"])
+
+
+def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
+    """Evidence made by older code (every key committed under results/) still feeds the
+    stage, and each point where PyTorch's CPU flash kernel ran gets its known-tile row."""
+    from inferlab import artifacts, layout
+    from inferlab.stages.traffic import CPU_FLASH_OP
+
+    keys = [k for k in layout.keys(layout.REPO_ROOT)
+            if layout.artifact_path(layout.REPO_ROOT, k, "prefill").is_file()]
+    if not keys:
+        pytest.skip("no committed prefill.csv in this checkout")
+    for key in keys:
+        table = artifacts.read(layout.artifact_path(layout.REPO_ROOT, key, "prefill"), "prefill")
+        prefill = table.frame
+        ran = prefill[(prefill["status"] == "ok")
+                      & prefill["kernel"].fillna("").str.contains(CPU_FLASH_OP, regex=False)]
+        rows = _traffic(tmp_path, table)
+        known = rows[rows["tile"] == "known"]
+        points = {(int(r.T), bool(r.causal), str(r.dtype)) for r in ran.itertuples()}
+        assert {(int(r.T), bool(r.causal), str(r.dtype)) for r in known.itertuples()} == points

@@ -8,12 +8,21 @@ The measured ratio is the paired one: the prefill stage timed naive and fused in
 rounds, and ``measured_ratio`` is the median over rounds of naive / fused with its 95%
 interval. "Fused" is the fastest prefill row marked ``fused_sdpa``: PyTorch's fused kernel, an SDPA
 backend that never writes the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
-names it. On a CPU the tile PyTorch's CPU
-flash kernel really uses is set beside the implied one (backends.cpu_flash_split_sizes);
-CUDA kernels do not report theirs: the model's B_q there is an assumption (``tile``
-"assumed"). Our Triton kernel (inferlab.kernels, CUDA only) runs at tiles we choose, so
-beside each of its prefill rows the model is evaluated at that kernel's own B_q (``tile``
-"known"): the model tested without assuming a tile.
+names it.
+
+Each measured point has a row at the chapter's assumed tile (``tile`` "assumed": the
+configured ``block_q_model``, B_k = B_q) and one at the tile of each kernel that ran whose
+tile is known (``tile`` "known", the model at that kernel's own B_q and B_k; ``note`` says
+where the tile comes from):
+
+* PyTorch's CPU flash kernel, recognised by the op the profiler saw
+  (``CPU_FLASH_OP`` in the row's ``kernel``): its ``qSplitSize`` and ``kvSplitSize`` at
+  this length, read from PyTorch's source (``backends.cpu_flash_split_sizes``), also set
+  in ``cpu_kernel_q_split`` / ``cpu_kernel_kv_split`` beside the assumed row;
+* our Triton kernel (inferlab.kernels, CUDA only): the BLOCK_M and BLOCK_N it was
+  launched with (the prefill row's ``block_q``, ``block_k``).
+
+PyTorch's CUDA kernels do not report their tiles: there the model's B_q stays an assumption.
 """
 
 from __future__ import annotations
@@ -38,6 +47,26 @@ class Params:
         return cls(**{k: tuples(v) for k, v in cfg["traffic"].items()})
 
 
+CPU_FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
+CPU_FLASH_SOURCE = ("known: PyTorch's CPU flash kernel ran (the profiler saw {op}); its "
+                    "qSplitSize x kvSplitSize at this length, from PyTorch's "
+                    "aten/src/ATen/native/cpu/FlashAttentionKernel.cpp")
+TRITON_SOURCE = ("known: our Triton kernel, launched with BLOCK_M = {q}, BLOCK_N = {k} "
+                 "(inferlab/kernels.py)")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The (B_q, B_k) the model is evaluated at, whether it is assumed or known, and where
+    it comes from (in words, for the row's note)."""
+
+    block_q: int
+    block_k: int
+    kind: str      # assumed | known
+    source: str
+    cpu_kernel: bool = False  # PyTorch's CPU flash kernel's own split sizes
+
+
 def _fastest(rows: pd.DataFrame) -> pd.Series | None:
     ok = rows[rows["status"] == "ok"]
     return None if ok.empty else ok.loc[ok["median_ms"].idxmin()]
@@ -53,7 +82,7 @@ def _naive_over(fused: pd.Series | None) -> tuple[float | None, float | None, fl
 
 def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str | None]:
     if device != "cpu":
-        return None, None, "the CUDA kernels' tile sizes are not reported by PyTorch"
+        return None, None, "PyTorch's CUDA kernels do not report their tile sizes"
     try:
         q_split, kv_split = cpu_flash_split_sizes(T, T)
     except NotImplementedError as exc:
@@ -61,42 +90,68 @@ def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str |
     return q_split, kv_split, None
 
 
+def known_tiles(rows: pd.DataFrame, T: int) -> list[tuple[Tile, pd.Series]]:
+    """(tile, its fastest ok row) for each kernel of one point that ran with a known tile:
+    PyTorch's CPU flash kernel (by the op the profiler saw) and our Triton kernel per tile."""
+    ok = rows[rows["status"] == "ok"]
+    out = []
+    ran_cpu_flash = ok["kernel"].fillna("").str.contains(CPU_FLASH_OP, regex=False)
+    cpu_flash = ok[ok["fused_sdpa"].fillna(False) & ran_cpu_flash]
+    if not cpu_flash.empty:
+        q_split, kv_split = cpu_flash_split_sizes(T, T)
+        tile = Tile(q_split, kv_split, "known", CPU_FLASH_SOURCE.format(op=CPU_FLASH_OP),
+                    cpu_kernel=True)
+        out.append((tile, _fastest(cpu_flash)))
+    for block_q, group in ok[ok["impl"] == "triton_flash"].groupby("block_q"):
+        row = _fastest(group)
+        block_k = int(block_q) if pd.isna(row["block_k"]) else int(row["block_k"])
+        out.append((Tile(int(block_q), block_k, "known",
+                         TRITON_SOURCE.format(q=int(block_q), k=block_k)), row))
+    return out
+
+
 def point_rows(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
                params: Params, device: str) -> list[dict]:
-    """The traffic rows of one (T, d, causal, dtype) point: PyTorch's fused kernel at the
-    assumed tile, and our Triton kernel at each tile it really used."""
+    """The traffic rows of one (T, d, causal, dtype) point: PyTorch's fastest fused kernel
+    at the assumed tile, then each kernel of known tile at its own."""
     naive = _fastest(rows[rows["impl"] == "naive"])
+    b = params.block_q_model
+    assumed = Tile(b, b, "assumed", f"assumed: B_q = B_k = {b} (traffic.block_q_model)")
     out = [point_row(naive, _fastest(rows[rows["fused_sdpa"].fillna(False)]), T, d, causal,
-                     dtype, params.block_q_model, "assumed", device)]
-    ours = rows[(rows["impl"] == "triton_flash") & (rows["status"] == "ok")]
-    for block_q, group in ours.groupby("block_q"):
-        out.append(point_row(naive, _fastest(group), T, d, causal, dtype, int(block_q),
-                             "known", device))
+                     dtype, assumed, device)]
+    for tile, fused in known_tiles(rows, T):
+        out.append(point_row(naive, fused, T, d, causal, dtype, tile, device))
     return out
 
 
 def point_row(naive: pd.Series | None, fused: pd.Series | None, T: int, d: int, causal: bool,
-              dtype: str, block_q: int, tile: str, device: str) -> dict:
-    """One traffic row: the model at ``block_q`` beside the measured naive/fused ratio."""
+              dtype: str, tile: Tile, device: str) -> dict:
+    """One traffic row: the model at ``tile`` beside the measured naive/fused ratio."""
     naive_ms = None if naive is None else float(naive["median_ms"])
     fused_ms = None if fused is None else float(fused["median_ms"])
     measured, low, high = _naive_over(fused)
-    q_split, kv_split, note = _cpu_kernel_tile(T, device) if tile == "assumed" \
-        else (None, None, f"our Triton kernel's own tile: B_q = {block_q}")
+    if tile.kind == "assumed":  # the CPU kernel's splits beside the assumed tile
+        q_split, kv_split, why = _cpu_kernel_tile(T, device)
+    else:
+        q_split, kv_split, why = (tile.block_q, tile.block_k, None) if tile.cpu_kernel \
+            else (None, None, None)
     implied = None if measured is None else implied_block_q(measured, T, d, causal=causal)
+    problem = None
     if measured is None:
-        note = "no measured ratio: " + ("naive did not run" if naive_ms is None
-                                        else "no fused SDPA backend ran")
+        problem = "no measured ratio: " + ("naive did not run" if naive_ms is None
+                                           else "no fused SDPA backend ran")
     elif not math.isfinite(implied):
-        implied, note = None, ("the measured ratio is at or above the model's limit at this "
-                               "T for any tile: no finite B_q implies it")
-    return {"T": T, "d": d, "causal": causal, "dtype": dtype, "tile": tile,
-            "block_q_model": block_q, "model_ratio": traffic_ratio(T, d, block_q, causal=causal),
+        implied, problem = None, ("the measured ratio is at or above the model's limit at "
+                                  "this T for any tile: no finite B_q implies it")
+    return {"T": T, "d": d, "causal": causal, "dtype": dtype, "tile": tile.kind,
+            "block_q_model": tile.block_q,
+            "model_ratio": traffic_ratio(T, d, tile.block_q, tile.block_k, causal=causal),
             "naive_ms": naive_ms, "fused_ms": fused_ms,
             "fused_impl": None if fused is None else str(fused["impl"]),
             "measured_ratio": measured, "measured_ratio_ci_low": low,
             "measured_ratio_ci_high": high, "implied_block_q": implied,
-            "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split, "note": note}
+            "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split,
+            "note": "; ".join(filter(None, (tile.source, why, problem)))}
 
 
 def model_row(T: int, d: int, causal: bool, params: Params) -> dict:
