@@ -43,6 +43,7 @@ class Stage:
     files: tuple[str, ...] = ()    # other files it reads, relative to the repository
     timed: bool = False            # it measures time: never beside another stage
     key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
+    derived: tuple[str, ...] = ()  # files made from the artifact, in results/{key}/{name}/
 
     @property
     def module(self) -> str:
@@ -76,6 +77,12 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("claims", "claims.json", "claims_result.schema.json",
           reads=("probe", "correctness", "prefill", "decode", "traffic", "model"),
           files=("claims.yaml",)),
+    # The artifact holds the tables and numbers; the files the manuscript uses are derived
+    # from it (inferlab.stages.manuscript.derived_files) and their sha256 recorded in it.
+    Stage("manuscript", "manuscript.json", "manuscript.schema.json",
+          reads=("probe", "prefill", "decode", "traffic", "claims"), sections=("traffic",),
+          files=("claims.yaml",),
+          derived=("tables.md", "tables.tex", "numbers.json", "numbers.tex")),
 )}
 # The report is a rule, not a stage: it writes no register entry. Its code is the
 # closure of inferlab.report, the claims file and the page template.
