@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from inferlab.formats import format_value, table_cell, with_unit
+from inferlab.formats import format_value, with_unit
 from inferlab.traffic import naive_hbm_elements, tiled_hbm_elements
 
 NOT_MEASURED = "not measured here"
@@ -66,7 +66,8 @@ def traffic_table(traffic: pd.DataFrame, chapter: Chapter) -> dict:
     """(a) Elements moved per head and sequence, direct and block-wise (causal, the tile
     B_q the model assumes), their ratio, and the measured naive / fused time ratio."""
     rows = traffic[(traffic["causal"] == True) & (traffic["tile"] == "assumed")  # noqa: E712
-                   & (traffic["block_q_model"] == chapter.block_q)]
+                   & (traffic["block_q_model"] == chapter.block_q)
+                   & traffic["T"].isin(chapter.lengths)]
     out = []
     for T, group in rows.groupby("T", sort=True):
         row = group.iloc[0]
@@ -91,11 +92,17 @@ def traffic_table(traffic: pd.DataFrame, chapter: Chapter) -> dict:
                         f"{chapter.dtype} (the chapter's fp16 on this device)."])
 
 
+def number(x: float) -> str:
+    """3 significant figures, and thousands separated as the chapter prints them (3,148)."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else format_value(float(x))
+
+
 def _time_memory(frame: pd.DataFrame) -> list[str]:
     if frame.empty:
         return []
     row = frame.loc[frame["median_ms"].idxmin()]
-    return [table_cell(row["median_ms"], "num"), table_cell(row["peak_extra_bytes"], "mib")]
+    memory = row["peak_extra_bytes"]
+    return [number(row["median_ms"]), "—" if pd.isna(memory) else number(memory / 2**20)]
 
 
 def prefill_table(prefill: pd.DataFrame, chapter: Chapter) -> dict:
@@ -146,7 +153,7 @@ def backends_table(probe: dict, chapter: Chapter) -> dict:
 
 
 def _us(ms: float) -> str:
-    return format_value(float(ms) * 1e3)
+    return number(float(ms) * 1e3)
 
 
 def decode_table(decode: pd.DataFrame, chapter: Chapter) -> dict:
@@ -273,7 +280,8 @@ def numbers_tex(numbers: list[dict], key: str) -> str:
              '% \\ILcheck marks a number whose verdict here is not "reproduced".',
              r"\providecommand{\ILcheck}[1]{\fbox{#1}}"]
     for n in numbers:
-        source = (f"{n['artifact']} version {n['version']} sha256 {n['sha256']} "
+        source = (f"{n['artifact']} version {n['version']} "
+                  f"sha256 {n['sha256'] or 'not in the register'} "
                   f"commit {n['commit'] or 'not recorded'}") if n["artifact"] else "no artifact"
         text = latex_text(n["text"])
         body = "\\ILcheck{" + text + "}" if n["marked"] else text
@@ -298,3 +306,35 @@ def derived_files(manuscript: dict) -> dict[str, bytes]:
 def file_hashes(manuscript: dict) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest()
             for name, data in derived_files(manuscript).items()}
+
+
+# ------------------------------------------------------------------ the report's view
+
+
+def report_view(root, key: str, evidence) -> dict:
+    """One key's "For the manuscript" block: its four tables, and a link to each derived
+    file with its sha256 checked against the artifact's record now."""
+    import os
+
+    from inferlab import layout
+
+    data = evidence.data
+    if data is None:
+        why = evidence.error or "the manuscript stage did not run for this key"
+        return {"key": key, "missing": f"{NOT_MEASURED}: {why}", "tables": [], "files": []}
+    page_dir = layout.report_path(root).parent
+    files = []
+    for name, recorded in sorted(data["files"].items()):
+        path = layout.derived_path(root, key, "manuscript", name)
+        now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        status = "missing" if now is None else ("sha256 OK" if now == recorded else
+                                                "changed since the stage wrote it")
+        files.append({"name": name, "href": os.path.relpath(path, page_dir), "status": status,
+                      "ok": now == recorded})
+    tables = [{"title": t["title"], "notes": t["notes"],
+               "table": {"columns": t["columns"],
+                         "rows": [{"cells": r, "noisy": False} for r in t["rows"]]}}
+              for t in data["tables"]]
+    marked = sum(n["marked"] for n in data["numbers"])
+    return {"key": key, "missing": None, "tables": tables, "files": files,
+            "numbers": len(data["numbers"]), "marked": marked, "dtype": data["dtype"]}
