@@ -303,3 +303,32 @@ def test_the_report_says_when_a_key_has_no_manuscript(two_keys, tmp_path):
     layout.artifact_path(root, CPU, "manuscript").unlink()
     page = render_report(root, layout.report_path(root)).read_text()
     assert f"{CPU}: not measured here: the manuscript stage did not run" in page
+
+
+def test_an_edited_derived_file_shows_in_the_report(two_keys, tmp_path):
+    root = shutil.copytree(two_keys, tmp_path / "copy")
+    with open(layout.derived_path(root, GPU, "manuscript", "numbers.tex"), "a") as f:
+        f.write("\\renewcommand{\\ILCThirteenFive}{13.5}\n")
+    page = render_report(root, layout.report_path(root)).read_text()
+    assert page.count("(changed since the stage wrote it)") == 1
+
+
+def test_the_runner_refuses_derived_files_the_stage_does_not_declare(two_keys, tmp_path):
+    class Module:
+        @staticmethod
+        def derived_files(data):
+            return {"tables.md": b"x", "extra.txt": b"y"}
+
+    content = layout.artifact_path(two_keys, CPU, "manuscript").read_bytes()
+    with pytest.raises(ValueError, match="extra.txt"):
+        write_derived(tmp_path, CPU, "manuscript", Module, content)
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_check_speaks_json(tmp_path, capsys):
+    chapter = tmp_path / "chapter.txt"
+    chapter.write_text("And it was sixteen to eighteen times slower.\n")
+    assert cli_main(["manuscript", "check", str(chapter), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(f["number"], [c["id"] for c in f["claims"]]) for f in found] == \
+        [("sixteen", ["C13-06"]), ("eighteen", ["C13-06"])]
