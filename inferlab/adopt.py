@@ -64,6 +64,10 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
         return f"its code changed since it was made ({', '.join(changed)})"
     if config_hash(config.effective(name)) != entry["provenance"]["config_sha256"]:
         return "its effective config changed since it was made"
+    missing = [f for f in STAGES[name].derived
+               if not layout.derived_path(root, config.key, name, f).is_file()]
+    if missing:
+        return f"the files derived from it are missing: {', '.join(missing)}"
     there = hardware(entry["provenance"].get("environment") or {})
     if there != here:
         return f"it was made on other hardware ({there}; here {here})"
@@ -101,7 +105,8 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> i
                else why_stale(root, config, name, here))
         stamp = when[i] if why is None else 0  # stale: 1970, older than anything
         path = layout.artifact_path(root, config.key, name)
-        for p in (path, layout.sidecar_path(path)):
+        derived = [layout.derived_path(root, config.key, name, f) for f in STAGES[name].derived]
+        for p in (path, layout.sidecar_path(path), *derived):
             if p.is_file():
                 os.utime(p, (stamp, stamp))
         if why is not None:

@@ -96,6 +96,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                      as_json=args.json)
 
 
+def _cmd_manuscript_check(args: argparse.Namespace) -> int:
+    from inferlab.manuscript_check import cli_check
+
+    return cli_check(args.file, root=Path(args.root), not_claims=args.not_claims,
+                     as_json=args.json)
+
+
 def _common() -> argparse.ArgumentParser:
     """Options every command takes, before or after its name."""
     p = argparse.ArgumentParser(add_help=False)
@@ -161,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("claim_id")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_audit)
+
+    s = sub.add_parser("manuscript", parents=[common], help="the chapter's text against the claims")
+    msub = s.add_subparsers(dest="action", required=True)
+    m = msub.add_parser("check", parents=[common],
+                        help="every number a chapter prints: the claim that covers it and its "
+                             "verdict per machine, or why it is no claim (exit 1 if neither)")
+    m.add_argument("file", help="the chapter, Markdown or plain text")
+    m.add_argument("--not-claims", default=None,
+                   help="the list of non-claim kinds (default: docs/chapter/not_claims.yaml)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_cmd_manuscript_check)
     return p
 
 

@@ -7,6 +7,7 @@ it can never replace the book evidence. That folder name is the *results key*::
 
     results/{key}/{artifact}             one artifact per stage (inferlab.pipeline.STAGES)
     results/{key}/{artifact}.prov.json   its provenance sidecar
+    results/{key}/{stage}/{file}         files derived from an artifact (the manuscript's)
     evidence/{key}/register.jsonl        the append-only, hash-chained register
     evidence/{key}/objects/{sha256}      a retained copy of every version
     logs/{key}/{rule}.log, benchmarks/out/{key}/{rule}.tsv
@@ -88,6 +89,11 @@ def evidence_dir(root: Path | str, key: str) -> Path:
 
 def artifact_path(root: Path | str, key: str, stage: str) -> Path:
     return results_dir(root, key) / stage_of(stage).artifact
+
+
+def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
+    """A file derived from ``stage``'s artifact: results/{key}/{stage}/{name}."""
+    return results_dir(root, key) / stage_of(stage).name / name
 
 
 def sidecar_path(artifact: Path | str) -> Path:

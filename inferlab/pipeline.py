@@ -55,6 +55,8 @@ class Stage:
     timed: bool = False            # it measures time: never beside another stage
     key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
     schema_file: str | None = None  # when not {name}.schema.json
+    derived: tuple[str, ...] = ()  # files made from the artifact, in results/{key}/{name}/
+    also_reads_config: tuple[str, ...] = ()  # other stages' config sections it computes from
 
     @property
     def module(self) -> str:
@@ -76,9 +78,10 @@ class Stage:
 
     @property
     def sections(self) -> tuple[str, ...]:
-        """The config sections of its effective config: its own, and ``timing`` exactly
-        when it measures time."""
-        return ((self.name,) if self.configured else ()) + (("timing",) if self.timed else ())
+        """The config sections of its effective config: its own, those of other stages it
+        computes from, and ``timing`` exactly when it measures time."""
+        return (((self.name,) if self.configured else ()) + self.also_reads_config
+                + (("timing",) if self.timed else ()))
 
 
 def _declare(*stages: Stage) -> dict[str, Stage]:
@@ -108,6 +111,12 @@ STAGES: dict[str, Stage] = _declare(
     # configured by claims.yaml (one of its code files), not by a config section
     Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),
           schema_file="claims_result.schema.json"),
+    # The artifact holds the tables and numbers; the files the manuscript uses are derived
+    # from it (inferlab.manuscript.derived_files) and their sha256 recorded in it. Its
+    # lengths are the traffic model's (the chapter's 1,024-8,192 tokens).
+    Stage("manuscript", table=False, reads=("probe", "prefill", "decode", "traffic", "claims"),
+          configured=False, also_reads_config=("traffic",), files=("claims.yaml",),
+          derived=("tables.md", "tables.tex", "numbers.json", "numbers.tex")),
 )
 # What records, checks, stores or shows a stage's artifact, never what it computes: hashed
 # into every sidecar (bookkeeping_files), no rerun trigger. The package __init__ files
@@ -117,11 +126,12 @@ BOOKKEEPING = frozenset({
     "inferlab.files", "inferlab.artifacts", "inferlab.register", "inferlab.provenance",
     "inferlab.trust", "inferlab.evidence", "inferlab.runner", "inferlab.verify",
     "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__", "inferlab.inputs",
-    "inferlab.logs",
+    "inferlab.logs", "inferlab.validation",
 })
 # Text and pictures for people: bookkeeping for a stage, the report's own code.
 PRESENTATION = frozenset({
     "inferlab.formats", "inferlab.report", "inferlab.report_tables", "inferlab.figures",
+    "inferlab.roofline", "inferlab.plotting",
 })
 # How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
 # runs: it changes the numbers, so it is computing code of every stage.

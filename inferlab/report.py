@@ -30,6 +30,7 @@ from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
 from inferlab.formats import plain_text, table_cell
+from inferlab.manuscript import report_view
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 from inferlab.report_tables import (
@@ -53,7 +54,7 @@ TEMPLATE = "report.html.j2"
 SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),
             ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
             ("traffic", "Traffic model"), ("model", "The chapter's arithmetic"),
-            ("provenance", "Provenance"))
+            ("manuscript", "For the manuscript"), ("provenance", "Provenance"))
 VERDICTS = ("reproduced", "not reproduced", "not measurable here",
             "not comparable on this device", "not checkable")
 NOT_MEASURED = "not measured here"
@@ -274,7 +275,8 @@ def page_data(root: Path, keys: list[KeyData]) -> dict:
             "hardware": claims_file.hardware, "stages": stages, "figures": figs,
             "bands": bands, "provenance": provenance_blocks(claims, keys, root,
                                                             claims_file.hardware),
-            "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
+            "artifacts": [(k.key, artifact_rows(k)) for k in keys],
+            "manuscript": [report_view(root, k.key, k.evidence["manuscript"]) for k in keys]}
 
 
 def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:

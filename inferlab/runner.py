@@ -106,9 +106,26 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
         bookkeeping_files=[job.root / f for f in bookkeeping_files(job.stage)],
         inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
         environment={**fingerprint(ctx.device, collect_env=False), "process": process})
+    write_derived(job.root, job.key, job.stage, module, content)
     log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
         f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
     return entry
+
+
+def write_derived(root: Path, key: str, stage_name: str, module, content: bytes) -> None:
+    """The files a stage declares as ``derived`` (results/{key}/{stage}/), made from its
+    artifact as registered; a pure function of it (``module.derived_files``)."""
+    from inferlab.files import atomic_write
+
+    declared = stage(stage_name)
+    if not declared.derived:
+        return
+    files = module.derived_files(artifacts.decode(stage_name, content))
+    if sorted(files) != sorted(declared.derived):
+        raise ValueError(f"stage {stage_name!r} derived {sorted(files)}, but its declaration "
+                         f"lists {sorted(declared.derived)}")
+    for name, data in files.items():
+        atomic_write(layout.derived_path(root, key, stage_name, name), data)
 
 
 def run_logged(job: Job) -> dict:

@@ -34,6 +34,12 @@ def sidecar(stage, key=KEY):
     return layout.sidecar_path(artifact(stage, key)).as_posix()
 
 
+def derived_outputs(stage):
+    """The files a stage derives from its artifact (results/{key}/{stage}/), by name."""
+    return {f.replace(".", "_"): layout.derived_path(".", KEY, stage, f).as_posix()
+            for f in STAGES[stage].derived}
+
+
 def stage_inputs(stage):
     """The artifacts stage ``stage`` reads, by stage name, and the files of its code."""
     return {"code": code_files(stage), **{up: artifact(up) for up in STAGES[stage].reads}}

@@ -21,6 +21,7 @@ for name, declared in STAGES.items():
                 artifact(name), caption=f"../captions/{name}.rst", category=name.capitalize()
             ),
             sidecar=sidecar(name),
+            **derived_outputs(name),
         params:
             key=KEY,
             config=effective_config(config, name, DEVICE),

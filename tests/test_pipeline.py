@@ -127,9 +127,10 @@ def test_forcerun_prefill_adds_one_version_downstream(smoke_copy):
     before = register.read_text().splitlines()
     result = run(smoke_copy, "--cores", "1", "--forcerun", "prefill", *SMOKE)
     assert result.returncode == 0, result.stderr[-3000:]
-    # prefill reruns; traffic and claims read it, so they rerun; the rest do not
+    # prefill reruns; traffic, claims and manuscript read it, so they rerun; the rest do not
     assert versions(smoke_copy, KEY) == {"probe": 1, "correctness": 1, "prefill": 2,
-                                         "decode": 1, "traffic": 2, "model": 1, "claims": 2}
+                                         "decode": 1, "traffic": 2, "model": 1, "claims": 2,
+                                         "manuscript": 2}
     assert register.read_text().splitlines()[:len(before)] == before
     assert Register(smoke_copy, KEY).verify() == []
 
@@ -228,7 +229,8 @@ def test_adopt_reruns_an_edited_artifact_and_downstream(smoke_copy):
         f.write("edited\n")
     adopt = run(repo, *ADOPT, module="inferlab")
     assert "prefill: will rerun" in adopt.stdout and "traffic: will rerun" in adopt.stdout
-    assert jobs(run(repo, "--dry-run", *SMOKE)) == {"prefill", "traffic", "claims", "report"}
+    assert jobs(run(repo, "--dry-run", *SMOKE)) == {"prefill", "traffic", "claims", "manuscript",
+                                                    "report"}
 
 
 # --------------------------------------------------------------------------- faults

@@ -8,6 +8,7 @@ list there is the one that counts; ``inferlab stage --help`` prints it):
 * ``traffic``     -> traffic.csv      the traffic model's ratio against the measured one
 * ``model``       -> model.csv        the chapter's arithmetic, from its premises and the probe
 * ``claims``      -> claims.json      each chapter claim's verdict on this machine
+* ``manuscript``  -> manuscript.json  the chapter's four tables and named numbers (+ derived files)
 
 Each module holds ``Params`` (built from the stage's effective config) and
 ``run(params, ctx)``; ``inferlab.stages.common`` holds what they share.

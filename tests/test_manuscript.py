@@ -1,0 +1,334 @@
+"""The manuscript stage (the chapter's four tables, its named numbers as JSON and LaTeX),
+``inferlab manuscript check`` on the chapter and its Q&A, and the report's "For the
+manuscript" section, on synthetic evidence of two machines (tests/report_evidence.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from report_evidence import traffic_rows, two_machines
+from test_claims import CPU, GPU, SEED, write_stage
+
+from inferlab import artifacts, layout
+from inferlab.claims import load
+from inferlab.cli import main as cli_main
+from inferlab.evidence import load_evidence
+from inferlab.manuscript import (
+    Chapter,
+    backends_table,
+    decode_table,
+    latex_text,
+    macro_name,
+    named_numbers,
+    numbers_tex,
+)
+from inferlab.manuscript_check import check_text, load_not_claims
+from inferlab.pipeline import stage
+from inferlab.report import render_report
+from inferlab.runner import StageContext, write_derived
+from inferlab.stages import manuscript as manuscript_stage
+
+CHAPTER_DIR = layout.REPO_ROOT / "docs" / "chapter"
+SEEDS = ("chapter.txt", "qa.txt")
+CHAPTER = Chapter("float16", 128, (1024, 2048, 4096, 8192))
+DEVICE = {CPU: "cpu", GPU: "cuda"}
+
+
+def make_manuscript(root: Path, key: str) -> dict:
+    """Run the manuscript stage on ``key`` as the runner does; write it and its files."""
+    reads = stage("manuscript").reads
+    ctx = StageContext("manuscript", root, key, DEVICE[key], 1, SEED,
+                       {name: load_evidence(root, key, name) for name in reads})
+    params = manuscript_stage.Params(128, (1024, 2048, 4096, 8192))
+    content = artifacts.encode("manuscript", manuscript_stage.run(params, ctx))
+    write_stage(root, key, "manuscript", json.loads(content), DEVICE[key])
+    write_derived(root, key, "manuscript", manuscript_stage, content)
+    return json.loads(content)
+
+
+@pytest.fixture(scope="module")
+def two_keys(tmp_path_factory) -> Path:
+    root = two_machines(tmp_path_factory.mktemp("manuscript"))
+    gpu_prefill = artifacts.read(layout.artifact_path(root, GPU, "prefill"), "prefill").frame
+    write_stage(root, GPU, "traffic", traffic_rows(gpu_prefill, "cuda"), "cuda")
+    for key in (CPU, GPU):
+        make_manuscript(root, key)
+    return root
+
+
+def manuscript(root: Path, key: str) -> dict:
+    return artifacts.read(layout.artifact_path(root, key, "manuscript"), "manuscript")
+
+
+def by_name(data: dict, name: str) -> dict:
+    return next(t for t in data["tables"] if t["name"] == name)
+
+
+# ------------------------------------------------------------------ the stage
+
+
+def test_every_key_gets_the_four_tables_and_a_number_per_claim(two_keys):
+    for key in (CPU, GPU):
+        data = manuscript(two_keys, key)
+        assert [t["name"] for t in data["tables"]] == ["traffic", "prefill", "backends",
+                                                       "decode"]
+        claims = artifacts.read(layout.artifact_path(two_keys, key, "claims"), "claims")
+        assert [n["claim"] for n in data["numbers"]] == [c["id"] for c in claims["claims"]]
+        assert data["dtype"] == {CPU: "float32", GPU: "float16"}[key]
+
+
+def test_a_length_a_machine_did_not_measure_says_so_and_why(two_keys):
+    cpu = {row[0]: row for row in by_name(manuscript(two_keys, CPU), "prefill")["rows"]}
+    gpu = {row[0]: row for row in by_name(manuscript(two_keys, GPU), "prefill")["rows"]}
+    assert list(cpu) == ["1,024", "2,048", "4,096", "8,192"]
+    assert cpu["8,192"][1].startswith("not measured here: ") and "grid" in cpu["8,192"][1]
+    assert not cpu["1,024"][1].startswith("not measured")
+    assert all(not cell.startswith("not measured") for cell in gpu["8,192"][1:])
+
+
+def test_the_derived_files_are_the_ones_the_artifact_records(two_keys):
+    for key in (CPU, GPU):
+        data = manuscript(two_keys, key)
+        assert sorted(data["files"]) == sorted(stage("manuscript").derived)
+        for name, sha in data["files"].items():
+            path = layout.derived_path(two_keys, key, "manuscript", name)
+            assert subprocess.run(["sha256sum", path], capture_output=True, text=True,
+                                  check=True).stdout.split()[0] == sha
+
+
+def test_the_traffic_tables_elements_give_the_models_ratio(two_keys):
+    traffic = artifacts.read(layout.artifact_path(two_keys, CPU, "traffic"), "traffic").frame
+    model = {int(r.T): r.model_ratio for r in traffic.itertuples()
+             if r.causal and r.tile == "assumed"}
+    rows = by_name(manuscript(two_keys, CPU), "traffic")["rows"]
+    assert [r[0] for r in rows] == ["1,024", "2,048", "4,096", "8,192"]
+    for row in rows:
+        direct, tiled = (int(c.replace(",", "")) for c in row[1:3])
+        assert direct / tiled == pytest.approx(model[int(row[0].replace(",", ""))], rel=1e-9)
+
+
+def test_decode_table_gives_fused_over_split_kv_over_every_split_count():
+    rnd = random.Random(SEED)
+    fused_ms = rnd.uniform(0.5, 2.0)
+    split = {s: fused_ms * rnd.uniform(0.4, 3.0) for s in (1, 4, 16)}
+    rows = [dict(impl="sdpa_efficient", fused_sdpa=True, cache_len=4096, batch=1,
+                 dtype="float16", splits=None, median_ms=fused_ms, ratio=1.0, status="ok"),
+            dict(impl="sdpa_math", fused_sdpa=False, cache_len=4096, batch=1, dtype="float16",
+                 splits=None, median_ms=fused_ms / 10, ratio=0.1, status="ok")]
+    rows += [dict(impl="splitkv", fused_sdpa=False, cache_len=4096, batch=1, dtype="float16",
+                  splits=s, median_ms=ms, ratio=ms / fused_ms, status="ok")
+             for s, ms in split.items()]
+    (row,) = decode_table(pd.DataFrame(rows), CHAPTER)["rows"]
+    low, high = (float(x) for x in row[-1].rstrip("×").split("–"))
+    assert low == pytest.approx(fused_ms / max(split.values()), rel=5e-3)
+    assert high == pytest.approx(fused_ms / min(split.values()), rel=5e-3)
+    assert "sdpa_efficient" in row[2]  # sdpa_math writes the score matrix: not "fused"
+    assert row[4] == "1–16"
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_backends_table_gives_one_row_per_backend_when_the_masks_agree(same):
+    reasons = {False: "needs sm80", True: "needs sm80" if same else "no causal mask here"}
+    probe = {"availability": [
+        {"dtype": "float16", "causal": causal, "T": 1024, "heads": 12, "d": 64,
+         "backend": "flash", "can_run": False, "ran": False, "reason": reasons[causal],
+         "reason_source": "pytorch", "limit_kind": "hardware"} for causal in (False, True)]}
+    rows = backends_table(probe, CHAPTER)["rows"]
+    assert [r[1] for r in rows] == (["both"] if same else ["full", "causal"])
+    assert {r[3] for r in rows} == set(reasons.values())
+
+
+# ------------------------------------------------------------------ numbers.tex
+
+
+NEWCOMMAND = re.compile(r"^\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}$")
+
+
+def parse_numbers_tex(text: str) -> dict[str, tuple[str, str]]:
+    """macro -> (its body, the provenance comment above it); fails on anything else."""
+    lines = text.splitlines()
+    macros = {}
+    for i, line in enumerate(lines):
+        if line.startswith(("%", r"\providecommand{\ILcheck}")):
+            continue
+        match = NEWCOMMAND.match(line)
+        assert match, f"line {i + 1} is neither a comment nor one \\newcommand: {line!r}"
+        name, body = match.groups()
+        assert name not in macros, f"\\{name} defined twice"
+        assert body.count("{") == body.count("}"), f"unbalanced braces in \\{name}: {body}"
+        assert lines[i - 1].startswith("% "), f"\\{name} has no provenance comment"
+        macros[name] = (body, lines[i - 1])
+    return macros
+
+
+def test_numbers_tex_has_one_macro_per_claim_with_its_provenance(two_keys):
+    data = manuscript(two_keys, CPU)
+    text = layout.derived_path(two_keys, CPU, "manuscript", "numbers.tex").read_text()
+    macros = parse_numbers_tex(text)
+    assert len(macros) == len(data["numbers"])
+    for n in data["numbers"]:
+        body, comment = macros[n["macro"]]
+        assert comment.startswith(f"% {n['claim']} ") and n["verdict"] in comment
+        if n["artifact"]:
+            assert (n["sha256"] or "not in the register") in comment
+            assert n["artifact"] in comment
+            assert n["commit"] is None or n["commit"] in comment
+        assert body.startswith(r"\ILcheck{") == (n["verdict"] != "reproduced")
+    assert {n["marked"] for n in data["numbers"]} == {True, False}
+
+
+def test_new_verdicts_and_kinds_flow_through_and_are_marked():
+    claims = {"claims": [
+        {"id": "C13-77", "kind": "question", "verdict": "within noise here", "value": 1.5,
+         "ci_low": 1.2, "ci_high": 1.9, "unit": "×",
+         "artifact": {"stage": "prefill", "path": "results/k/prefill.csv", "version": 3,
+                      "sha256": "a" * 64}},
+        {"id": "Q13-12", "kind": "measured", "verdict": "reproduced", "value": 0.25,
+         "unit": "", "artifact": None}]}
+    numbers = named_numbers(claims, {("prefill", 3): "c0ffee"})
+    assert [(n["marked"], n["ci_low"], n["commit"]) for n in numbers] == \
+        [(True, 1.2, "c0ffee"), (False, None, None)]
+    macros = parse_numbers_tex(numbers_tex(numbers, "k"))
+    assert macros["ILCThirteenSeventySeven"][0] == r"\ILcheck{1.50\ensuremath{\times}}"
+    assert macros["ILQThirteenTwelve"][0] == "0.250"
+    assert "within noise here" in macros["ILCThirteenSeventySeven"][1]
+
+
+def test_every_claim_id_gets_its_own_letters_only_macro():
+    names = [macro_name(c.id) for c in load().claims]
+    assert len(set(names)) == len(names)
+    assert all(re.fullmatch(r"[A-Za-z]+", n) for n in names)
+
+
+def test_latex_text_escapes_what_latex_would_read_as_markup():
+    assert latex_text("50 % of B_q & #1 {x} 3–4×") == \
+        r"50 \% of B\_q \& \#1 \{x\} 3--4\ensuremath{\times}"
+
+
+TEX_ENGINES = ("pdflatex", "lualatex", "xelatex")
+
+
+def test_numbers_tex_and_tables_tex_build_into_a_latex_document(two_keys, tmp_path):
+    engine = next(filter(None, map(shutil.which, TEX_ENGINES)), None)
+    if engine is None:
+        pytest.skip(f"no TeX engine on the PATH ({', '.join(TEX_ENGINES)}); numbers.tex is "
+                    "still parsed as text by test_numbers_tex_has_one_macro_per_claim_...")
+    folder = layout.derived_path(two_keys, GPU, "manuscript", "numbers.tex").parent
+    macros = parse_numbers_tex((folder / "numbers.tex").read_text())
+    shutil.copy(folder / "numbers.tex", tmp_path)
+    shutil.copy(folder / "tables.tex", tmp_path)
+    uses = " ".join(f"\\{m}" for m in macros)
+    (tmp_path / "doc.tex").write_text(
+        "\\documentclass{article}\\usepackage[utf8]{inputenc}\\usepackage{booktabs}"
+        "\\usepackage{graphicx}\\input{numbers.tex}\\begin{document}" + uses
+        + "\\resizebox{\\textwidth}{!}{x}\\input{tables.tex}\\end{document}\n")
+    result = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:]
+
+
+# ------------------------------------------------------------------ the check of the text
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_number_of_the_seeds_has_a_claim_or_a_reason(seed, capsys):
+    assert cli_main(["manuscript", "check", str(CHAPTER_DIR / seed)]) == 0, \
+        "\n".join(line for line in capsys.readouterr().out.splitlines() if "NO CLAIM" in line)
+    assert "0 with no claim and no reason" in capsys.readouterr().out
+
+
+def test_the_seeds_in_the_repository_are_the_chapter_and_its_qa():
+    shared = Path("/work/shared/seeds")
+    if not shared.is_dir():
+        pytest.skip("the steering repository's seeds are not on this machine")
+    for copy, seed in zip(SEEDS, ("000_a99461f755dc4e1b.txt", "001_910e4248bf5e3d8e.txt"),
+                          strict=True):
+        assert (CHAPTER_DIR / copy).read_bytes() == (shared / seed).read_bytes()
+
+
+def test_a_number_with_no_claim_and_no_reason_fails_the_check(tmp_path, capsys):
+    chapter = tmp_path / "chapter.md"
+    chapter.write_text("# Notes\n\nChapter 8 found it. The kernel took 7,357 microseconds.\n")
+    assert cli_main(["manuscript", "check", str(chapter)]) == 1
+    out = capsys.readouterr().out
+    assert "'7,357': NO CLAIM" in out and "'8': no claim: chapter reference" in out
+
+
+def test_a_claimed_number_shows_its_claim_and_verdict_per_machine(two_keys):
+    claims = load().claims
+    claim = next(c for c in claims if c.id == "C13-07")
+    verdicts = {key: {c["id"]: c["verdict"] for c in artifacts.read(
+        layout.artifact_path(two_keys, key, "claims"), "claims")["claims"]}
+        for key in (CPU, GPU)}
+    found = check_text(claim.sentence, claims, verdicts, [])
+    assert [f["number"] for f in found] == ["13", "23"]
+    for f in found:
+        assert [c["id"] for c in f["claims"]] == ["C13-07"]
+        assert f["claims"][0]["verdicts"] == {k: v["C13-07"] for k, v in verdicts.items()}
+
+
+@pytest.mark.parametrize("entry", [{"kind": "x", "pattern": "a"}, {"kind": "x", "reason": "r"},
+                                   {"kind": "x", "reason": "r", "pattern": "(",}])
+def test_a_not_claims_entry_needs_a_kind_a_reason_and_one_valid_rule(entry, tmp_path):
+    path = tmp_path / "not_claims.yaml"
+    path.write_text(json.dumps({"kinds": [entry]}))
+    with pytest.raises(ValueError, match="entry 0"):
+        load_not_claims(path)
+
+
+# ------------------------------------------------------------------ the report
+
+
+def test_the_report_shows_each_machines_tables_and_links_its_files(two_keys):
+    page = render_report(two_keys, layout.report_path(two_keys)).read_text()
+    section = page[page.index('<section id="manuscript">'):]
+    section = section[:section.index("</section>")]
+    for key in (CPU, GPU):
+        assert f'id="manuscript-{key}"' in section
+        for name in stage("manuscript").derived:
+            assert f'href="../results/{key}/manuscript/{name}"' in section
+    assert section.count("<h4>") == 8 and "(sha256 OK)" in section
+    assert "not measured here: 8,192 tokens is not in this machine&#39;s grid" in section
+
+
+def test_the_report_says_when_a_key_has_no_manuscript(two_keys, tmp_path):
+    root = shutil.copytree(two_keys, tmp_path / "copy")
+    layout.artifact_path(root, CPU, "manuscript").unlink()
+    page = render_report(root, layout.report_path(root)).read_text()
+    assert f"{CPU}: not measured here: the manuscript stage did not run" in page
+
+
+def test_an_edited_derived_file_shows_in_the_report(two_keys, tmp_path):
+    root = shutil.copytree(two_keys, tmp_path / "copy")
+    with open(layout.derived_path(root, GPU, "manuscript", "numbers.tex"), "a") as f:
+        f.write("\\renewcommand{\\ILCThirteenFive}{13.5}\n")
+    page = render_report(root, layout.report_path(root)).read_text()
+    assert page.count("(changed since the stage wrote it)") == 1
+
+
+def test_the_runner_refuses_derived_files_the_stage_does_not_declare(two_keys, tmp_path):
+    class Module:
+        @staticmethod
+        def derived_files(data):
+            return {"tables.md": b"x", "extra.txt": b"y"}
+
+    content = layout.artifact_path(two_keys, CPU, "manuscript").read_bytes()
+    with pytest.raises(ValueError, match="extra.txt"):
+        write_derived(tmp_path, CPU, "manuscript", Module, content)
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_check_speaks_json(tmp_path, capsys):
+    chapter = tmp_path / "chapter.txt"
+    chapter.write_text("And it was sixteen to eighteen times slower.\n")
+    assert cli_main(["manuscript", "check", str(chapter), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(f["number"], [c["id"] for c in f["claims"]]) for f in found] == \
+        [("sixteen", ["C13-06"]), ("eighteen", ["C13-06"])]
