@@ -37,9 +37,14 @@ regenerate: $(STAMP)
 smoke: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile profiles/smoke.yaml
 
+# The suite on TEST_JOBS pytest-xdist workers, a test file per worker (a module's fixtures,
+# e.g. a smoke pipeline, are built once), then the timing-sensitive tests (marker `serial`,
+# tests/conftest.py) alone, with no second worker on the cores.
+TEST_JOBS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
+	$(VPY) -m pytest -q -m serial
 
 # The numerics tests again under every ATen CPU capability from `default` up to this host's
 # (docs/other-cpu.md): their tolerances must hold whichever SIMD kernels a CPU has (issue 18).

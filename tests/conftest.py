@@ -76,6 +76,20 @@ def single_thread():
     torch.set_num_threads(before)
 
 
+# ---------------------------------------------------------------- serial tests
+
+# Files whose tests hold wall-clock bounds (sleeps read back, the timing harness's rounds):
+# marked `serial`, which `make test` runs alone after the parallel run (pytest -n 2) of the
+# rest, so no second worker shares the cores while they time.
+SERIAL_FILES = {"test_measure.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+
+
 # ---------------------------------------------------------------- the checkout as found
 
 # What a test session may add to a checkout: the venv and the caches of Python, pytest,
