@@ -226,9 +226,15 @@ def test_full_kernel_visits_every_tile(draw_qkv):
 # ---------------------------------------------------------------- flash_decode
 
 
-@pytest.mark.parametrize("splits", range(1, 38))
-def test_decode_every_split_count(draw_qkv, splits):
-    # S = 37 is prime: every count but 1 and 37 cuts uneven chunks, as tensor_split does.
+# Over S = 37 keys (prime: every count but 1 and 37 cuts uneven chunks, as tensor_split
+# does) and block_n = 16, the counts whose chunks differ in kind: one chunk of three blocks
+# (1), two chunks over two blocks each (2), one partial block each (3, 5, 7), chunks of
+# two or three keys (18), of two or one (19, 36), of one key (37).
+DECODE_SPLITS = [1, 2, 3, 5, 7, 18, 19, 36, 37]
+
+
+@pytest.mark.parametrize("splits", DECODE_SPLITS)
+def test_decode_every_kind_of_split_count(draw_qkv, splits):
     q, k, v = _draw(draw_qkv, (1, 1, 1, 80), keys=37, seed=splits)
     _assert_as_exact_as_naive(flash_decode(q, k, v, splits, block_n=16), q, k, v)
 
