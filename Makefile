@@ -57,7 +57,8 @@ test-isa: $(STAMP)
 	    'import torch; print(torch.backends.cpu.get_cpu_capability().lower())'); \
 	  [ "$$got" = "$$cap" ] || { echo "test-isa: this host stops below $$cap"; break; }; \
 	  echo "test-isa: $(NUMERICS_TESTS) under ATEN_CPU_CAPABILITY=$$cap"; \
-	  ATEN_CPU_CAPABILITY=$$cap $(VPY) -m pytest -q -p no:cacheprovider $(NUMERICS_TESTS) \
+	  ATEN_CPU_CAPABILITY=$$cap $(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) \
+	    --dist loadfile $(NUMERICS_TESTS) \
 	    || exit 1; \
 	done
 
