@@ -88,6 +88,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+    # The files that run pipelines (a test marked `slow`, a minute or more each) first:
+    # xdist's --dist loadfile hands files out in this order, so none of them starts last on
+    # a worker while the other sits idle. Whole files move (a module's fixtures are built
+    # once), and a stable sort keeps the order within each.
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 # ---------------------------------------------------------------- the checkout as found
@@ -102,14 +108,23 @@ _BEFORE = pytest.StashKey[set]()
 _LEFT = pytest.StashKey[list]()
 
 
-def checkout_status(root: Path = CHECKOUT) -> set[str] | None:
-    """``git status --porcelain --ignored`` lines, or None outside a git checkout."""
+def _git(root: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=root,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              timeout=120)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return set(done.stdout.splitlines()) if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def checkout_status(root: Path = CHECKOUT) -> set[str] | None:
+    """``git status --porcelain --ignored`` lines, or None unless ``root`` is the top of a
+    git checkout (an unpacked sdist; mutmut's copy in mutants/, inside the checkout)."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top.strip()).resolve() != root.resolve():
+        return None
+    status = _git(root, "status", "--porcelain", "--ignored")
+    return None if status is None else set(status.splitlines())
 
 
 def left_behind(before: set[str], after: set[str]) -> list[str]:
