@@ -13,7 +13,7 @@ TORCH_VERSION := 2.13.0
 TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 
-.PHONY: setup evidence regenerate smoke test lint clean-venv mutation gpu-wheels
+.PHONY: setup evidence regenerate smoke test test-isa lint clean-venv mutation gpu-wheels
 
 setup: $(STAMP)
 
@@ -37,9 +37,30 @@ regenerate: $(STAMP)
 smoke: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile profiles/smoke.yaml
 
+# The suite on TEST_JOBS pytest-xdist workers, a test file per worker (a module's fixtures,
+# e.g. a smoke pipeline, are built once), then the timing-sensitive tests (marker `serial`,
+# tests/conftest.py) alone, with no second worker on the cores.
+TEST_JOBS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
+	$(VPY) -m pytest -q -m serial
+
+# The numerics tests again under every ATen CPU capability from `default` up to this host's
+# (docs/other-cpu.md): their tolerances must hold whichever SIMD kernels a CPU has (issue 18).
+# A capability above the host's is ignored by torch, which the check below sees and stops.
+NUMERICS_TESTS := tests/test_attention.py tests/test_partials.py tests/test_kernels.py \
+                  tests/test_backends.py
+test-isa: $(STAMP)
+	@for cap in default avx2 avx512; do \
+	  got=$$(ATEN_CPU_CAPABILITY=$$cap $(VPY) -c \
+	    'import torch; print(torch.backends.cpu.get_cpu_capability().lower())'); \
+	  [ "$$got" = "$$cap" ] || { echo "test-isa: this host stops below $$cap"; break; }; \
+	  echo "test-isa: $(NUMERICS_TESTS) under ATEN_CPU_CAPABILITY=$$cap"; \
+	  ATEN_CPU_CAPABILITY=$$cap $(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) \
+	    --dist loadfile $(NUMERICS_TESTS) \
+	    || exit 1; \
+	done
 
 # Mutation testing (README, "Mutation testing"): slow, a periodic check, not part of CI.
 # MUTATE names the modules of inferlab/ to mutate; [tool.mutmut] in pyproject.toml the tests.

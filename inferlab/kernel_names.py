@@ -8,17 +8,35 @@ tiled attention) it is the few ATen ops that took most of the time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+# Kineto, the profiler's C++ side, logs "USDT:... profiler_start" and "profiler_stop" to
+# stderr around every profiled region, at its highest severity (USDT = 5, above ERROR = 4),
+# so only a minimum level above all of them silences it (it filled 717 of the main job's
+# 1,122 lines, issue 18). Kineto reads the variable once, when a process first profiles.
+KINETO_QUIET_LEVEL = "6"
+
 # For a non-SDPA function: ops holding at least this share of the self time, at most this
 # many, name the work.
 DOMINANT_SHARE = 0.10
 MAX_DOMINANT_OPS = 3
 _SDPA_ENTRY = "aten::scaled_dot_product_attention"
+
+
+def quiet_profile(**kwargs: Any) -> profile:
+    """``torch.profiler.profile(**kwargs)`` without Kineto's USDT lines on stderr.
+
+    Sets ``KINETO_LOG_LEVEL`` unless the caller chose one, before the profiler starts (the
+    first profile of a process is when Kineto reads it). Every profiled region of the
+    library goes through here.
+    """
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
+    return profile(**kwargs)
 
 
 def _depth(event: Any) -> int:
@@ -77,7 +95,7 @@ def kernel_that_ran(fn: Callable[[], Any]) -> str | None:
     """
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
+    with quiet_profile(activities=activities) as prof:
         fn()
         if cuda:
             torch.cuda.synchronize()  # kernels still in flight would be missed

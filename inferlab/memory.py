@@ -83,9 +83,11 @@ def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
     results, ``nbytes()`` positive for an allocation and negative for a free.
     """
     from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    from inferlab.kernel_names import quiet_profile
+
+    with quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     host = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
     events = [e for e in prof.profiler.kineto_results.events()

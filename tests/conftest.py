@@ -1,9 +1,12 @@
-"""Shared fixtures: a seeded generator and a maker of random (B, H, T, D) q, k, v."""
+"""Shared fixtures: a seeded generator and a maker of random (B, H, T, D) q, k, v; and the
+session's check that the tests leave the checkout as they found it."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +74,91 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------- serial tests
+
+# Files whose tests hold wall-clock bounds (sleeps read back, the timing harness's rounds):
+# marked `serial`, which `make test` runs alone after the parallel run (pytest -n 2) of the
+# rest, so no second worker shares the cores while they time.
+SERIAL_FILES = {"test_measure.py"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+    # The files that run pipelines (a test marked `slow`, a minute or more each) first:
+    # xdist's --dist loadfile hands files out in this order, so none of them starts last on
+    # a worker while the other sits idle. Whole files move (a module's fixtures are built
+    # once), and a stable sort keeps the order within each.
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
+# ---------------------------------------------------------------- the checkout as found
+
+# What a test session may add to a checkout: the venv and the caches of Python, pytest,
+# hypothesis and ruff. Anything else (a .snakemake/ left by a test that ran Snakemake here
+# made the next `make evidence` adopt nothing, issue 18) fails the session: tests that run
+# Snakemake, a stage or the CLI do so in a temporary copy (tests/pipeline_repo.py).
+CHECKOUT = Path(__file__).resolve().parents[1]
+MAY_BE_LEFT = (".venv", ".pytest_cache/", ".hypothesis/", ".ruff_cache/")
+_BEFORE = pytest.StashKey[set]()
+_LEFT = pytest.StashKey[list]()
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def checkout_status(root: Path = CHECKOUT) -> set[str] | None:
+    """``git status --porcelain --ignored`` lines, or None unless ``root`` is the top of a
+    git checkout (an unpacked sdist; mutmut's copy in mutants/, inside the checkout)."""
+    top = _git(root, "rev-parse", "--show-toplevel")
+    if top is None or Path(top.strip()).resolve() != root.resolve():
+        return None
+    status = _git(root, "status", "--porcelain", "--ignored")
+    return None if status is None else set(status.splitlines())
+
+
+def left_behind(before: set[str], after: set[str]) -> list[str]:
+    """Status lines new since ``before``, except the venv and the caches."""
+    def allowed(line: str) -> bool:
+        path = line[3:].strip('"')
+        return path.startswith(MAY_BE_LEFT) or path.rstrip("/").endswith("__pycache__")
+    return sorted(line for line in after - before if not allowed(line))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # xdist's controller (or no xdist)
+        status = checkout_status()
+        if status is not None:
+            session.config.stash[_BEFORE] = status
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_BEFORE, None)
+    after = checkout_status() if before is not None else None
+    if after is None:
+        return
+    left = left_behind(before, after)
+    session.config.stash[_LEFT] = left
+    if left and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT, [])
+    if left:
+        terminalreporter.section("the tests changed the checkout", red=True)
+        terminalreporter.write_line("git status --porcelain --ignored lists, new since the "
+                                    "session started (run such a test in a temporary copy, "
+                                    "tests/pipeline_repo.py's copy_repo):")
+        for line in left:
+            terminalreporter.write_line(f"  {line}")

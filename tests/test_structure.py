@@ -4,6 +4,7 @@ code closures agree with; no import cycle; small modules that say what they do."
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -16,8 +17,7 @@ import pytest
 
 from inferlab import layout, pipeline
 from inferlab.pipeline import STAGES
-from tests.pipeline_repo import copy_repo, jobs
-from tests.pipeline_repo import run as run_in
+from tests.pipeline_repo import copy_repo, jobs, run
 
 PACKAGE = layout.REPO_ROOT / "inferlab"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -28,11 +28,19 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _snakemake(*args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=layout.REPO_ROOT,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
+@pytest.fixture(scope="module")
+def snakemake(tmp_path_factory):
+    """snakemake(*args) -> stdout, run once per argument list in one temporary copy of the
+    repository (Snakemake writes .snakemake/ where it runs; the checkout stays as it was)."""
+    repo = copy_repo(tmp_path_factory.mktemp("structure"))
+
+    @functools.cache
+    def run_once(*args: str) -> str:
+        out = run(repo, *args, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    return run_once
 
 
 # --------------------------------------------------------------------------- registry
@@ -82,11 +90,11 @@ def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration
     assert sections <= config
 
 
-def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
-    rules = set(_snakemake("--list-rules").split())
+def test_the_snakefile_has_one_rule_per_stage_wired_as_declared(snakemake):
+    rules = set(snakemake("--list-rules").split())
     assert rules == {*STAGES, "report", "all"}
-    edges = set(re.findall(r"(\d+) -> (\d+)", _snakemake("--rulegraph", "--forceall")))
-    graph = _snakemake("--rulegraph", "--forceall")
+    graph = snakemake("--rulegraph", "--forceall")
+    edges = set(re.findall(r"(\d+) -> (\d+)", graph))
     names = dict(re.findall(r'(\d+)\[label = "(\w+)"', graph))
     wired = {(names[a], names[b]) for a, b in edges}
     declared = {(up, name) for name, s in STAGES.items() for up in s.reads}
@@ -94,8 +102,8 @@ def test_the_snakefile_has_one_rule_per_stage_wired_as_declared():
     assert ("claims", "report") in wired and ("report", "all") in wired
 
 
-def test_stage_rules_hand_the_effective_config_and_threads(tmp_path):
-    out = _snakemake("--dry-run", "--forceall", "--cores", "2", "--printshellcmds", "prefill")
+def test_stage_rules_hand_the_effective_config_and_threads(snakemake):
+    out = snakemake("--dry-run", "--forceall", "--cores", "2", "--printshellcmds", "prefill")
     block = out.split("rule prefill:", 1)[1].split("\n\n", 1)[0]
     assert "threads: 2" in block and "machine=2" in block  # a timing stage runs alone
 
@@ -246,21 +254,66 @@ def test_the_algorithms_check_their_inputs_in_shapes_only():
     assert not private, sorted(private)
 
 
+# One fresh interpreter for every rule: it imports the heavy third-party packages first,
+# then forks a child per rule that imports what the rule runs and lists the inferlab
+# modules loaded. Which inferlab modules an import loads does not depend on torch being
+# loaded already; eight interpreters each importing torch took about 25 s on 2 shared cores.
+_IMPORTED_BY_RULE = r"""
+import importlib, json, os, sys
+for heavy in ("torch", "triton", "matplotlib.pyplot", "pandas", "jsonschema", "jinja2"):
+    try:
+        importlib.import_module(heavy)
+    except ImportError:
+        pass
+assert not [m for m in sys.modules if m.startswith("inferlab")]
+loaded = {}
+for rule, modules in json.loads(sys.argv[1]).items():
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        code = 1
+        try:
+            for module in modules:
+                importlib.import_module(module)
+            names = sorted(m for m in sys.modules if m.startswith("inferlab"))
+            os.write(write, json.dumps(names).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        text = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status:
+        sys.exit(f"importing {modules} for rule {rule} failed")
+    loaded[rule] = json.loads(text)
+print(json.dumps(loaded))
+"""
+
+
+@pytest.fixture(scope="module")
+def imported_by_rule() -> dict[str, list[str]]:
+    """rule -> the inferlab modules loaded by importing what it runs: its glue script's
+    module (the runner, which steadies the process and reads and writes the artifacts)
+    and the stage's module; for the report, the report module."""
+    modules = {name: ["inferlab.runner", STAGES[name].module] for name in STAGES}
+    modules["report"] = [pipeline.REPORT_MODULE]
+    out = subprocess.run([sys.executable, "-c", _IMPORTED_BY_RULE, json.dumps(modules)],
+                         cwd=layout.REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
 @pytest.mark.parametrize("name", [*STAGES, "report"])
-def test_computed_code_files_cover_what_really_gets_imported(name):
-    """Import what the rule runs in a fresh interpreter, its glue script's module (the
-    runner, which steadies the process and reads and writes the artifacts) and the
-    stage's module: every inferlab module loaded is either computing code (its change
+def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, name):
+    """What the rule runs, imported in a fresh interpreter (its glue script's module, the
+    runner, which steadies the process and reads and writes the artifacts, and the
+    stage's module): every inferlab module loaded is either computing code (its change
     reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
     (a change to the runner's allocator settings once rerun nothing)."""
-    module = (pipeline.REPORT_MODULE if name == "report"
-              else f"inferlab.runner, {STAGES[name].module}")
-    probe = (f"import sys, {module}; print('\\n'.join(sorted(m for m in sys.modules "
-             "if m.startswith('inferlab'))))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=layout.REPO_ROOT,
-                         capture_output=True, text=True, timeout=120, check=True)
     loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
-              for m in out.stdout.split()}
+              for m in imported_by_rule[name]}
     code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
     assert not code & bookkeeping
     assert set(loaded.values()) <= code | bookkeeping, set(loaded.values()) - code - bookkeeping
@@ -328,16 +381,16 @@ def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_pa
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("made\n")
         os.utime(path, (made, made))
-    assert jobs(run_in(repo, *args)) == set()
+    assert jobs(run(repo, *args)) == set()
 
     for rel in BOOKKEEPING_FILES:
         with open(repo / rel, "a", encoding="utf-8") as f:
             f.write("\n# an edited message\n")
-    assert jobs(run_in(repo, *args)) == set()
+    assert jobs(run(repo, *args)) == set()
 
     for rel, direct in DIRECT_USERS.items():
         os.utime(repo / rel)  # now: newer than the outputs
-        assert jobs(run_in(repo, *args)) == _rerun_by(direct), rel
+        assert jobs(run(repo, *args)) == _rerun_by(direct), rel
         os.utime(repo / rel, (old, old))
 
 

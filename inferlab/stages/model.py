@@ -27,9 +27,10 @@ import time
 from dataclasses import dataclass
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity
 
 from inferlab.attention import naive_attention, tiled_attention
+from inferlab.kernel_names import quiet_profile
 from inferlab.stages.common import random_qkv, torch_dtype, tuples
 from inferlab.traffic import (
     block_pairs,
@@ -67,7 +68,7 @@ class Params:
 
 def _kernel_ops(fn) -> int:
     """Top-level ATen operations ``fn`` runs that launch a kernel (profiler count)."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with quiet_profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     return sum(1 for e in prof.events() if e.cpu_parent is None and
                e.name.startswith("aten::") and e.name not in NO_KERNEL)
@@ -103,7 +104,7 @@ def flops_ratio(params: Params, ctx) -> float:
     flops = []
     for fn in (lambda: tiled_attention(q, k, v, False, params.block, params.block),
                lambda: naive_attention(q, k, v)):
-        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        with quiet_profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
             fn()
         flops.append(sum(e.flops or 0 for e in prof.events()))
     return flops[0] / flops[1]
