@@ -21,4 +21,4 @@ class Params:
 def run(params: Params, ctx) -> dict:
     claims_file = load()
     return evaluate_all(claims_file.claims, ctx.evidence, ctx.key, ctx.root,
-                        claims_file.hardware, claims_file.fp16_stand_in)
+                        claims_file.fp16_stand_in)
