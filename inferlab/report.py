@@ -163,10 +163,13 @@ def figure_of(claim: Claim) -> str | None:
 def value_text(result: dict) -> str:
     """A claims.json value for people, with its unit and, where it has one, its 95 %
     interval: '1.89–2.57× (95 %: 1.85–2.61)'; '—' when there is none."""
-    text = with_unit(result["value"], result["unit"])
-    ci = result.get("interval")
-    if result["value"] is None or not ci or ci[0] == ci[1]:
-        return text
+    value, ci = result["value"], result.get("interval")
+    text = with_unit(value, result["unit"])
+    items = value if isinstance(value, list) else [value]
+    nums = [v[-1] if isinstance(v, list) else v for v in items]
+    nums = [v for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not ci or not nums or ci == [min(nums), max(nums)]:
+        return text  # no interval, or no noise: the value says it all
     return f"{text} (95 %: {with_unit(ci, result['unit'])})"
 
 

@@ -234,8 +234,8 @@ def _number(v: Any) -> bool:
 def region(e: Expect, target: float | None = None) -> tuple[float, float, bool, bool]:
     """(low, high, low_open, high_open): the values the sentence accepts. A printed bound
     reaches as far as the numbers that round to it, a logical one is exact."""
-    def widen(x, printed, sign):
-        return x + sign * printed_rounding(x) if printed else x
+    def widen(x, printed, sign):  # rounded back to the printed figure's own digits
+        return round(x + sign * printed_rounding(x), 12) if printed else x
     if e.kind == "between":
         (lo, hi), (p_lo, p_hi) = e.bounds, e.printed
         return widen(lo, p_lo, -1), widen(hi, p_hi, +1), False, False
