@@ -209,18 +209,18 @@ def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
                               for e in Register(root, k.key).history()}
         except ValueError:  # an unreadable register: the blocks say what they can
             entries[k.key] = {}
-    return [_block(k.result(c.id), k, entries[k.key], hardware, c.kind)
+    return [_block(k.result(c.id), k, entries[k.key])
             for c in claims for k in keys if k.result(c.id) is not None]
 
 
-def _block(result: dict, k: KeyData, entries: dict, hardware: str, kind: str) -> dict:
+def _block(result: dict, k: KeyData, entries: dict) -> dict:
+    """A claim's provenance on one key; the chapter's hardware is said once, above."""
     artifact = result.get("artifact") or {}
     stage = artifact.get("stage")
     prov = (entries.get((stage, artifact.get("version"))) or {}).get("provenance") or {}
     items = [("value here", value_text(result), ""),
              ("chapter value", plain_text(result["chapter_value"]), ""),
              ("why", result["reason"], ""),
-             ("the chapter measured on", hardware if kind == "measured" else "", ""),
              ("our reading", result.get("note") or "", ""),
              ("judged on", result.get("judged_on") or "", "")]
     if stage:
