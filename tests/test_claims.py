@@ -761,3 +761,68 @@ def test_cli_claims_table_per_machine(evidence, capsys):
     assert audit.cli_claims(evidence, as_json=True) == 0
     matrix = json.loads(capsys.readouterr().out)
     assert matrix["C13-33"][GPU]["verdict"] == "not checkable"
+
+
+# ---------------------------------------------------------------- rows the new claims read
+
+
+def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
+    """Q13-12, Q13-14, C13-53 and C13-61 read these model.csv rows; they validate against
+    the model schema, and the counts come from the traffic model and the profiler."""
+    from inferlab.measure import Ratio
+    from inferlab.stages import model
+    from inferlab.traffic import naive_hbm_elements
+
+    class Ctx:
+        device, seed, threads = "cpu", 0, 1
+    monkeypatch.setattr(model, "fma_ratio", lambda ctx: Ratio("fused", 1.5, 1.4, 1.6))
+    params = model.Params(T=256, block=64, d=16, heads=2, cache_len=1024,
+                          cache_dtype="float16", launch_us=40, decode_gbs=50,
+                          sustainable_factor=6, dtypes=("float32", "bfloat16"))
+    rows = {(r["quantity"], r["dtype"]): r for r in model._added_rows(params, Ctx)}
+    artifacts.encode("model", list(rows.values()))  # the contract's columns and enums
+    full = rows[("naive_score_round_trips_full", None)]["value"]
+    causal = rows[("naive_score_round_trips_causal", None)]["value"]
+    assert full == (naive_hbm_elements(256, 16) - 4 * 256 * 16) / (2 * 256 * 256)
+    assert causal > full  # the causal mask adds a pass over the score matrix
+    ops = rows[("splitkv_ops_per_call", None)]
+    assert ops["value"] >= 1 and "at 1 splits" in ops["inputs"] and "at 64 splits" in \
+        ops["inputs"]
+    assert rows[("decode_intensity", "float32")]["value"] == \
+        rows[("decode_intensity", "bfloat16")]["value"] / 2  # bytes per element halve
+    fma = rows[("fma_two_kernels_over_fused", None)]
+    assert (fma["value"], fma["ci_low"], fma["ci_high"]) == (1.5, 1.4, 1.6)
+
+
+def map_row(case: str, can_run: bool, **cells) -> dict:
+    row = {"case": case, "dtype": "float32", "causal": False, "T": 256, "heads": 4,
+           "kv_heads": 4, "d": 64, "mask": None, "dropout_p": 0.0, "backend": "flash",
+           "can_run": can_run, "ran": can_run, "reason": None if can_run else "head dim",
+           "reason_source": "pytorch", "limit_kind": None if can_run else "input",
+           "op": None, "error": None}
+    return {**row, **cells}
+
+
+@pytest.mark.parametrize(("refused", "verdict"), [(True, "reproduced"),
+                                                   (False, "not reproduced")])
+def test_a_check_reads_the_backend_map(tmp_path, evidence, refused, verdict):
+    """C13-52 and Q13-16: "can disable the fast paths" holds where one case is refused."""
+    probe = probe_json("cpu", [{"backend": "flash", "ran": True, "dtype": "float32"}])
+    probe["backend_map"] = [map_row("d=64", True), map_row("d=256", not refused, d=256)]
+    write_stage(evidence, CPU, "probe", probe, "cpu")
+    check = {"stage": "probe", "table": "backend_map", "dtype": "each",
+             "where": {"backend": "flash", "case": ["d=64", "d=256"]},
+             "value": {"column": "can_run", "stat": "min"}, "expect": {"equals": False}}
+    assert one(tmp_path, evidence, CPU, check)["verdict"] == verdict
+
+
+def test_a_probe_without_a_backend_map_is_not_probed(tmp_path, evidence):
+    check = {"stage": "probe", "table": "backend_map", "dtype": "any",
+             "where": {"backend": "flash"}, "value": {"column": "can_run", "stat": "min"},
+             "expect": {"equals": False}}
+    result = one(tmp_path, evidence, CPU, check)
+    assert result["verdict"] == "not measurable here"
+    assert "backend_map: not probed" in result["reason"]
+    with pytest.raises(ValueError, match="names column 'bogus'"):
+        claims.load(write_claims(tmp_path, claim("C13-01", {
+            **check, "where": {"bogus": 1}})))
