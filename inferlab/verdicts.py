@@ -384,7 +384,8 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame
         return _measure_ratio(check, sel, nonfinite)
     rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
     if not _numeric(rows[m.column]):
-        rows = rows.assign(value=rows[m.column])  # a boolean stays boolean: no interval
+        # a boolean or a text stays as it is: it has no interval
+        rows = rows.assign(value=rows[m.column], ci_low=None, ci_high=None)
         rows = _judged(rows, m.column, sel.notes)
         return statistic(rows, "value", m), rows
     low, high = interval_of(rows, m.column)
