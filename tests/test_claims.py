@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab import artifacts, audit, claims, layout, verdicts
+from inferlab import artifacts, audit, claims, judging, layout, verdicts
 from inferlab.audit import evaluate_key
 from inferlab.cli import main as cli_main
 from inferlab.provenance import write_artifact
@@ -680,7 +680,7 @@ def test_loglog_slope_recovers_a_power_law(rnd, exponent):
     xs = [512, 1024, 2048, 4096]
     c = rnd.uniform(0.5, 5.0)
     frame = pd.DataFrame({"T": xs, "y": [c * x**exponent for x in xs]})
-    assert verdicts.loglog_slope(frame, "y", "T").value == pytest.approx(exponent)
+    assert judging.loglog_slope(frame, "y", "T").value == pytest.approx(exponent)
 
 
 def test_spread_by_group(rnd):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferlab import artifacts, claims, report, verdicts
+from inferlab import artifacts, claims, judging, report, verdicts
 from inferlab.claims import Claim, Expect, Measure
 from inferlab.evidence import Evidence
 from inferlab.report import value_text
@@ -146,7 +146,7 @@ def test_no_value_at_all_is_not_measurable_never_reproduced(spec):
     ({"direction": "<1"}, "<1"),
 ])
 def test_the_expectation_in_words(spec, words):
-    assert verdicts.describe_expect(expect(**spec)) == words
+    assert judging.describe_expect(expect(**spec)) == words
 
 
 # ---------------------------------------------------------------- approx_at
@@ -248,7 +248,7 @@ def test_empty_values_and_no_rows_are_not_measurable():
 ])
 def test_loglog_slope_on_known_power_laws(xs, ys, slope):
     frame = pd.DataFrame({"x": xs, "y": ys})
-    assert verdicts.loglog_slope(frame, "y", "x").value == pytest.approx(slope, abs=1e-12)
+    assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(slope, abs=1e-12)
     measure = stat("y", "loglog_slope", x="x")
     assert verdicts.statistic(frame, "y", measure)[0].value == pytest.approx(slope, abs=1e-12)
 
@@ -256,18 +256,18 @@ def test_loglog_slope_on_known_power_laws(xs, ys, slope):
 def test_loglog_slope_keeps_x_and_y_of_one_and_fits_what_is_not_a_power_law():
     frame = pd.DataFrame({"x": [1, 2, 4], "y": [1, 4, 8]})
     # least squares over log2: x = 0, 1, 2 and y = 0, 2, 3: slope 1.5
-    assert verdicts.loglog_slope(frame, "y", "x").value == pytest.approx(1.5)
+    assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(1.5)
 
 
 def test_loglog_slope_drops_what_has_no_logarithm_and_needs_two_abscissae():
     frame = pd.DataFrame({"x": [0, 1, 2, 4, 8, -1], "y": [5, 3, 6, 12, 0, 4]})
-    assert verdicts.loglog_slope(frame, "y", "x").value == pytest.approx(1.0)  # x, y > 0
+    assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(1.0)  # x, y > 0
     one_x = pd.DataFrame({"x": [4, 4, 4], "y": [1, 2, 3]})
     with pytest.raises(NotMeasurable, match="^a log-log slope needs at least two values of x$"):
-        verdicts.loglog_slope(one_x, "y", "x")
+        judging.loglog_slope(one_x, "y", "x")
     only_one_positive = pd.DataFrame({"x": [0, 4], "y": [1, 2]})
     with pytest.raises(NotMeasurable):
-        verdicts.loglog_slope(only_one_positive, "y", "x")
+        judging.loglog_slope(only_one_positive, "y", "x")
 
 
 @pytest.mark.parametrize(("value", "plain"), [
@@ -293,7 +293,7 @@ def test_plain_makes_json_ready_scalars(value, plain):
     (True, True),
 ])
 def test_the_value_claims_json_records(value, recorded):
-    assert verdicts.reported_value(value) == recorded
+    assert judging.reported_value(value) == recorded
 
 
 def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
