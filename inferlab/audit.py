@@ -31,8 +31,7 @@ def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = No
     """Every claim judged now on ``key``'s artifacts (what the claims stage would write)."""
     claims_file = load(claims_path)
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    return evaluate_all(claims_file.claims, evidence, key, Path(root), claims_file.hardware,
-                        claims_file.fp16_stand_in)
+    return evaluate_all(claims_file.claims, evidence, key, Path(root), claims_file.fp16_stand_in)
 
 
 # ---------------------------------------------------------------- claims table
@@ -155,7 +154,7 @@ def _environment_summary(env: dict) -> dict:
 
 def _key_audit(claim: Claim, root: Path, key: str, hardware: str, stand_in: dict) -> dict:
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    now = evaluate(claim, evidence, key, root, hardware, stand_in)
+    now = evaluate(claim, evidence, key, root, stand_in)
     recorded = recorded_results(root, [key]).get(key)
     mine = next((c for c in recorded["claims"] if c["id"] == claim.id), None) \
         if recorded else None

@@ -27,6 +27,10 @@ from inferlab.pipeline import STAGES
 
 # unit -> (the column suffix it converts from, factor)
 UNITS = {"MiB": ("_bytes", 2.0**-20), "us": ("_ms", 1e3), "s": ("_ms", 1e-3)}
+# per: the tensor whose bytes a memory column is counted in; its element count from the
+# row's columns (scores B*H*T*T, outputs B*H*T*d); the element size from its dtype
+TENSORS = {"score_matrix": ("batch", "heads", "T", "T"), "output": ("batch", "heads", "T", "d")}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # between-run checks read the differences of these columns (inferlab.compare)
 COMPARED = ("median_ms", "ratio")
 DIFF_SUFFIXES = ("_old", "_new", "_diff", "_spread")
@@ -65,7 +69,8 @@ class Measure:
     A ratio has ``numerator`` and ``denominator`` row sets, joined on ``join``: its value
     per joined row is numerator ``column`` / denominator ``column``. Otherwise ``over``
     divides ``column`` by another column of the same row, ``invert`` takes 1 / value,
-    ``unit`` converts it, and a value above ``valid_max`` is not physical.
+    ``unit`` converts it, ``per`` counts bytes in tensors of the row's shape (``TENSORS``),
+    and a value above ``valid_max`` is not physical.
     """
 
     column: str
@@ -73,6 +78,7 @@ class Measure:
     over: str | None = None
     invert: bool = False
     unit: str | None = None
+    per: str | None = None                          # score_matrix | output (TENSORS)
     valid_max: float | None = None
     by: tuple[str, ...] = ()
     x: str | None = None
@@ -89,15 +95,17 @@ class Measure:
 @dataclass(frozen=True)
 class Expect:
     """What the sentence needs of the value: ``kind`` is between | max | min | approx |
-    equals | direction | approx_at, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``
-    and ``tolerance`` (widens between/max/min by that fraction)."""
+    equals | direction | approx_at, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``.
+    ``printed`` says, per bound (lo, hi; or the one target), whether it is a figure the
+    chapter printed: such a bound stands for every number that rounds to it (0.58 for
+    0.575-0.585, ``printed_rounding``); a logical bound (1 for "slower") is exact."""
 
     kind: str
     target: Any = None
     bounds: tuple[float, float] | None = None
     rel: float | None = None
     abs: float | None = None
-    tolerance: float = 0.0
+    printed: tuple[bool, bool] = (False, False)
     points: tuple[tuple[Any, float], ...] = ()
 
 
@@ -106,11 +114,12 @@ class Check:
     stage: str
     rows: Rows
     measure: Measure
-    expect: Expect
-    dtype: str = "fp16"                             # fp16 | each | any | a dtype name
+    expect: Expect | None                           # None: an open question's plain answer
+    dtype: str = "fp16"                             # fp16 | 16-bit | each | any | a dtype
     scope: tuple[tuple[str, tuple], ...] = ()       # the sentence's own values
     device: str | None = None                       # the device class it needs / is about
     between_runs: bool = False
+    table: str = "availability"                     # probe.json's list: or backend_map
 
 
 @dataclass(frozen=True)
@@ -156,25 +165,43 @@ def _measure(check: dict) -> Measure:
         return Measure(**common, numerator=_rows(spec["numerator"]),
                        denominator=_rows(spec["denominator"]), join=tuple(spec["join"]))
     return Measure(**common, over=spec.get("over"), invert=spec.get("invert", False),
-                   unit=spec.get("unit"), valid_max=spec.get("valid_max"))
+                   unit=spec.get("unit"), per=spec.get("per"), valid_max=spec.get("valid_max"))
 
 
 def _expect(spec: dict) -> Expect:
-    tolerance = spec.get("tolerance", 0.0)
+    printed = spec.get("printed", False)
+    printed = tuple(printed) if isinstance(printed, list) else (printed, printed)
     if "between" in spec:
-        return Expect("between", bounds=tuple(spec["between"]), tolerance=tolerance)
+        return Expect("between", bounds=tuple(spec["between"]), printed=printed)
     if "approx_at" in spec:
         return Expect("approx_at", rel=spec["rel"], points=tuple(map(tuple, spec["approx_at"])))
     kind = next(k for k in ("max", "min", "approx", "equals", "direction") if k in spec)
     return Expect(kind, target=spec[kind], rel=spec.get("rel"), abs=spec.get("abs"),
-                  tolerance=tolerance)
+                  printed=printed)
+
+
+def printed_rounding(x: float) -> float:
+    """Half a unit in the last significant digit of ``x`` as printed: 0.58 -> 0.005,
+    5.5 -> 0.05, 16 -> 0.5, 29000 -> 500 (an integer's trailing zeros are not
+    significant), 2e-4 -> 5e-5. The widest number a printed figure stands for."""
+    x = abs(float(x))
+    if x == 0:
+        return 0.0
+    if x.is_integer():
+        digits = str(int(x))
+        return 0.5 * 10 ** (len(digits) - len(digits.rstrip("0")))
+    mantissa, _, exponent = f"{x!r}".partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
 
 
 def _check(spec: dict) -> Check:
     return Check(stage=spec["stage"], rows=_rows(spec), measure=_measure(spec),
-                 expect=_expect(spec["expect"]), dtype=spec.get("dtype", "fp16"),
+                 expect=_expect(spec["expect"]) if "expect" in spec else None,
+                 dtype=spec.get("dtype", "fp16"),
                  scope=tuple((c, tuple(v)) for c, v in (spec.get("scope") or {}).items()),
-                 device=spec.get("device"), between_runs=spec.get("between_runs", False))
+                 device=spec.get("device"), between_runs=spec.get("between_runs", False),
+                 table=spec.get("table", "availability"))
 
 
 # --------------------------------------------------------------------------- checking
@@ -184,6 +211,8 @@ def columns_named(check: Check) -> set[str]:
     m = check.measure
     named = {c for c, _ in check.scope} | {m.column, *m.by, *m.join}
     named |= {c for c in (m.over, m.x, m.at) if c}
+    if m.per:
+        named |= {*TENSORS[m.per], "dtype"}
     for rows in (check.rows, m.numerator, m.denominator):
         if rows is not None:
             named |= {c.column for c in rows.where}
@@ -196,7 +225,7 @@ def artifact_columns(check: Check) -> set[str]:
     """The columns a check may name: its artifact's, or for a between-run check the
     point's key columns and the differences of the compared columns."""
     if check.stage == "probe":
-        return set(artifacts.schema("probe")["properties"]["availability"]["items"]["required"])
+        return set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
     if check.between_runs:
         return {*STAGES[check.stage].key_columns, "status",
                 *(c + s for c in COMPARED for s in DIFF_SUFFIXES)}
@@ -213,6 +242,12 @@ def _check_claim(claim: Claim, name: str) -> None:
                          "which times nothing")
     if claim.kind == "device-specific" and check.device is None:
         raise ValueError(f"{name}: claim {claim.id} is device-specific but names no device")
+    if check.expect is None and claim.kind != "question":
+        raise ValueError(f"{name}: claim {claim.id} has no check.expect; only a question "
+                         "(kind: question) may be answered without one")
+    if check.table != "availability" and check.stage != "probe":
+        raise ValueError(f"{name}: claim {claim.id}, field check.table: table="
+                         f"{check.table!r} names a list of probe.json; stage is {check.stage!r}")
     known = artifact_columns(check)
     for column in sorted(columns_named(check) - known):
         close = difflib.get_close_matches(column, sorted(known), n=3)
@@ -220,6 +255,10 @@ def _check_claim(claim: Claim, name: str) -> None:
         raise ValueError(f"{name}: claim {claim.id} names column {column!r}, which "
                          f"{STAGES[check.stage].artifact} does not have{hint}")
     unit, column = check.measure.unit, check.measure.column
+    if check.measure.per and not (column.endswith("_bytes") and unit is None):
+        raise ValueError(f"{name}: claim {claim.id}, field check.value.per: "
+                         f"per={check.measure.per!r} counts a *_bytes column in tensors "
+                         f"(no unit), not {column!r} with unit {unit!r}")
     if unit and not column.endswith(UNITS[unit][0]):
         raise ValueError(f"{name}: claim {claim.id}, field check.value.unit: unit={unit!r} "
                          f"converts from a *{UNITS[unit][0]} column, not {column!r}")

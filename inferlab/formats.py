@@ -1,7 +1,7 @@
 """Numbers and text for people: three significant figures, ranges, units, table cells,
 and the chapter's LaTeX as plain Unicode.
 
-Every value a reader sees (in claims.json's ``value_text``, the audit, the report) is
+Every value a reader sees (the report, the audit, the reasons in claims.json) is
 formatted here, so a number reads the same everywhere.
 """
 
@@ -48,6 +48,8 @@ def display_unit(check: Check) -> str:
     """The unit a check's value is printed in: × for ratios, the converted unit, or the
     column's own (ms, GB/s, ...); empty for a pure number (a fraction, slope, error)."""
     m = check.measure
+    if m.per:
+        return {"score_matrix": "score matrices", "output": "outputs"}[m.per]
     if m.unit:
         return _DISPLAY_UNITS[m.unit]
     if m.stat in ("loglog_slope", "spread"):

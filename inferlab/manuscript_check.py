@@ -201,8 +201,10 @@ def format_check(found: list[dict], name: str) -> str:
 
 def key_verdicts(root: Path | str) -> dict[str, dict[str, str]]:
     """key -> claim id -> verdict, from each key's claims.json read through the artifact
-    reader; a key whose claims.json cannot be trusted says so in every verdict."""
+    reader; a key whose claims.json cannot be trusted says so in every verdict, and one
+    that cannot be read (made by older code, another schema) says that instead."""
     from inferlab import artifacts, layout
+    from inferlab.claims import load
     from inferlab.trust import doubt
 
     found = {}
@@ -211,7 +213,12 @@ def key_verdicts(root: Path | str) -> dict[str, dict[str, str]]:
         if not path.is_file():
             continue
         why = doubt(root, key, "claims")
-        claims = artifacts.read(path, "claims")["claims"]
+        try:
+            claims = artifacts.read(path, "claims")["claims"]
+        except ValueError as exc:
+            found[key] = {c.id: f"unknown: its claims.json cannot be read ({exc}); rerun its "
+                          "claims stage" for c in load().claims}
+            continue
         found[key] = {c["id"]: c["verdict"] + (f" (untrusted: {why})" if why else "")
                       for c in claims}
     return found

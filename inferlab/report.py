@@ -29,7 +29,7 @@ from inferlab import figures, layout, roofline
 from inferlab.artifacts import Table
 from inferlab.audit import integrity, load_evidence
 from inferlab.claims import Claim, load
-from inferlab.formats import plain_text, table_cell
+from inferlab.formats import plain_text, table_cell, with_unit
 from inferlab.manuscript import report_view
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
@@ -55,8 +55,11 @@ SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran
             ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
             ("traffic", "Traffic model"), ("model", "The chapter's arithmetic"),
             ("manuscript", "For the manuscript"), ("provenance", "Provenance"))
-VERDICTS = ("reproduced", "not reproduced", "not measurable here",
-            "not comparable on this device", "not checkable")
+VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here",
+            "not measurable here", "not comparable on this device", "not checkable")
+# the report figure that shows a stage's evidence (prefill memory claims: its memory figure)
+FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
+           "decode": "decode", "traffic": "traffic", "model": "traffic"}
 NOT_MEASURED = "not measured here"
 
 # ---------------------------------------------------------------- data
@@ -148,6 +151,29 @@ def summary_card(data: KeyData) -> dict:
             "previous_version": data.previous[0]}
 
 
+def figure_of(claim: Claim) -> str | None:
+    """The id of the report figure that shows a claim's evidence (None: no check)."""
+    check = claim.check
+    if check is None:
+        return None
+    if check.stage == "prefill" and check.measure.column.endswith("_bytes"):
+        return "prefill-memory"
+    return FIGURES[check.stage]
+
+
+def value_text(result: dict) -> str:
+    """A claims.json value for people, with its unit and, where it has one, its 95 %
+    interval: '1.89–2.57× (95 %: 1.85–2.61)'; '—' when there is none."""
+    value, ci = result["value"], result.get("interval")
+    text = with_unit(value, result["unit"])
+    items = value if isinstance(value, list) else [value]
+    nums = [v[-1] if isinstance(v, list) else v for v in items]
+    nums = [v for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not ci or not nums or ci == [min(nums), max(nums)]:
+        return text  # no interval, or no noise: the value says it all
+    return f"{text} (95 %: {with_unit(ci, result['unit'])})"
+
+
 def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
     """The claims matrix: a row per claim; the sentence spans the claims that share it."""
     rows = []
@@ -161,8 +187,8 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
             r = k.result(claim.id)
             cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
                 "key": k.key, "missing": None, "verdict": r["verdict"],
-                "value_text": r["value_text"], "judged_on": r["judged_on"] or r["reason"],
-                "figure": r["figure"], "prov": f"prov-{claim.id}-{k.key}",
+                "value_text": value_text(r), "judged_on": r["judged_on"] or r["reason"],
+                "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
                 "was": k.was(claim.id, r["verdict"])})
         rows.append({"id": claim.id, "kind": claim.kind, "span": span,
                      "sentence": plain_text(claim.sentence),
@@ -184,17 +210,18 @@ def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
                               for e in Register(root, k.key).history()}
         except ValueError:  # an unreadable register: the blocks say what they can
             entries[k.key] = {}
-    return [_block(k.result(c.id), k, entries[k.key], hardware)
+    return [_block(k.result(c.id), k, entries[k.key])
             for c in claims for k in keys if k.result(c.id) is not None]
 
 
-def _block(result: dict, k: KeyData, entries: dict, hardware: str) -> dict:
+def _block(result: dict, k: KeyData, entries: dict) -> dict:
+    """A claim's provenance on one key; the chapter's hardware is said once, above."""
     artifact = result.get("artifact") or {}
     stage = artifact.get("stage")
     prov = (entries.get((stage, artifact.get("version"))) or {}).get("provenance") or {}
-    items = [("value here", result["value_text"], ""),
+    items = [("value here", value_text(result), ""),
              ("chapter value", plain_text(result["chapter_value"]), ""),
-             ("why", result["reason"].replace(f"; the chapter measured on {hardware}", ""), ""),
+             ("why", result["reason"], ""),
              ("our reading", result.get("note") or "", ""),
              ("judged on", result.get("judged_on") or "", "")]
     if stage:

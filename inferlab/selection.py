@@ -3,8 +3,9 @@
 A check's rows are chosen in a fixed order, and nothing left out is left out silently:
 
 1. the dtype: ``fp16`` is the device's stand-in for the chapter's fp16 (claims.yaml
-   ``fp16_stand_in``), a dtype name is exactly that dtype (no substitute), ``each``
-   judges every dtype present separately, ``any`` does not filter (model rows);
+   ``fp16_stand_in``), ``16-bit`` is float16 where present, else bfloat16, a dtype name
+   is exactly that dtype (no substitute), ``each`` judges every dtype present separately,
+   ``any`` does not filter (model rows);
 2. the ``where`` filters;
 3. the sentence's ``scope``: each value it speaks of that the rows lack is named
    ("8192: not in this grid", "4096: oom"); with none of them, not measurable here;
@@ -143,6 +144,8 @@ def dtypes_for(check: Check, frame: pd.DataFrame, device: str,
         return [None]
     if check.dtype == "each":
         return sorted({str(d) for d in frame["dtype"].dropna()}) or [None]
+    if check.dtype == "16-bit":  # the rounding of a 16-bit output: fp16, else bf16's
+        return ["float16" if (frame["dtype"] == "float16").any() else "bfloat16"]
     return [stand_in[device] if check.dtype == "fp16" else check.dtype]
 
 

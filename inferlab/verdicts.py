@@ -2,9 +2,15 @@
 
 A claim's verdict is per machine (DESIGN.md, "Claims"):
 
-- ``reproduced``: the value here meets the sentence;
-- ``not reproduced``: it does not (the value here is given), or a value it rests on is
-  NaN or infinite (the rows are named: a kernel that overflowed does not pass);
+- ``reproduced``: the 95 % interval of every judged value lies inside the range the
+  sentence accepts (on the claimed side of a bound);
+- ``not reproduced``: the interval of some value lies wholly outside it (the value here
+  is given), or a value it rests on is NaN or infinite (the rows are named: a kernel that
+  overflowed does not pass);
+- ``within noise here``: no interval is wholly outside, but one straddles an edge: this
+  machine's run-to-run noise cannot decide;
+- ``answered here``: an open question of the chapter (kind ``question``), answered with
+  its evidence (yes, no or undecided), never "reproduced";
 - ``not measurable here``: the stage did not run, the artifact is missing or unreadable,
   the machine lacks what the check needs (a CUDA device, fp16 rows, the sentence's
   lengths), or there is nothing to compare (one run only);
@@ -12,23 +18,47 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
   chapter's GPU) on another device class; the value here is shown beside it;
 - ``not checkable``: a figure reported by others; nothing here can test it.
 
+The accepted range is the sentence's bounds exactly; a bound the chapter printed stands
+for every number that rounds to it (0.58: 0.575-0.585, ``claims.printed_rounding``) and
+nothing else widens it. Intervals (``interval_of``) are the stages' own 95 % intervals
+(times, paired ratios), carried through every derivation (1/x: [1/hi, 1/lo]; a rate over
+the time: the time's inverted); a value without sampling noise has [v, v]; a statistic of
+several values takes each at either end of its interval (max: [max low, max high]).
+
 Which rows are judged is ``inferlab.selection``'s job; this module measures them
-(``statistic``), judges the value (``judge``) and writes the claims.json entry.
+(``statistic``), judges the value (``judge``) and writes the claims.json entry. Text for
+people (the value with its unit, figure links) is the report's.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from inferlab import layout
+from inferlab import artifacts, layout
 from inferlab.artifacts import Table
-from inferlab.claims import UNITS, Check, Claim, Expect, Measure
+from inferlab.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim
 from inferlab.evidence import Evidence, device_of
-from inferlab.formats import display_unit, format_value, with_unit
+from inferlab.formats import display_unit, format_value
+from inferlab.judging import (
+    ANSWERED,
+    INSIDE,
+    OUTSIDE,
+    STRADDLES,
+    Estimate,
+    divided,
+    interval,
+    interval_of,
+    is_number,
+    is_numeric_column,
+    judge,
+    plain,
+    statistic,
+    value_of,
+    worst,
+)
 from inferlab.selection import (
     NONFINITE,
     SUMMARY_COLUMNS,
@@ -43,141 +73,7 @@ from inferlab.selection import (
 )
 
 MAX_ROWS = 20  # rows kept per claim in claims.json: enough to see why, small enough to read
-FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
-           "decode": "decode", "traffic": "traffic", "model": "traffic"}
-
-
-# ---------------------------------------------------------------- statistics
-
-
-def loglog_slope(frame: pd.DataFrame, column: str, x: str) -> float:
-    data = frame[[x, column]].dropna().astype(float)
-    data = data[(data[x] > 0) & (data[column] > 0)]
-    if data[x].nunique() < 2:
-        raise NotMeasurable(f"a log-log slope needs at least two values of {x}")
-    lx, ly = data[x].map(math.log), data[column].map(math.log)
-    mx, my = lx.mean(), ly.mean()
-    return float(((lx - mx) * (ly - my)).sum() / ((lx - mx) ** 2).sum())
-
-
-def _one_stat(frame: pd.DataFrame, column: str, m: Measure) -> Any:
-    """The statistic of ``frame[column]``: a number, or a list of judged values."""
-    if m.stat == "loglog_slope":
-        return loglog_slope(frame, column, m.x)
-    values = frame[column].dropna()
-    values = values.astype(bool) if str(values.dtype) == "boolean" else values.astype(float)
-    if values.empty:
-        raise NotMeasurable(f"every selected row has an empty {column}")
-    if m.stat == "at":
-        return [[plain(k), float(v)] for k, v in
-                frame.dropna(subset=[column]).groupby(m.at)[column].median().items()]
-    if m.stat == "range":
-        return [plain(v) for v in values]
-    if m.stat == "spread":
-        return float(values.max() / values.min() - 1.0)
-    return plain(getattr(values, m.stat)())
-
-
-def statistic(frame: pd.DataFrame, column: str, m: Measure) -> Any:
-    """``m.stat`` of ``frame[column]``, per ``m.by`` group if given (then a list)."""
-    if frame.empty:
-        raise NotMeasurable("no rows match the filter")
-    if not m.by:
-        return _one_stat(frame, column, m)
-    results = [_one_stat(group, column, m) for _, group in frame.groupby(list(m.by),
-                                                                          dropna=False)]
-    return [v for r in results for v in (r if isinstance(r, list) else [r])]
-
-
-def plain(value: Any) -> Any:
-    """A JSON-ready Python scalar (numpy types unwrapped, NaN and NA -> None)."""
-    if value is pd.NA or value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None if math.isnan(value) else value
-    return value
-
-
-# ---------------------------------------------------------------- judging
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _holds(e: Expect, v: Any) -> bool:
-    if e.kind == "equals":
-        if isinstance(e.target, bool | str) or isinstance(v, bool | str):
-            return type(v) is type(e.target) and v == e.target
-        return _number(v) and v == e.target
-    if not _number(v):
-        return False
-    if e.kind == "between":
-        lo, hi = e.bounds
-        return lo * (1 - e.tolerance) <= v <= hi * (1 + e.tolerance)
-    if e.kind == "max":
-        return v <= e.target * (1 + e.tolerance)
-    if e.kind == "min":
-        return v >= e.target * (1 - e.tolerance)
-    if e.kind == "approx":
-        return abs(v - e.target) <= (e.rel * abs(e.target) if e.rel is not None else e.abs)
-    return v > 1 if e.target == ">1" else v < 1
-
-
-def judge(e: Expect, value: Any) -> tuple[bool, str]:
-    """Whether ``value`` meets ``e``, and what was checked (for the reason). An empty
-    list of values is not measurable: nothing vacuous is ever "reproduced"."""
-    if e.kind == "approx_at":
-        return _judge_at(e, value)
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise NotMeasurable("no value to judge")
-    ok = all(_holds(e, v) for v in items)
-    return ok, f"{'every value' if len(items) > 1 else 'the value'} {describe_expect(e)}"
-
-
-def _judge_at(e: Expect, value: list) -> tuple[bool, str]:
-    here = {str(k): v for k, v in value}
-    present = [(k, x) for k, x in e.points if str(k) in here]
-    absent = [describe(k) for k, _ in e.points if str(k) not in here]
-    if not present:
-        raise NotMeasurable(f"no rows at [{', '.join(describe(k) for k, _ in e.points)}]")
-    ok = all(_number(here[str(k)]) and abs(here[str(k)] - x) <= e.rel * abs(x)
-             for k, x in present)
-    text = (f"within {e.rel:.0%} of {[x for _, x in present]} at "
-            f"[{', '.join(describe(k) for k, _ in present)}]")
-    if absent:
-        text += f"; {', '.join(absent)} not measured here"
-    return ok, text
-
-
-def describe_expect(e: Expect) -> str:
-    """The expectation in words, e.g. 'between 7.8 and 13.5 (±10%)'."""
-    tol = f" (±{e.tolerance:.0%})" if e.tolerance else ""
-    if e.kind == "between":
-        return f"between {e.bounds[0]:g} and {e.bounds[1]:g}{tol}"
-    if e.kind == "max":
-        return f"at most {e.target:g}{tol}"
-    if e.kind == "min":
-        return f"at least {e.target:g}{tol}"
-    if e.kind == "approx":
-        spread = f"{e.rel:.0%}" if e.rel is not None else f"{e.abs:g}"
-        return f"within {spread} of {e.target:g}"
-    if e.kind == "equals":
-        return f"equal to {e.target!r}"
-    return f"{e.target}"
-
-
-def reported_value(value: Any) -> Any:
-    """What claims.json records: a judged list of numbers becomes [min, max] (one number
-    when they are equal); others (the pairs of ``at``, booleans) as they are."""
-    if isinstance(value, list):
-        nums = [v for v in value if _number(v)]
-        if nums and len(nums) == len(value):
-            return [min(nums), max(nums)] if min(nums) != max(nums) else nums[0]
-    return value
+SCHEMA_VERSION = 2  # of claims.json (schemas/claims_result.schema.json)
 
 
 # ---------------------------------------------------------------- measuring
@@ -199,39 +95,69 @@ def _judged(frame: pd.DataFrame, name: str, notes: list[str]) -> pd.DataFrame:
     return frame[~empty]
 
 
-def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
-    """(value, deciding rows) of one selection."""
+def tensor_bytes(rows: pd.DataFrame, per: str) -> pd.Series:
+    """Bytes of one tensor ``per`` (claims.TENSORS) of each row's shape and dtype."""
+    count = pd.Series(1.0, index=rows.index)
+    for column in TENSORS[per]:
+        count = count * rows[column].astype(float)
+    size = rows["dtype"].map(ELEMENT_BYTES)
+    if size.isna().any():
+        raise NotMeasurable(f"per={per!r} needs a dtype of {sorted(ELEMENT_BYTES)}; rows have "
+                            f"{sorted(set(rows['dtype'][size.isna()].astype(str)))}")
+    return count * size.astype(float)
+
+
+def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame
+             ) -> tuple[list[Estimate], pd.DataFrame]:
+    """(estimates, deciding rows with value, ci_low, ci_high) of one selection, each in
+    the claim's quantity (naive ÷ fused for an inverted ratio, ...)."""
     m = check.measure
     if m.is_ratio:
         return _measure_ratio(check, sel, nonfinite)
     rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
-    column = "value"
-    rows = rows.assign(value=rows[m.column])  # a number column stays numeric, a boolean boolean
+    if not is_numeric_column(rows[m.column]):
+        # a boolean or a text stays as it is: it has no interval
+        rows = rows.assign(value=rows[m.column], ci_low=None, ci_high=None)
+        rows = _judged(rows, m.column, sel.notes)
+        return statistic(rows, "value", m), rows
+    low, high = interval_of(rows, m.column)
+    v = (rows[m.column].astype(float), low, high)
     if m.over:
-        rows["value"] = rows["value"] / rows[m.over].astype(float)
+        v = divided(v, (rows[m.over].astype(float), *interval_of(rows, m.over)))
     if m.invert:
-        rows["value"] = 1 / rows["value"]
-    if m.unit:
-        rows["value"] = rows["value"] * UNITS[m.unit][1]
+        v = (1 / v[0], 1 / v[2], 1 / v[1])
+    scale = UNITS[m.unit][1] if m.unit else 1.0
+    if m.per:
+        scale = 1 / tensor_bytes(rows, m.per)
+    rows = rows.assign(value=v[0] * scale, ci_low=v[1] * scale, ci_high=v[2] * scale)
     rows = _judged(rows, m.column, sel.notes)
-    return statistic(rows, column, m), rows
+    return statistic(rows, "value", m), rows
 
 
-def _measure_ratio(check: Check, sel: Selection, nonfinite) -> tuple[Any, pd.DataFrame]:
+def _measure_ratio(check: Check, sel: Selection, nonfinite
+                   ) -> tuple[list[Estimate], pd.DataFrame]:
+    """Numerator rows ÷ denominator rows joined on ``join``; the rows kept are the
+    numerator's, with the quotient and its interval and the denominator's column."""
     m, sides = check.measure, []
     for side, spec in (("numerator", m.numerator), ("denominator", m.denominator)):
         rows = keep_best(apply_where(sel.frame, spec.where), spec)
         if rows.empty:
             raise NotMeasurable(f"no {side} rows among the selected rows")
-        sides.append(with_nonfinite(rows, nonfinite, [m.column]))
-    merged = sides[0].merge(sides[1], on=list(m.join), suffixes=("_num", "_den"))
+        low, high = interval_of(rows, m.column)
+        sides.append(with_nonfinite(rows, nonfinite, [m.column]).assign(ci_low=low,
+                                                                        ci_high=high))
+    merged = sides[0].merge(sides[1], on=list(m.join), suffixes=("", "_den"))
     if merged.empty:
         raise NotMeasurable(f"numerator and denominator rows share no values of {list(m.join)}")
-    merged[NONFINITE] = merged[f"{NONFINITE}_num"] | merged[f"{NONFINITE}_den"]
-    merged["value"] = merged[f"{m.column}_num"].astype(float) / \
-        merged[f"{m.column}_den"].astype(float)
+    merged[NONFINITE] = merged[NONFINITE] | merged[f"{NONFINITE}_den"]
+    value, low, high = divided(
+        tuple(merged[c].astype(float) for c in (m.column, "ci_low", "ci_high")),
+        tuple(merged[c + "_den"].astype(float) for c in (m.column, "ci_low", "ci_high")))
+    merged = merged.assign(value=value, ci_low=low, ci_high=high).rename(
+        columns={f"{m.column}_den": f"denominator_{m.column}"})
+    merged = merged.drop(columns=[c for c in merged.columns if c.endswith("_den")])
     merged = _judged(merged, f"{m.column} ratio", sel.notes)
-    return statistic(merged, "value", m), pd.concat(sides)
+    return statistic(merged, "value", m), merged
 
 
 # ---------------------------------------------------------------- evaluation
@@ -263,15 +189,14 @@ def _records(rows: pd.DataFrame) -> list[dict]:
              else plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
 
 
-def figure_of(check: Check) -> str:
-    """The report figure that shows a check's evidence."""
-    if check.stage == "prefill" and check.measure.column.endswith("_bytes"):
-        return "prefill-memory"
-    return FIGURES[check.stage]
-
-
 def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, dict | None]:
     """The rows a check reads, and for a between-run check the version compared with."""
+    if check.stage == "probe" and check.table != "availability":
+        if not found.data.get(check.table):
+            raise NotMeasurable(f"{found.path.name} has no {check.table}: not probed")
+        row_schema = artifacts.schema("probe")["properties"][check.table]["items"]
+        kinds = {c: artifacts.column_type("probe", c, row_schema) for c in row_schema["required"]}
+        return artifacts.frame_of(found.data[check.table], kinds), None
     if not check.between_runs:
         return found.table, None
     from inferlab import compare  # the register's history: only between-run checks need it
@@ -290,49 +215,57 @@ def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, 
 
 
 def _judge_selections(check: Check, table: Table, device: str, stand_in: dict) -> dict:
-    """value, rows, ok and the words of the reason, over every dtype judged."""
-    values, kept, oks, parts = [], [], [], []
+    """verdict, estimates, rows and the words of the reason, over every dtype judged."""
+    estimates, kept, verdicts, parts = [], [], [], []
     for sel in select(check, table.frame, device, stand_in):
         try:
-            value, rows = _measure(check, sel, table.nonfinite)
+            found, rows = _measure(check, sel, table.nonfinite)
         except NonFinite as bad:
-            return {"ok": False, "value": None, "rows": sel.frame,
+            return {"verdict": OUTSIDE, "estimates": [], "rows": sel.frame,
                     "text": f"{bad}; a computation that overflowed does not pass",
                     "judged_on": _rows_summary(sel.frame)}
         if check.measure.valid_max is not None and any(
-                _number(v) and v > check.measure.valid_max
-                for v in (value if isinstance(value, list) else [value])):
-            raise NotMeasurable(f"value {format_value(value)} is above "
+                is_number(e.value) and e.value > check.measure.valid_max for e in found):
+            raise NotMeasurable(f"value {format_value([e.value for e in found])} is above "
                                 f"{check.measure.valid_max:g}, which is not physical: the "
                                 "ceiling it is a fraction of is too low (a probe error)")
-        ok, checked = judge(check.expect, value)
+        verdict, checked = judge(check.expect, found) if check.expect is not None else \
+            (ANSWERED, "no test: the value is the answer")
         label = f"{sel.dtype}: " if check.dtype == "each" else ""
-        parts.append(f"{label}value {format_value(value)} over {len(rows)} row(s) "
-                     f"({_rows_summary(rows)}){'; ' if sel.notes else ''}"
-                     f"{'; '.join(sel.notes)}; needs {checked}")
-        values += value if isinstance(value, list) and check.measure.stat != "at" else [value]
+        ci = interval(found)
+        ci_text = f" (95 % interval {format_value(ci)})" if ci and ci[0] != ci[1] else ""
+        parts.append(f"{label}value {format_value(value_of(found, check.measure))}{ci_text} "
+                     f"over {len(rows)} row(s) ({_rows_summary(rows)})"
+                     f"{'; ' if sel.notes else ''}{'; '.join(sel.notes)}; needs {checked}")
+        estimates += found
         kept.append(rows)
-        oks.append(ok)
-    value = values[0] if len(values) == 1 else values
+        verdicts.append(verdict)
     rows = pd.concat(kept)
-    return {"ok": all(oks), "value": value, "rows": rows, "text": " | ".join(parts),
-            "judged_on": _rows_summary(rows)}
+    return {"verdict": worst(verdicts), "estimates": estimates, "rows": rows,
+            "text": " | ".join(parts), "judged_on": _rows_summary(rows)}
+
+
+def _answer(verdict: str) -> str:
+    """A question's answer in words, from where the interval sits against its test."""
+    return {INSIDE: "yes", OUTSIDE: "no", STRADDLES: "undecided (within noise)",
+            ANSWERED: "the value here"}[verdict]
 
 
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
-             hardware: str = "", stand_in: dict | None = None) -> dict:
-    """One claim's verdict on ``key``: the claims.json entry for it. ``evidence`` maps a
+             stand_in: dict | None = None) -> dict:
+    """One claim's verdict on ``key``: the claims.json entry for it (values, intervals,
+    units and verdicts; the report makes the text people read). ``evidence`` maps a
     stage to its artifact on that key; ``stand_in`` the dtype for fp16 per device."""
     result = {"id": claim.id, "kind": claim.kind, "verdict": "not checkable", "value": None,
-              "unit": None, "value_text": "—", "chapter_value": claim.chapter_value,
-              "judged_on": "", "reason": "", "note": claim.note, "figure": None, "rows": [],
+              "interval": None, "unit": None, "chapter_value": claim.chapter_value,
+              "judged_on": "", "reason": "", "note": claim.note, "rows": [],
               "artifact": None, "compared_with": None}
     if claim.check is None:
         result["reason"] = f"reported by {claim.source}; this pipeline's data cannot test it"
         return result
     check = claim.check
     found = evidence[check.stage]
-    result.update(artifact=found.describe(root), figure=figure_of(check))
+    result.update(artifact=found.describe(root))
     try:
         if found.error is not None:
             raise NotMeasurable(f"{result['artifact']['path']} cannot be read: {found.error}")
@@ -346,16 +279,17 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         table, result["compared_with"] = _frame(check, found, root, key)
         judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
                                                                          "cuda": "float16"})
-        unit = display_unit(check)
-        value = reported_value(judged["value"])
-        verdict = "reproduced" if judged["ok"] else "not reproduced"
-        where = f"judged on {key}" + (f"; the chapter measured on {hardware}"
-                                      if claim.kind == "measured" and hardware else "")
+        verdict, where = judged["verdict"], f"judged on {key}"
+        if claim.kind == "question":
+            where = f"answered here: {_answer(verdict)}; {where}"
+            verdict = ANSWERED
         if elsewhere:
             verdict = "not comparable on this device"
             where = (f"the sentence is about a {check.device.upper()} device and {key} ran "
                      f"on {device}: the value here is shown beside it, not judged")
-        result.update(verdict=verdict, value=value, unit=unit, value_text=with_unit(value, unit),
+        result.update(verdict=verdict, value=value_of(judged["estimates"], check.measure)
+                      if judged["estimates"] else None,
+                      interval=interval(judged["estimates"]), unit=display_unit(check),
                       rows=_records(judged["rows"]), judged_on=judged["judged_on"],
                       reason=f"{judged['text']}; {where}")
     except NotMeasurable as why:
@@ -365,8 +299,8 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
 
 
 def evaluate_all(claims, evidence: dict[str, Evidence], key: str, root: Path,
-                 hardware: str = "", stand_in: dict | None = None) -> dict:
+                 stand_in: dict | None = None) -> dict:
     """Every claim's verdict on ``key``: the content of results/{key}/claims.json."""
     machine, grid = layout.split_key(key)
-    return {"machine": machine, "grid": grid,
-            "claims": [evaluate(c, evidence, key, root, hardware, stand_in) for c in claims]}
+    return {"schema_version": SCHEMA_VERSION, "machine": machine, "grid": grid,
+            "claims": [evaluate(c, evidence, key, root, stand_in) for c in claims]}

@@ -20,7 +20,7 @@ from test_claims import CPU, GPU, write_stage
 
 from inferlab import artifacts, claims, figures, formats, layout, plotting
 from inferlab.backend_map import cell, map_cases, map_rows
-from inferlab.report import NOT_MEASURED, SECTIONS, render_report
+from inferlab.report import NOT_MEASURED, SECTIONS, figure_of, render_report, value_text
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
         "use", "rect", "circle", "line", "polyline", "polygon", "stop", "ellipse"}
@@ -148,10 +148,12 @@ def test_first_screen_counts_each_machines_verdicts(report_html, evidence_root):
     for key in (CPU, GPU):
         counts = Counter(c["verdict"] for c in recorded(evidence_root, key)["claims"])
         card = summary[summary.index(f'data-key="{key}"'):]
-        for verdict in ("reproduced", "not reproduced", "not measurable here", "not checkable"):
+        for verdict in ("reproduced", "not reproduced", "within noise here", "answered here",
+                        "not measurable here", "not checkable"):  # each counted, 0 too
             assert (f'data-verdict="{verdict}" data-count="{counts[verdict]}"'
                     in card[:card.index("</div>")])
     assert "not refuted" in summary or "not that" in summary  # what "not reproduced" means
+    assert "within noise here" in summary and "95 % interval" in summary  # the rule's legend
     assert "2.13.0" in summary and "Synthetic GPU" in summary and "Synthetic CPU" in summary
 
 
@@ -160,15 +162,17 @@ def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_ro
     rows = {m.group(1): m.group(0) for m in
             re.finditer(r'<tr id="claim-([CQ]13-\d\d)".*?</tr>', text, flags=re.S)}
     assert set(rows) == {c.id for c in claims.load().claims}
+    by_id = {c.id: c for c in claims.load().claims}
     for key in (CPU, GPU):
         for result in recorded(evidence_root, key)["claims"]:
             row = rows[result["id"]]
             slug = result["verdict"].replace(" ", "-")
             assert f'<span class="verdict {slug}">{result["verdict"]}</span>' in row
-            assert result["value_text"] in row
+            assert str(escape(value_text(result))) in row  # the report makes the text
             assert f'href="#prov-{result["id"]}-{key}"' in row
-            if result["figure"]:
-                assert f'href="#{result["figure"]}"' in row
+            figure = figure_of(by_id[result["id"]])
+            if figure:
+                assert f'href="#{figure}"' in row
             if result["judged_on"]:
                 assert result["judged_on"].split(";")[0] in row
 

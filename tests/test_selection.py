@@ -119,6 +119,16 @@ def test_the_dtypes_judged(dtype, device, judged):
     assert selection.dtypes_for(check(dtype=dtype), rows, device, STAND_IN) == judged
 
 
+@pytest.mark.parametrize(("present", "judged"), [
+    (["float32", "bfloat16"], ["bfloat16"]),            # a CPU: bf16's 16-bit output
+    (["float32", "float16", "bfloat16"], ["float16"]),  # fp16 itself wherever it exists
+    (["float32"], ["bfloat16"]),                        # none: bf16 is named, not fp32
+])
+def test_a_16_bit_claim_takes_fp16_else_bf16_never_fp32(present, judged):
+    rows = frame([prefill_row(dtype=d) for d in present])
+    assert selection.dtypes_for(check(dtype="16-bit"), rows, "cpu", STAND_IN) == judged
+
+
 def test_no_dtype_column_or_no_dtype_present_means_no_filter():
     no_column = pd.DataFrame({"x": [1]})
     assert selection.dtypes_for(check(dtype="fp16"), no_column, "cpu", STAND_IN) == [None]

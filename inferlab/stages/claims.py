@@ -24,4 +24,4 @@ class Params:
 def run(params: Params, ctx) -> dict:
     claims_file = params.claims_file
     return evaluate_all(claims_file.claims, ctx.evidence, ctx.key, ctx.root,
-                        claims_file.hardware, claims_file.fp16_stand_in)
+                        claims_file.fp16_stand_in)

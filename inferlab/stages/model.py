@@ -18,7 +18,18 @@ the chapter), counted or measured here, or the analytic model (``inferlab.traffi
 * ``decode_intensity_over_balance``: a decode step's FLOPs per byte over the machine's
   balance (matmul rate / copy bandwidth, from the probe): below 1, memory-bound;
 * ``flops_tiled_over_naive``: FLOPs the profiler counts for tiled over naive attention
-  (the Q&A: the same FLOPs).
+  (the Q&A: the same FLOPs);
+* ``decode_intensity``: a decode step's FLOPs per byte of cache read, per dtype (the Q&A:
+  "intensity ≈ 7");
+* ``naive_score_round_trips_full``, ``..._causal``: write-and-read round trips over the
+  T x T intermediate in the traffic model (``traffic.naive_hbm_elements``; the Q&A:
+  "three round-trips over an O(S²) intermediate");
+* ``splitkv_ops_per_call``: ATen operations one split-KV decode call launches, counted with
+  the profiler at the fewest and most splits (the chapter: "a dozen separate operations");
+* ``fma_two_kernels_over_fused``: Chapter 11's fused multiply-add measured again: the time
+  of ``a * b`` then ``+ c`` (two kernels, six memory passes) over ``torch.addcmul`` (one
+  kernel, four passes), paired round by round with its 95 % interval (the chapter: "1.5 to
+  1.6 times less time ... six to four").
 """
 
 from __future__ import annotations
@@ -31,13 +42,21 @@ from torch.profiler import ProfilerActivity
 
 from inferlab.attention import naive_attention, tiled_attention
 from inferlab.kernel_names import quiet_profile
+from inferlab.measure import time_interleaved
+from inferlab.partials import splitkv_decode
 from inferlab.stages.common import random_qkv, torch_dtype, tuples
 from inferlab.traffic import (
     block_pairs,
     decode_cache_bytes,
     decode_floor_time_us,
+    naive_hbm_elements,
     tiled_hbm_elements,
 )
+
+# Chapter 11's multiply-add operands: 2**23 fp32 elements (32 MiB each) outgrow a CPU's
+# last-level cache, so every memory pass goes to main memory, as on the GPU it measured.
+FMA_ELEMENTS = 2**23
+SPLITS = (1, 64)  # the chapter's fewest and most splits
 
 # ATen ops that only describe memory (views, casts to the same dtype, allocation): they
 # launch no kernel, so they are not counted as the chapter's "operations".
@@ -110,10 +129,53 @@ def flops_ratio(params: Params, ctx) -> float:
     return flops[0] / flops[1]
 
 
+def splitkv_ops(params: Params, ctx) -> list[int]:
+    """ATen operations one split-KV decode call launches, at each of ``SPLITS``."""
+    q, k, v = random_qkv((1, 2, 1, params.d), "float32", ctx.device, ctx.seed, keys=1024)
+    return [_kernel_ops(lambda s=s: splitkv_decode(q, k, v, s)) for s in SPLITS]
+
+
+def fma_ratio(ctx):
+    """Two kernels (multiply, then add) over one fused multiply-add: the paired ratio."""
+    gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
+    a, b, c = (torch.rand(FMA_ELEMENTS, generator=gen, device=ctx.device) for _ in range(3))
+    timings = time_interleaved({"fused": lambda: torch.addcmul(c, a, b),
+                                "separate": lambda: a * b + c},
+                               threads=ctx.threads, device=ctx.device,
+                               pair_with={"separate": ["fused"]}, max_rounds=20,
+                               time_cap_s=10.0)
+    return timings["separate"].ratio
+
+
 def row(quantity: str, value: float, unit: str, source: str, inputs: str,
-        dtype: str | None = None) -> dict:
-    return {"quantity": quantity, "dtype": dtype, "value": value, "unit": unit,
-            "source": source, "inputs": inputs, "status": "ok"}
+        dtype: str | None = None, ci: tuple[float, float] | None = None) -> dict:
+    low, high = ci or (None, None)
+    return {"quantity": quantity, "dtype": dtype, "value": value, "ci_low": low,
+            "ci_high": high, "unit": unit, "source": source, "inputs": inputs, "status": "ok"}
+
+
+def _added_rows(params: Params, ctx) -> list[dict]:
+    """The rows of the Q&A's decode and round-trip figures, the split-KV op count and
+    Chapter 11's multiply-add."""
+    T, d = params.T, params.d
+    rows = [row(f"naive_score_round_trips_{name}",
+                (naive_hbm_elements(T, d, causal) - 4 * T * d) / (2 * T * T), "round trips",
+                "model", f"traffic.naive_hbm_elements: T x T elements over 2·T², {name} mask")
+            for name, causal in (("full", False), ("causal", True))]
+    ops = splitkv_ops(params, ctx)
+    rows.append(row("splitkv_ops_per_call", max(ops), "ops", "counted here",
+                    "profiler: splitkv_decode, 1024 keys, "
+                    + ", ".join(f"{n} ops at {s} splits" for n, s in zip(ops, SPLITS,
+                                                                          strict=True))))
+    for dtype in params.dtypes:
+        rows.append(row("decode_intensity", 2 / torch_dtype(dtype).itemsize, "FLOP/B",
+                        "model", "4·S·d FLOPs per 2·S·d cache elements read", dtype))
+    ratio = fma_ratio(ctx)
+    if ratio is not None:
+        rows.append(row("fma_two_kernels_over_fused", ratio.median, "×", "measured here",
+                        f"a * b + c over torch.addcmul(c, a, b), {FMA_ELEMENTS} float32 "
+                        "elements, paired round by round", ci=(ratio.ci_low, ratio.ci_high)))
+    return rows
 
 
 def run(params: Params, ctx) -> list[dict]:
@@ -161,4 +223,4 @@ def run(params: Params, ctx) -> list[dict]:
             rows.append(row("decode_intensity_over_balance", intensity / balance, "×",
                             "measured here", f"{intensity:g} FLOP/byte over the machine's "
                             f"{balance:.3g} FLOP/byte ({dtype} matmul / copy)", dtype))
-    return rows
+    return rows + _added_rows(params, ctx)
