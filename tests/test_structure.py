@@ -164,7 +164,7 @@ LAYERS = {
                  "inferlab.provenance", "inferlab.trust", "inferlab.evidence",
                  "inferlab.inputs", "inferlab.compare", "inferlab.verify", "inferlab.adopt",
                  "inferlab.runner"],
-    "claims": ["inferlab.claims", "inferlab.selection", "inferlab.verdicts",
+    "claims": ["inferlab.claims", "inferlab.selection", "inferlab.judging", "inferlab.verdicts",
                "inferlab.stages.claims"],
     # the manuscript stage comes after claims: it lays the claims out for the text
     "report": ["inferlab.formats", "inferlab.audit", "inferlab.plotting", "inferlab.figures",
