@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,12 +37,15 @@ from typing import NamedTuple
 
 from inferlab import layout
 from inferlab.files import (
+    CannotCheck,
     atomic_write,
     canonical_json,
+    debris,
     durable_append,
-    git_show,
+    git_file,
     sha256_bytes,
     sha256_file,
+    split_lines,
 )
 from inferlab.pipeline import STAGES
 
@@ -49,7 +53,8 @@ GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = ("seq", "stage", "version", "path", "sha256", "sidecar_sha256", "provenance",
                 "prev_hash", "entry_hash")
 LOCK_FILE = ".lock"
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")  # always fullmatch: "$" matches before a "\n"
+_HELD = threading.local()  # lock files this thread holds, so a nested take is a no-op
 
 
 class Problem(NamedTuple):
@@ -68,8 +73,29 @@ def entry_hash(entry: dict) -> str:
     return sha256_bytes(canonical_json({k: v for k, v in entry.items() if k != "entry_hash"}))
 
 
+def hash_matches(entry: dict) -> bool:
+    """``entry``'s ``entry_hash`` is its content's hash: in today's ASCII-escaped canonical
+    form, or in the raw UTF-8 form of registers written before it (same data, so an edit
+    still shows in both)."""
+    body = {k: v for k, v in entry.items() if k != "entry_hash"}
+    try:
+        return entry.get("entry_hash") in (sha256_bytes(canonical_json(body)),
+                                           sha256_bytes(canonical_json(body, ascii_only=False)))
+    except ValueError:  # e.g. a NaN written into the line: not canonical JSON
+        return False
+
+
+def decode_line(line: bytes) -> str:
+    """A register line as text; a ValueError saying which byte is not UTF-8."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column "
+                         f"{exc.start + 1})") from None
+
+
 def _check_sha(name: str, value: str) -> str:
-    if not isinstance(value, str) or not _SHA256_RE.match(value):
+    if not isinstance(value, str) or not _SHA256_RE.fullmatch(value):
         raise ValueError(f"{name}={value!r} is not a sha256: expected 64 lowercase hex digits")
     return value
 
@@ -84,6 +110,7 @@ class Anchor(NamedTuple):
     committed: int | None  # entries committed at HEAD; None when git does not track it
     working: int           # entries (lines) in the working register
     problems: list[Problem]
+    unchecked: str | None = None  # why git could not be asked (then committed is None)
 
     @property
     def unanchored(self) -> int:
@@ -103,22 +130,27 @@ class Register:
 
     # ---------------------------------------------------------------- reading
 
-    def _lines(self) -> list[str]:
+    def _lines(self) -> list[bytes]:
+        """The register's lines, split on b"\\n" only, read while no append is under way
+        (a shared lock: a reader never sees half a line that is still being written)."""
         if not self.path.is_file():
             return []
-        return self.path.read_text(encoding="utf-8").splitlines()
+        with self._locked(shared=True):
+            return split_lines(self.path.read_bytes())
 
     def entries(self) -> list[dict]:
         """All entries in order. A line that is not JSON is a ValueError naming it."""
         entries = []
         for lineno, line in enumerate(self._lines(), start=1):
+            hint = ("`inferlab verify --repair` removes a torn final line"
+                    if self.torn_tail() else "`inferlab verify` says what else is wrong")
             try:
-                entries.append(json.loads(line))
+                entries.append(json.loads(decode_line(line)))
             except json.JSONDecodeError as exc:
-                hint = ("`inferlab verify --repair` removes a torn final line"
-                        if self.torn_tail() else "`inferlab verify` says what else is wrong")
                 raise ValueError(f"{self.path} line {lineno} is not valid JSON ({exc.msg}); "
                                  f"{hint}") from exc
+            except ValueError as exc:
+                raise ValueError(f"{self.path} line {lineno} is {exc}; {hint}") from None
         return entries
 
     def history(self, stage: str | None = None) -> list[dict]:
@@ -149,12 +181,15 @@ class Register:
 
     def anchor(self) -> Anchor:
         """Compare the working register with the one committed at git HEAD."""
-        committed = git_show(self.root, "HEAD", "./" + self.path.relative_to(self.root)
-                             .as_posix())
         lines = self._lines()
+        try:
+            committed = git_file(self.root, "HEAD",
+                                 "./" + self.path.relative_to(self.root).as_posix())
+        except CannotCheck as exc:
+            return Anchor(None, len(lines), [], unchecked=str(exc))
         if committed is None:
             return Anchor(None, len(lines), [])
-        head = committed.decode(errors="replace").splitlines()  # bytes decode as UTF-8
+        head = split_lines(committed)
         where = f"{layout.REGISTER_FILE} (committed at HEAD: {len(head)} entries)"
         for lineno, (old, new) in enumerate(zip(head, lines, strict=False), start=1):
             if old != new:
@@ -183,14 +218,52 @@ class Register:
         return sha
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, shared: bool = False) -> Iterator[None]:
+        """The key's lock: exclusive for a writer, shared for a reader. Taken again inside
+        itself (a write reads the register) it is already held. A reader that cannot
+        create the lock file (a read-only checkout) reads without it."""
+        name = str((self.dir / LOCK_FILE).resolve())
+        held = _HELD.__dict__.setdefault("names", set())
+        if name in held:
+            yield
+            return
+        if not shared:
+            self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if not shared:
+                raise
+            yield
+            return
+        held.add(name)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
         finally:
+            held.discard(name)
             os.close(fd)  # closing releases the lock
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the key's lock for a whole write (``provenance.write_artifact``: retained
+        copies, results files and the entry), so two stage runs on one key cannot
+        interleave, and remove what killed writes left (``debris``) first."""
+        with self._locked():
+            self.sweep_debris()
+            yield
+
+    def debris(self) -> list[Path]:
+        """Temp and backup files killed writes left in results/{key}/ and objects/."""
+        return debris(layout.results_dir(self.root, self.key)) + debris(self.objects)
+
+    def sweep_debris(self) -> list[Path]:
+        """Remove ``debris`` (under the lock, so no live writer's file); return what went."""
+        with self._locked():
+            gone = self.debris()
+            for p in gone:
+                p.unlink(missing_ok=True)
+        return gone
 
     def cut_torn_tail(self) -> bytes:
         """Remove a torn final line (the bytes after the last newline); return them.
@@ -268,10 +341,13 @@ class Register:
         for lineno, line in enumerate(self._lines(), start=1):
             where = f"{layout.REGISTER_FILE} line {lineno}"
             try:
-                entry = json.loads(line)
+                entry = json.loads(decode_line(line))
             except json.JSONDecodeError as exc:
                 problems.append(self._problem(where, f"not valid JSON ({exc.msg}): a corrupt "
                                               "or truncated line"))
+                continue
+            except ValueError as exc:
+                problems.append(self._problem(where, f"{exc}: a corrupt line"))
                 continue
             missing = [f for f in ENTRY_FIELDS if not isinstance(entry, dict) or f not in entry]
             if missing:
@@ -302,7 +378,7 @@ class Register:
         for lineno, entry in entries:
             for kind in ("sha256", "sidecar_sha256"):
                 sha = entry[kind]
-                if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+                if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
                     continue  # already reported by _entry_faults
                 if not (self.objects / sha).is_file():
                     problems.append(self._problem(
@@ -314,7 +390,8 @@ class Register:
     def _sidecar_faults(self, lineno: int, entry: dict, faults: dict) -> list[Problem]:
         """The retained sidecar must describe the entry's artifact with the same provenance."""
         sha = entry["sidecar_sha256"]
-        copy = self.objects / sha if isinstance(sha, str) and _SHA256_RE.match(sha) else None
+        copy = self.objects / sha if isinstance(sha, str) and _SHA256_RE.fullmatch(sha) \
+            else None
         if copy is None or not copy.is_file() or sha in faults:
             return []
         where = f"{layout.REGISTER_FILE} line {lineno}"
@@ -352,7 +429,7 @@ class Register:
 def _is_whole_entry(data: bytes) -> bool:
     try:
         entry = json.loads(data)
-        return isinstance(entry, dict) and entry.get("entry_hash") == entry_hash(entry)
+        return isinstance(entry, dict) and hash_matches(entry)
     except (ValueError, UnicodeDecodeError):
         return False
 
@@ -380,11 +457,7 @@ def results_fault(path: Path, field: str, stage: str, versions: list[dict]) -> s
 def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter) -> list[str]:
     """What is wrong with one parsed entry, given the entries before it."""
     faults = []
-    try:
-        recomputed = entry_hash(entry)
-    except ValueError:  # e.g. a NaN written into the line: not canonical JSON
-        recomputed = None
-    if recomputed != entry["entry_hash"]:
+    if not hash_matches(entry):
         faults.append("entry_hash does not match the entry's content: entry edited")
     if entry["prev_hash"] != prev_hash:
         faults.append("prev_hash does not link to the previous line: an entry before it "
@@ -399,6 +472,6 @@ def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter)
         faults.append(f"version {entry['version']!r} of {stage} where {versions[stage] + 1} "
                       "was expected: versions deleted or reordered")
     for field in ("sha256", "sidecar_sha256"):
-        if not isinstance(entry[field], str) or not _SHA256_RE.match(entry[field]):
+        if not isinstance(entry[field], str) or not _SHA256_RE.fullmatch(entry[field]):
             faults.append(f"{field}={entry[field]!r} is not a sha256")
     return faults

@@ -23,7 +23,7 @@ from inferlab import audit, layout, trust
 from inferlab.files import canonical_json
 from inferlab.pipeline import STAGES
 from inferlab.provenance import write_artifact
-from inferlab.register import Problem, Register, entry_hash
+from inferlab.register import Problem, Register, entry_hash, hash_matches
 from inferlab.verify import cli_verify
 from tests.test_register import MACHINE, _csv, three_versions
 
@@ -38,8 +38,8 @@ MODIFIED = "modified after it was registered (or its write was interrupted)"
 
 def canonical(obj) -> bytes:
     """The documented canonical form (docs/contracts.md), written out independently."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
 
 
 def independent_hash(entry: dict) -> str:
@@ -88,12 +88,15 @@ FIXED = {"seq": 0, "stage": "prefill", "version": 1, "path": "results/cpu-x/pref
          "provenance": {"seed": 7, "config": {"T": [512, 1024], "d": 64}, "note": "Größe"},
          "prev_hash": "0" * 64}
 # the canonical form of FIXED as contracts.md defines it: keys sorted at every level, no
-# whitespace, UTF-8 (not \u escapes); and its sha256, computed once by hand from it
+# whitespace, every non-ASCII character \u-escaped (issue 23: a raw U+2028 split a line);
+# and its sha256, computed once by hand from it
 FIXED_TEXT = ('{"path":"results/cpu-x/prefill.csv","prev_hash":"' + "0" * 64 + '",'
-              '"provenance":{"config":{"T":[512,1024],"d":64},"note":"Größe","seed":7},'
-              '"seq":0,"sha256":"' + "a" * 64 + '","sidecar_sha256":"' + "b" * 64 + '",'
-              '"stage":"prefill","version":1}')
-FIXED_HASH = "2f9a093c8751f55f1947e6691c9e4eabc3f6530bc49b4aa667e81e560ab8d777"
+              '"provenance":{"config":{"T":[512,1024],"d":64},"note":"Gr\\u00f6\\u00dfe",'
+              '"seed":7},"seq":0,"sha256":"' + "a" * 64 + '","sidecar_sha256":"' + "b" * 64
+              + '","stage":"prefill","version":1}')
+FIXED_HASH = "55e7fada951c322e2e7244cef4d98aae205d5589a04344109358e32ca42217c4"
+# the same entry hashed as registers written before issue 23 did (raw UTF-8): still valid
+LEGACY_HASH = "2f9a093c8751f55f1947e6691c9e4eabc3f6530bc49b4aa667e81e560ab8d777"
 
 
 def test_the_documented_canonical_form_of_a_fixed_entry():
@@ -103,6 +106,9 @@ def test_the_documented_canonical_form_of_a_fixed_entry():
     assert entry_hash({**FIXED, "entry_hash": "c" * 64}) == FIXED_HASH  # itself excluded
     for field in ("provenance", "path", "prev_hash"):  # every other field counts
         assert entry_hash({k: v for k, v in FIXED.items() if k != field}) != FIXED_HASH
+    assert hash_matches({**FIXED, "entry_hash": FIXED_HASH})
+    assert hash_matches({**FIXED, "entry_hash": LEGACY_HASH})
+    assert not hash_matches({**FIXED, "note": "Grosse", "entry_hash": LEGACY_HASH})
 
 
 def test_append_writes_the_documented_line(tmp_path):
