@@ -9,8 +9,10 @@ checks what the code does now: the exit code and the message.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import stat
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -18,6 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from inferlab import layout
 from inferlab.adopt import cli_adopt
@@ -93,6 +97,10 @@ def test_attack_02_without_git_a_rollback_does_not_pass(tmp_path, monkeypatch, c
     assert f"FAIL {MACHINE}: {layout.REGISTER_FILE}: could not check its anchor in git: " in out
     assert ("git is not on the PATH" if git_path == "no git" else "dubious ownership") in out
     assert "git does not track" not in out
+    from inferlab.audit import key_integrity
+
+    doubts = key_integrity(root, MACHINE)["doubts"]  # `claims` marks the key and exits 1
+    assert any(d.startswith("register: could not check its anchor in git: ") for d in doubts)
 
 
 def _adoptable(tmp_path: Path) -> tuple[Path, str]:
@@ -299,3 +307,68 @@ def test_attack_14_a_huge_config_is_refused_quickly_and_briefly(tmp_path):
     assert len(str(exc.value)) < 4000
     with pytest.raises(ValueError, match=r"override .* is 1.1 MB: more than"):
         load_config(overrides=["seed=" + "1" * 1_100_000], base=REPO / "config.yaml")
+
+
+# ------------------------------------------------------------------ beyond the cases
+
+TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # any code point but surrogates
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(command=TEXT, value=TEXT, cpu=TEXT, name=TEXT.filter(lambda t: "/" not in t
+                                                             and t not in ("", ".", "..")))
+def test_any_text_in_every_free_text_field_survives(command, value, cpu, name):
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        try:
+            code = root / f"c{name}.py"
+            code.write_text("x = 1\n")
+        except (OSError, ValueError):  # a name this file system refuses (e.g. a NUL)
+            code = root / "c.py"
+            code.write_text("x = 1\n")
+        config = {"seed": 0, value: [value], "grid": value}
+        entry = write_artifact(root, MACHINE, "probe", b"{}\n", config=config,
+                               code_files=[code], inputs=[], seed=0, command=command or "x",
+                               environment={"cpu": cpu, "machine": value})
+        register = Register(root, MACHINE)
+        assert layout.register_path(root, MACHINE).read_bytes().isascii()
+        assert register.entries() == [entry]
+        assert register.verify() == []
+        assert entry["provenance"]["config"] == config
+        sidecar = layout.sidecar_path(layout.artifact_path(root, MACHINE, "probe"))
+        assert json.loads(sidecar.read_bytes())["provenance"] == entry["provenance"]
+
+
+@given(name=TEXT)
+def test_a_machine_or_grid_name_is_a_slug_or_refused(name):
+    for check in (layout.check_machine, layout.check_grid, layout.check_key):
+        try:
+            check(name)
+        except ValueError as exc:
+            assert repr(name) in str(exc)
+        else:
+            assert name.isascii() and name.isprintable() and "\n" not in name
+            assert name == name.strip() and "/" not in name
+
+
+def test_attack_08_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(tmp_path):
+    """What a Ctrl-C or SIGKILL leaves (.snakemake/incomplete markers on a stage's outputs,
+    as a killed run of the smoke grid left them) must not stop the next plain run."""
+    import base64
+
+    from tests.pipeline_repo import run
+
+    repo = copy_repo(tmp_path / "repo")
+    artifact = repo / "results" / f"{MACHINE}@smoke" / "correctness.csv"
+    marks = repo / ".snakemake" / "incomplete"
+    marks.mkdir(parents=True)
+    artifact.parent.mkdir(parents=True)
+    for path in (artifact, layout.sidecar_path(artifact)):
+        path.write_text("left by the killed run\n")
+        rel = path.relative_to(repo).as_posix().encode()
+        (marks / base64.b64encode(rel).decode()).write_text("")
+    dry = run(repo, "correctness", "-n", "--cores", "1", "--configfile", "profiles/smoke.yaml",
+              "--config", f"machine={MACHINE}")
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-2000:]
+    assert "IncompleteFilesException" not in dry.stdout + dry.stderr
+    assert "rule correctness" in dry.stdout + dry.stderr
