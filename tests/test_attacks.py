@@ -372,3 +372,18 @@ def test_attack_08_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(tmp
     assert dry.returncode == 0, (dry.stdout + dry.stderr)[-2000:]
     assert "IncompleteFilesException" not in dry.stdout + dry.stderr
     assert "rule correctness" in dry.stdout + dry.stderr
+
+
+def test_sweep_a_sha256_or_key_with_a_trailing_newline_is_refused(tmp_path):
+    from jsonschema import Draft202012Validator
+
+    reg = Register(tmp_path, MACHINE)
+    with pytest.raises(ValueError, match=r"is not a sha256"):
+        reg.copy_path("a" * 64 + "\n")
+    for name, field in (("sidecar.schema.json", "sha256"),
+                        ("register_entry.schema.json", "path")):
+        schema = json.loads(layout.schema_path(name).read_text())
+        sub = {**schema["properties"][field], "$defs": schema.get("$defs", {})}
+        good = "a" * 64 if field == "sha256" else f"results/{MACHINE}/prefill.csv"
+        assert Draft202012Validator(sub).is_valid(good)
+        assert not Draft202012Validator(sub).is_valid(good + "\n")
