@@ -40,6 +40,7 @@ SCHEMA_PATH = layout.schema_path("config.schema.json")
 DEVICE_BLOCKS = ("cpu", "cuda")
 MAX_CONFIG_BYTES = 1 << 20   # a config file or --set value: the book's config.yaml is ~20 kB
 MAX_ERRORS, MAX_ERROR_CHARS = 20, 300  # an error names at most 20 keys, each line cut short
+MAX_VALUES = 100_000  # values in one config file, aliases expanded
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster where installed
 
 
@@ -78,6 +79,22 @@ class _Loader(_Base):
         return super().construct_mapping(node, deep=deep)
 
 
+def _check_expansion(data: Any, where: str, most: int = MAX_VALUES) -> None:
+    """A YAML alias (``*name``) repeats a value without repeating its text: eight levels
+    of ten make 10**9 values from 1 kB, which the schema check would walk for minutes."""
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > most:
+            raise ValueError(f"{where} expands to more than {most:,} values (YAML aliases "
+                             "repeating one another?); a config is a few hundred")
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+
+
 def _short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
 
@@ -93,7 +110,9 @@ def _check_size(text: str, where: str) -> None:
 def _yaml(text: str, where: str) -> Any:
     _check_size(text, where)
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    except RecursionError:
+        raise ValueError(f"{where} is nested too deeply to be a config") from None
     except yaml.constructor.ConstructorError as exc:
         if "appears twice" in str(exc.problem):
             raise ValueError(f"{where}: {exc.problem}") from None
@@ -102,6 +121,8 @@ def _yaml(text: str, where: str) -> Any:
     except yaml.YAMLError as exc:
         raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
             from None
+    _check_expansion(data, where)
+    return data
 
 
 def parse_override(text: str) -> dict:
@@ -125,7 +146,14 @@ def read_yaml(path: Path | str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
-    data = _yaml(path.read_text(encoding="utf-8"), f"config file {str(path)!r}") or {}
+    where = f"config file {str(path)!r}"
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start}); save it as UTF-8") from None
+    data = _yaml(text, where) or {}
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r} must hold a mapping of keys, not "
                          f"{type(data).__name__}")

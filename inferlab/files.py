@@ -231,10 +231,23 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
 # --------------------------------------------------------------------------- git
 
 
+# variables that point git at another repository, index or object store than the one it
+# finds from ``root``: an anchor read through them would be someone else's
+_GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def git_env() -> dict[str, str]:
+    """The environment for git here: the repository found from the folder asked about, and
+    its objects as committed (``git replace`` cannot stand another commit in for HEAD)."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
+    return {**env, "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
 def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              text=True, timeout=30, check=False)
+                              text=True, timeout=30, check=False, env=git_env())
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -275,7 +288,7 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
     def ask(*args: str) -> subprocess.CompletedProcess:
         try:
             return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                                  timeout=30, check=False)
+                                  timeout=30, check=False, env=git_env())
         except FileNotFoundError:
             raise CannotCheck("git is not on the PATH") from None
         except (OSError, subprocess.SubprocessError) as exc:
@@ -304,7 +317,7 @@ def git_show(root: Path | str, rev: str, path: str) -> bytes | None:
     """The bytes of ``path`` at ``rev`` (e.g. "HEAD"), or None when git has no such file."""
     try:
         out = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"],
-                             capture_output=True, timeout=30, check=False)
+                             capture_output=True, timeout=30, check=False, env=git_env())
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None

@@ -245,12 +245,13 @@ class Register:
             os.close(fd)  # closing releases the lock
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self, sweep: bool = True) -> Iterator[None]:
         """Hold the key's lock for a whole write (``provenance.write_artifact``: retained
         copies, results files and the entry), so two stage runs on one key cannot
-        interleave, and remove what killed writes left (``debris``) first."""
+        interleave, and (``sweep``) remove what killed writes left (``debris``) first."""
         with self._locked():
-            self.sweep_debris()
+            if sweep:
+                self.sweep_debris()
             yield
 
     def debris(self) -> list[Path]:
@@ -354,13 +355,32 @@ class Register:
                 problems.append(self._problem(where, f"not a register entry: missing {missing}"))
                 continue
             problems += [self._problem(where, m)
-                         for m in _entry_faults(entry, prev_hash, next_seq, versions)]
+                         for m in _entry_faults(entry, prev_hash, next_seq, versions)
+                         + self._key_faults(entry)]
             prev_hash = entry["entry_hash"]
             if isinstance(entry["stage"], str) and isinstance(entry["version"], int):
                 versions[entry["stage"]] = entry["version"]
             next_seq = entry["seq"] + 1 if isinstance(entry["seq"], int) else next_seq + 1
             entries.append((lineno, entry))
         return entries, problems
+
+    def _key_faults(self, entry: dict) -> list[str]:
+        """An entry must be of this key: its path in results/{key}/ and its provenance's
+        machine and grid this key's (a copied folder of another machine is not this one's)."""
+        stage = entry["stage"]
+        if stage not in STAGES:
+            return []  # already reported
+        faults = []
+        mine = layout.artifact_path(self.root, self.key, stage).relative_to(self.root)
+        if entry["path"] != mine.as_posix():
+            faults.append(f"path {entry['path']} is not this key's ({mine.as_posix()}): an "
+                          "entry of another results key copied here")
+        prov = entry["provenance"] if isinstance(entry["provenance"], dict) else {}
+        machine, grid = layout.split_key(self.key)
+        if (prov.get("machine"), prov.get("grid")) != (machine, grid):
+            faults.append(f"machine {prov.get('machine')!r}, grid {prov.get('grid')!r} in its "
+                          f"provenance is not this key's ({machine!r}, {grid!r})")
+        return faults
 
     def _object_faults(self) -> dict[str, str]:
         """sha -> fault for every retained copy whose content no longer matches its name."""

@@ -26,7 +26,13 @@ def _preview(data: bytes, width: int = 60) -> str:
 
 
 def repair(register: Register) -> bool:
-    """Cut a torn final line, printing what goes; True when something was cut."""
+    """Cut a torn final line, printing what goes; True when something was cut. Under the
+    key's lock: an append under way is waited for, and then there is nothing to cut."""
+    with register.locked(sweep=False):  # debris is swept (and named) by _sweep
+        return _repair(register)
+
+
+def _repair(register: Register) -> bool:
     tail = register.torn_tail()
     if not tail:
         return False

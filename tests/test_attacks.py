@@ -301,7 +301,7 @@ def test_attack_14_a_huge_config_is_refused_quickly_and_briefly(tmp_path):
     assert time.perf_counter() - started < 1
     assert len(str(exc.value)) < 500
     long = tmp_path / "long.yaml"
-    long.write_text("correctness:\n  cpu:\n    lengths: [" + "64, " * 150_000 + "64]\n")
+    long.write_text("correctness:\n  cpu:\n    lengths: [" + "64, " * 90_000 + "64]\n")
     with pytest.raises(ValueError, match=r"^invalid config") as exc:
         load_config([long], base=REPO / "config.yaml")
     assert len(str(exc.value)) < 4000
@@ -387,3 +387,122 @@ def test_sweep_a_sha256_or_key_with_a_trailing_newline_is_refused(tmp_path):
         good = "a" * 64 if field == "sha256" else f"results/{MACHINE}/prefill.csv"
         assert Draft202012Validator(sub).is_valid(good)
         assert not Draft202012Validator(sub).is_valid(good + "\n")
+
+
+# ------------------------------------------------------------------ the attack sweep
+# (docs/attacks.md lists every attack tried, these and the ones that held untested)
+
+
+def test_sweep_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    levels = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
+        for i in range(8))  # 10**9 values from 1 kB
+    path = tmp_path / "bomb.yaml"
+    path.write_text(levels + "correctness:\n  cpu:\n    lengths: *i\n")
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=r"bomb.yaml. expands to more than 100,000 values"):
+        load_config([path], base=REPO / "config.yaml")
+    assert time.perf_counter() - started < 5
+
+
+def test_sweep_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "utf16.yaml"
+    path.write_bytes("seed: 1\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"config file .*utf16.yaml. is not UTF-8 text \(byte "
+                                         r"0xff at offset 0\)"):
+        load_config([path], base=REPO / "config.yaml")
+
+
+def test_sweep_entries_copied_from_another_key_are_named(tmp_path, capsys):
+    import shutil
+
+    three_versions(tmp_path)
+    other = "cpu-other-1t"
+    for folder in ("results", "evidence"):
+        shutil.copytree(tmp_path / folder / MACHINE, tmp_path / folder / other)
+    assert cli_verify(tmp_path, key=other) == 1
+    out = capsys.readouterr().out
+    assert (f"FAIL {other}: {layout.REGISTER_FILE} line 1: path results/{MACHINE}/prefill.csv "
+            f"is not this key's (results/{other}/prefill.csv): an entry of another results key "
+            "copied here") in out
+    assert f"machine {MACHINE!r}, grid None in its provenance is not this key's" in out
+
+
+def _forged_head(root: Path) -> None:
+    """The register at HEAD holds three entries; the working one two (a tail deleted)."""
+    _commit(root)
+    delete_tail(root, MACHINE, 1)
+    rollback_results(root, MACHINE, "prefill", 1)
+
+
+def test_sweep_a_git_replace_of_head_does_not_move_the_anchor(tmp_path, capsys):
+    root = three_versions(tmp_path)
+    _forged_head(root)
+    git(root, "add", "-A")  # a commit of the rolled-back state, put in place of HEAD
+    forged = git(root, "commit-tree", git(root, "write-tree").strip(), "-m", "x").strip()
+    git(root, "replace", git(root, "rev-parse", "HEAD").strip(), forged)
+    git(root, "reset", "-q")
+    assert cli_verify(root) == 1
+    assert "entries 3-3 were deleted" in capsys.readouterr().out
+
+
+def test_sweep_git_dir_in_the_environment_does_not_move_the_anchor(tmp_path, monkeypatch,
+                                                                    capsys):
+    (tmp_path / "repo").mkdir()
+    root = three_versions(tmp_path / "repo")
+    _forged_head(root)
+    decoy = tmp_path / "decoy"  # a repository whose HEAD holds the rolled-back register
+    (decoy / "evidence").mkdir(parents=True)
+    import shutil
+
+    shutil.copytree(root / "evidence" / MACHINE, decoy / "evidence" / MACHINE)
+    _commit(decoy)
+    monkeypatch.setenv("GIT_DIR", str(decoy / ".git"))
+    assert cli_verify(root) == 1
+    assert "entries 3-3 were deleted" in capsys.readouterr().out
+
+
+def test_sweep_repair_during_an_append_cuts_nothing_and_says_nothing(tmp_path, capsys):
+    three_versions(tmp_path)
+    path = layout.register_path(tmp_path, MACHINE)
+    data = path.read_bytes()
+    last = data.rstrip(b"\n").rsplit(b"\n", 1)[1] + b"\n"
+    path.write_bytes(data[:-len(last)] + last[:40])
+    fd = _hold_lock(tmp_path)
+    codes = []
+    repairer = threading.Thread(target=lambda: codes.append(cli_verify(tmp_path, fix=True)))
+    repairer.start()
+    time.sleep(0.5)
+    with open(path, "ab") as f:
+        f.write(last[40:])
+    os.close(fd)
+    repairer.join(timeout=30)
+    out = capsys.readouterr().out
+    assert codes == [0], out
+    assert "REPAIR" not in out
+    assert path.read_bytes() == data
+
+
+def test_sweep_verify_of_a_read_only_checkout_reads_without_the_lock(tmp_path, monkeypatch,
+                                                                      capsys):
+    three_versions(tmp_path)
+    (layout.evidence_dir(tmp_path, MACHINE) / ".lock").unlink()
+    real = os.open
+
+    def read_only(path, flags, *args):
+        if str(path).endswith(".lock"):
+            raise PermissionError(13, "Read-only file system", str(path))
+        return real(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert cli_verify(tmp_path) == 0, capsys.readouterr().out
+
+
+def test_sweep_repair_names_the_debris_it_removes(tmp_path, capsys):
+    three_versions(tmp_path)
+    stray = layout.objects_dir(tmp_path, MACHINE) / f".{'b' * 64}.9.x.tmp"
+    stray.write_bytes(b"half")
+    assert cli_verify(tmp_path, fix=True) == 0
+    assert f"REPAIR {MACHINE}: removed {stray.relative_to(tmp_path).as_posix()} (left by an " \
+           "interrupted write)" in capsys.readouterr().out
+    assert not stray.exists()

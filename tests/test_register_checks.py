@@ -179,9 +179,11 @@ def test_a_broken_link_alone_is_the_prev_hash_check(root):
 
 def test_an_edit_without_rehash_alone_is_the_entry_hash_check(root):
     forge_line(root, 2, lambda e: e.update(path="results/elsewhere.csv"), chain=False)
-    assert Register(root, MACHINE).verify() == [line(2, EDITED)]
+    elsewhere = line(2, f"path results/elsewhere.csv is not this key's (results/{MACHINE}/"
+                        "decode.csv): an entry of another results key copied here")
+    assert Register(root, MACHINE).verify() == [line(2, EDITED), elsewhere]
     forge_line(root, 3, lambda e: e.update(entry_hash="e" * 64), chain=False)
-    assert Register(root, MACHINE).verify() == [line(2, EDITED), line(3, EDITED)]
+    assert Register(root, MACHINE).verify() == [line(2, EDITED), elsewhere, line(3, EDITED)]
 
 
 @pytest.mark.parametrize("stored", ["keep", ""])
