@@ -144,6 +144,9 @@ def parse_override(text: str) -> dict:
 
 def read_yaml(path: Path | str) -> dict:
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"config file {str(path)!r} is not a regular file (a folder, FIFO or "
+                         "device): give the YAML file itself")
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
     where = f"config file {str(path)!r}"

@@ -506,3 +506,22 @@ def test_sweep_repair_names_the_debris_it_removes(tmp_path, capsys):
     assert f"REPAIR {MACHINE}: removed {stray.relative_to(tmp_path).as_posix()} (left by an " \
            "interrupted write)" in capsys.readouterr().out
     assert not stray.exists()
+
+
+def test_sweep_a_clone_with_autocrlf_verifies(tmp_path, capsys):
+    (tmp_path / "repo").mkdir()
+    root = three_versions(tmp_path / "repo")
+    (root / ".gitattributes").write_bytes((REPO / ".gitattributes").read_bytes())
+    _commit(root)
+    clone = tmp_path / "clone"
+    git(tmp_path, "-c", "core.autocrlf=true", "clone", "-q", str(root), str(clone))
+    assert cli_verify(clone) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_sweep_a_config_file_that_is_no_regular_file_is_named(tmp_path, kind):
+    path = {"fifo": tmp_path / "f.yaml", "device": Path("/dev/zero"), "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(ValueError, match=r"is not a regular file \(a folder, FIFO or device\)"):
+        load_config([path], base=REPO / "config.yaml")
