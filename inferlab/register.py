@@ -78,11 +78,13 @@ def hash_matches(entry: dict) -> bool:
     form, or in the raw UTF-8 form of registers written before it (same data, so an edit
     still shows in both)."""
     body = {k: v for k, v in entry.items() if k != "entry_hash"}
-    try:
-        return entry.get("entry_hash") in (sha256_bytes(canonical_json(body)),
-                                           sha256_bytes(canonical_json(body, ascii_only=False)))
-    except ValueError:  # e.g. a NaN written into the line: not canonical JSON
-        return False
+    for ascii_only in (True, False):  # a lone surrogate has only the ASCII form
+        try:
+            if entry.get("entry_hash") == sha256_bytes(canonical_json(body, ascii_only)):
+                return True
+        except ValueError:  # e.g. a NaN written into the line: not canonical JSON
+            return False
+    return False
 
 
 def decode_line(line: bytes) -> str:

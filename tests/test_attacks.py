@@ -311,7 +311,7 @@ def test_attack_14_a_huge_config_is_refused_quickly_and_briefly(tmp_path):
 
 # ------------------------------------------------------------------ beyond the cases
 
-TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # any code point but surrogates
+TEXT = st.text(max_size=40)  # any code point, lone surrogates too (argv has them)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -525,3 +525,35 @@ def test_sweep_a_config_file_that_is_no_regular_file_is_named(tmp_path, kind):
         os.mkfifo(path)
     with pytest.raises(ValueError, match=r"is not a regular file \(a folder, FIFO or device\)"):
         load_config([path], base=REPO / "config.yaml")
+
+
+def test_sweep_a_file_name_of_invalid_utf8_bytes_is_recorded(tmp_path, capsys):
+    name = os.fsdecode(b"sm\xffoke.yaml")  # a lone surrogate (surrogateescape), as argv has it
+    entry = write_artifact(tmp_path, MACHINE, "probe", b"{}\n", config={"file": name},
+                           code_files=[], inputs=[], seed=0,
+                           command=f"inferlab stage probe --configfile {name}", environment={})
+    assert Register(tmp_path, MACHINE).entries() == [entry]
+    assert cli_verify(tmp_path) == 0, capsys.readouterr().out
+
+
+def test_sweep_adopt_without_git_reruns_everything_saying_why(tmp_path, monkeypatch, capsys):
+    root, key = _adoptable(tmp_path)
+    _commit(root)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert cli_adopt(root, machine=MACHINE) == 0
+    out = capsys.readouterr().out
+    assert "adopted (current)" not in out
+    assert (f"adopt: {key}: probe: will rerun: could not check its register's anchor in git: "
+            "git is not on the PATH") in out
+
+
+def test_sweep_without_git_a_stage_still_runs_but_verify_fails(tmp_path, monkeypatch, capsys):
+    from inferlab.trust import doubt
+
+    monkeypatch.setenv("PATH", "/nonexistent")  # a lent GPU box with only PyTorch on it
+    three_versions(tmp_path)
+    assert doubt(tmp_path, MACHINE, "prefill") is None  # a stage may read its inputs
+    assert Register(tmp_path, MACHINE).latest("prefill")["provenance"]["git_commit"] is None
+    assert cli_verify(tmp_path) == 1  # but nothing vouches for the evidence
+    assert "could not check its anchor in git: git is not on the PATH" in \
+        capsys.readouterr().out
