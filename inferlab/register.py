@@ -27,7 +27,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +35,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 from inferlab import layout
+from inferlab.entries import (  # noqa: F401 - Problem, entry_hash, results_fault: the API
+    ENTRY_FIELDS,
+    GENESIS_HASH,
+    SHA256_RE,
+    Problem,
+    check_sha,
+    decode_line,
+    entry_faults,
+    entry_hash,
+    is_whole_entry,
+    key_faults,
+    results_fault,
+)
 from inferlab.files import (
     CannotCheck,
     atomic_write,
@@ -49,57 +61,8 @@ from inferlab.files import (
 )
 from inferlab.pipeline import STAGES
 
-GENESIS_HASH = "0" * 64
-ENTRY_FIELDS = ("seq", "stage", "version", "path", "sha256", "sidecar_sha256", "provenance",
-                "prev_hash", "entry_hash")
 LOCK_FILE = ".lock"
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")  # always fullmatch: "$" matches before a "\n"
 _HELD = threading.local()  # lock files this thread holds, so a nested take is a no-op
-
-
-class Problem(NamedTuple):
-    """One finding of ``verify``: which results key, where (file and line or object), what."""
-
-    key: str
-    location: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.location}: {self.message}"
-
-
-def entry_hash(entry: dict) -> str:
-    """sha256 of the canonical JSON of ``entry`` without its ``entry_hash`` field."""
-    return sha256_bytes(canonical_json({k: v for k, v in entry.items() if k != "entry_hash"}))
-
-
-def hash_matches(entry: dict) -> bool:
-    """``entry``'s ``entry_hash`` is its content's hash: in today's ASCII-escaped canonical
-    form, or in the raw UTF-8 form of registers written before it (same data, so an edit
-    still shows in both)."""
-    body = {k: v for k, v in entry.items() if k != "entry_hash"}
-    for ascii_only in (True, False):  # a lone surrogate has only the ASCII form
-        try:
-            if entry.get("entry_hash") == sha256_bytes(canonical_json(body, ascii_only)):
-                return True
-        except ValueError:  # e.g. a NaN written into the line: not canonical JSON
-            return False
-    return False
-
-
-def decode_line(line: bytes) -> str:
-    """A register line as text; a ValueError saying which byte is not UTF-8."""
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 (byte 0x{line[exc.start]:02x} at column "
-                         f"{exc.start + 1})") from None
-
-
-def _check_sha(name: str, value: str) -> str:
-    if not isinstance(value, str) or not _SHA256_RE.fullmatch(value):
-        raise ValueError(f"{name}={value!r} is not a sha256: expected 64 lowercase hex digits")
-    return value
 
 
 def _object_location(sha: str) -> str:
@@ -207,7 +170,7 @@ class Register:
 
     def copy_path(self, sha256: str) -> Path:
         """Where the retained copy of the file with this sha256 lives."""
-        return self.objects / _check_sha("sha256", sha256)
+        return self.objects / check_sha("sha256", sha256)
 
     # ---------------------------------------------------------------- writing
 
@@ -276,7 +239,7 @@ class Register:
         """
         with self._locked():
             tail = self.torn_tail()
-            if tail and _is_whole_entry(tail):
+            if tail and is_whole_entry(tail):
                 durable_append(self.path, b"\n")
                 return b""
             if tail:
@@ -300,7 +263,7 @@ class Register:
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance={provenance!r} must be the sidecar's provenance dict")
         for name, sha in (("sha256", sha256), ("sidecar_sha256", sidecar_sha256)):
-            copy = self.copy_path(_check_sha(name, sha))
+            copy = self.copy_path(check_sha(name, sha))
             if not copy.is_file():
                 raise ValueError(f"{name}={sha} has no retained copy in {self.objects}; "
                                  "retain the file before registering it")
@@ -357,32 +320,14 @@ class Register:
                 problems.append(self._problem(where, f"not a register entry: missing {missing}"))
                 continue
             problems += [self._problem(where, m)
-                         for m in _entry_faults(entry, prev_hash, next_seq, versions)
-                         + self._key_faults(entry)]
+                         for m in entry_faults(entry, prev_hash, next_seq, versions)
+                         + key_faults(self.root, self.key, entry)]
             prev_hash = entry["entry_hash"]
             if isinstance(entry["stage"], str) and isinstance(entry["version"], int):
                 versions[entry["stage"]] = entry["version"]
             next_seq = entry["seq"] + 1 if isinstance(entry["seq"], int) else next_seq + 1
             entries.append((lineno, entry))
         return entries, problems
-
-    def _key_faults(self, entry: dict) -> list[str]:
-        """An entry must be of this key: its path in results/{key}/ and its provenance's
-        machine and grid this key's (a copied folder of another machine is not this one's)."""
-        stage = entry["stage"]
-        if stage not in STAGES:
-            return []  # already reported
-        faults = []
-        mine = layout.artifact_path(self.root, self.key, stage).relative_to(self.root)
-        if entry["path"] != mine.as_posix():
-            faults.append(f"path {entry['path']} is not this key's ({mine.as_posix()}): an "
-                          "entry of another results key copied here")
-        prov = entry["provenance"] if isinstance(entry["provenance"], dict) else {}
-        machine, grid = layout.split_key(self.key)
-        if (prov.get("machine"), prov.get("grid")) != (machine, grid):
-            faults.append(f"machine {prov.get('machine')!r}, grid {prov.get('grid')!r} in its "
-                          f"provenance is not this key's ({machine!r}, {grid!r})")
-        return faults
 
     def _object_faults(self) -> dict[str, str]:
         """sha -> fault for every retained copy whose content no longer matches its name."""
@@ -400,7 +345,7 @@ class Register:
         for lineno, entry in entries:
             for kind in ("sha256", "sidecar_sha256"):
                 sha = entry[kind]
-                if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
+                if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
                     continue  # already reported by _entry_faults
                 if not (self.objects / sha).is_file():
                     problems.append(self._problem(
@@ -412,7 +357,7 @@ class Register:
     def _sidecar_faults(self, lineno: int, entry: dict, faults: dict) -> list[Problem]:
         """The retained sidecar must describe the entry's artifact with the same provenance."""
         sha = entry["sidecar_sha256"]
-        copy = self.objects / sha if isinstance(sha, str) and _SHA256_RE.fullmatch(sha) \
+        copy = self.objects / sha if isinstance(sha, str) and SHA256_RE.fullmatch(sha) \
             else None
         if copy is None or not copy.is_file() or sha in faults:
             return []
@@ -446,54 +391,3 @@ class Register:
         if not self.objects.is_dir():
             return 0
         return sum(1 for p in self.objects.iterdir() if p.is_file() and not p.name.startswith("."))
-
-
-def _is_whole_entry(data: bytes) -> bool:
-    try:
-        entry = json.loads(data)
-        return isinstance(entry, dict) and hash_matches(entry)
-    except (ValueError, UnicodeDecodeError):
-        return False
-
-
-def results_fault(path: Path, field: str, stage: str, versions: list[dict]) -> str | None:
-    """What is wrong with one results file given its stage's registered versions."""
-    if not versions:
-        return f"not in the register: no version of {stage} is registered" \
-            if path.is_file() else None
-    latest = versions[-1]
-    if not path.is_file():
-        return (f"missing, but the register has version {latest['version']} of {stage}: "
-                f"deleted, or its rerun was interrupted; rerun the {stage!r} stage")
-    now = sha256_file(path)
-    if now == latest[field]:
-        return None
-    older = [e["version"] for e in versions if e[field] == now]
-    if older:
-        return (f"is version {older[-1]} of {stage}, but the register's latest is version "
-                f"{latest['version']}: rolled back or swapped; rerun the {stage!r} stage")
-    return (f"matches no registered version of {stage}: modified after it was registered "
-            "(or its write was interrupted)")
-
-
-def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter) -> list[str]:
-    """What is wrong with one parsed entry, given the entries before it."""
-    faults = []
-    if not hash_matches(entry):
-        faults.append("entry_hash does not match the entry's content: entry edited")
-    if entry["prev_hash"] != prev_hash:
-        faults.append("prev_hash does not link to the previous line: an entry before it "
-                      "was deleted, edited or reordered")
-    if entry["seq"] != next_seq:
-        faults.append(f"seq {entry['seq']!r} where {next_seq} was expected: entries deleted "
-                      "or reordered")
-    stage = entry["stage"]
-    if not isinstance(stage, str) or stage not in STAGES:
-        faults.append(f"stage {stage!r} is not a stage; expected one of {list(STAGES)}")
-    elif entry["version"] != versions[stage] + 1:
-        faults.append(f"version {entry['version']!r} of {stage} where {versions[stage] + 1} "
-                      "was expected: versions deleted or reordered")
-    for field in ("sha256", "sidecar_sha256"):
-        if not isinstance(entry[field], str) or not _SHA256_RE.fullmatch(entry[field]):
-            faults.append(f"{field}={entry[field]!r} is not a sha256")
-    return faults

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from inferlab import audit, layout, trust
+from inferlab.entries import hash_matches
 from inferlab.files import canonical_json
 from inferlab.pipeline import STAGES
 from inferlab.provenance import write_artifact
-from inferlab.register import Problem, Register, entry_hash, hash_matches
+from inferlab.register import Problem, Register, entry_hash
 from inferlab.verify import cli_verify
 from tests.test_register import MACHINE, _csv, three_versions
 
