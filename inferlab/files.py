@@ -311,13 +311,3 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
     if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
         return None
     raise CannotCheck(f"git show {rev}:{path} failed: {said(out)}")
-
-
-def git_show(root: Path | str, rev: str, path: str) -> bytes | None:
-    """The bytes of ``path`` at ``rev`` (e.g. "HEAD"), or None when git has no such file."""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"],
-                             capture_output=True, timeout=30, check=False, env=git_env())
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout if out.returncode == 0 else None

@@ -107,15 +107,14 @@ class Register:
         """All entries in order. A line that is not JSON is a ValueError naming it."""
         entries = []
         for lineno, line in enumerate(self._lines(), start=1):
-            hint = ("`inferlab verify --repair` removes a torn final line"
-                    if self.torn_tail() else "`inferlab verify` says what else is wrong")
             try:
                 entries.append(json.loads(decode_line(line)))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.path} line {lineno} is not valid JSON ({exc.msg}); "
-                                 f"{hint}") from exc
-            except ValueError as exc:
-                raise ValueError(f"{self.path} line {lineno} is {exc}; {hint}") from None
+            except ValueError as exc:  # JSONDecodeError is one too
+                what = f"not valid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) \
+                    else str(exc)
+                hint = ("`inferlab verify --repair` removes a torn final line"
+                        if self.torn_tail() else "`inferlab verify` says what else is wrong")
+                raise ValueError(f"{self.path} line {lineno} is {what}; {hint}") from None
         return entries
 
     def history(self, stage: str | None = None) -> list[dict]:

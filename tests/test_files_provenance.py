@@ -222,15 +222,18 @@ def test_each_no_hard_link_error_is_tolerated(tmp_path, monkeypatch, code):
 # ------------------------------------------------------------------ git
 
 
-def test_git_show_reads_a_committed_file_and_none_otherwise(tmp_path):
+def test_git_file_reads_a_committed_file_none_where_git_has_none_and_says_why_not(tmp_path):
+    assert files.git_file(tmp_path, "HEAD", "a.txt") is None  # not a repository
     git(tmp_path, "init", "-q")
     (tmp_path / "a.txt").write_bytes(b"committed\n")
+    assert files.git_file(tmp_path, "HEAD", "a.txt") is None  # no commit yet
     git(tmp_path, "add", "a.txt")
     git(tmp_path, "commit", "-q", "-m", "c")
     (tmp_path / "a.txt").write_bytes(b"working\n")
-    assert files.git_show(tmp_path, "HEAD", "a.txt") == b"committed\n"
-    assert files.git_show(tmp_path, "HEAD", "b.txt") is None
-    assert files.git_show(tmp_path / "nowhere", "HEAD", "a.txt") is None
+    assert files.git_file(tmp_path, "HEAD", "a.txt") == b"committed\n"
+    assert files.git_file(tmp_path, "HEAD", "b.txt") is None  # not tracked
+    with pytest.raises(files.CannotCheck, match="cannot change to"):
+        files.git_file(tmp_path / "nowhere", "HEAD", "a.txt")
 
 
 def test_git_state_of_a_root_inside_a_repository_sees_only_the_root(tmp_path):
@@ -259,7 +262,8 @@ def test_git_state_when_git_cannot_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files.subprocess, "run", missing)
     assert files.git_state(tmp_path) == {"commit": None, "dirty": None}
-    assert files.git_show(tmp_path, "HEAD", "a") is None
+    with pytest.raises(files.CannotCheck, match=r"^git is not on the PATH$"):
+        files.git_file(tmp_path, "HEAD", "a")
     assert files.git_subfolders(tmp_path, "HEAD", "evidence") == []
 
 
