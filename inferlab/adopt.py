@@ -7,8 +7,10 @@ decides instead, stage by stage in DAG order. A stage is *current* when
 * ``trust.doubt`` finds nothing: the register's chain and its anchor in git are intact,
   and the artifact and sidecar are its latest version, the sidecar agreeing with it;
 * that version is anchored: it is in the register committed at HEAD (a version made
-  or forged here since the last commit is rerun; outside git nothing can be anchored,
-  which adopt says);
+  or forged here since the last commit is rerun; so is every version where the register
+  is not committed, or git cannot be asked: nothing vouches for it there);
+* the inputs it recorded are the artifacts there now (a prefill version committed
+  without rerunning traffic leaves traffic computed from another prefill.csv);
 * the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
   the effective config it was made with equal today's (the same effective config the
   Snakefile hands the rule);
@@ -30,6 +32,7 @@ from pathlib import Path
 from inferlab import layout
 from inferlab.config import Config, load_config, resolve
 from inferlab.environment import fingerprint, hardware
+from inferlab.files import sha256_file
 from inferlab.pipeline import STAGES, code_files
 from inferlab.provenance import config_hash, file_hashes
 from inferlab.register import Register
@@ -55,10 +58,18 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     if why is not None:
         return why
     register = Register(root, config.key)
-    entry, committed = register.latest(name), register.anchor().committed
-    if committed is not None and entry["seq"] >= committed:
+    entry, anchor = register.latest(name), register.anchor()
+    if anchor.unchecked is not None:
+        return f"could not check its register's anchor in git: {anchor.unchecked}"
+    if anchor.committed is None:
+        return ("its register is not committed in git here, so git does not vouch for it "
+                "(commit evidence/ to anchor it)")
+    if entry["seq"] >= anchor.committed:
         return (f"version {entry['version']} was registered after the last commit, so git "
                 "does not vouch for it (a run made here, or a forged entry)")
+    changed = inputs_changed(root, entry)
+    if changed:
+        return changed
     changed = code_changed(root, name, entry["provenance"].get("code_files") or {})
     if changed:
         return f"its code changed since it was made ({', '.join(changed)})"
@@ -71,6 +82,20 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     there = hardware(entry["provenance"].get("environment") or {})
     if there != here:
         return f"it was made on other hardware ({there}; here {here})"
+    return None
+
+
+def inputs_changed(root: Path, entry: dict) -> str | None:
+    """Why the inputs ``entry`` recorded ({path: sha256}) are not the files there now."""
+    inputs = entry["provenance"].get("inputs")
+    if not isinstance(inputs, dict):
+        return "its provenance records no inputs"
+    for rel, sha in sorted(inputs.items()):
+        path = root / rel
+        if not path.is_file():
+            return f"its input {rel} is missing"
+        if sha256_file(path) != sha:
+            return f"it was computed from another version of {rel} than the one there now"
     return None
 
 
@@ -94,9 +119,6 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> i
         return 0
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
     here = hardware(fingerprint(config.device, collect_env=False))
-    if Register(root, config.key).anchor().committed is None:
-        print(f"adopt: {config.key}: its register is not committed in git here, so nothing "
-              "anchors it; adopting what its chain and hashes vouch for")
     stale: set[str] = set()
     when = stamps(root, len(STAGES))
     for i, name in enumerate(STAGES):

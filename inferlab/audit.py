@@ -54,11 +54,15 @@ def recorded_results(root: Path | str, keys: list[str] | None = None) -> dict[st
 def key_integrity(root: Path | str, key: str) -> dict:
     """The grid of ``key`` and whether its claims can be trusted now: ``doubts`` lists
     each of its artifacts (claims.json and what it was computed from) that fails
-    ``trust.doubt``, and a claims.json that names another machine or grid."""
+    ``trust.doubt``, a register whose anchor git could not be asked about, and a
+    claims.json that names another machine or grid."""
     machine, grid = layout.split_key(key)
     doubts = [f"{stage}: {why}" for stage in STAGES
               if layout.artifact_path(root, key, stage).is_file()
               and (why := doubt(root, key, stage))]
+    unchecked = Register(root, key).anchor().unchecked
+    if unchecked is not None:  # fails closed, as verify does
+        doubts.append(f"register: could not check its anchor in git: {unchecked}")
     recorded = recorded_results(root, [key]).get(key) or {}
     if (recorded.get("machine"), recorded.get("grid")) != (machine, grid):
         doubts.append(f"claims: claims.json says machine {recorded.get('machine')!r}, grid "
@@ -131,8 +135,10 @@ def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
     if copy_now != expected:
         problems.append(f"retained copy {relative(copy, root)} "
                         f"{'is missing' if copy_now is None else 'now ' + copy_now}")
-    committed = Register(root, key).anchor().committed
-    anchored = None if committed is None else entry["seq"] < committed
+    anchor = Register(root, key).anchor()
+    anchored = None if anchor.committed is None else entry["seq"] < anchor.committed
+    if anchor.unchecked is not None:  # fails closed: no "sha256 OK" that git could not back
+        problems.append(f"could not check the register's anchor in git: {anchor.unchecked}")
     detail = "; ".join(problems) or ("chain, results file, sidecar and retained copy match"
                                      + {None: " (not anchored: git does not track the register)",
                                         False: " (not anchored: registered since the last "

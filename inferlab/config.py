@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 
 SCHEMA_PATH = layout.schema_path("config.schema.json")
 DEVICE_BLOCKS = ("cpu", "cuda")
+MAX_CONFIG_BYTES = 1 << 20   # a config file or --set value: the book's config.yaml is ~20 kB
+MAX_ERRORS, MAX_ERROR_CHARS = 20, 300  # an error names at most 20 keys, each line cut short
+MAX_VALUES = 100_000  # values in one config file, aliases expanded
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster where installed
 
 
 # --------------------------------------------------------------------------- loading
@@ -56,11 +60,71 @@ def deep_merge(base: dict, update: dict) -> dict:
     return merged
 
 
+class _Loader(_Base):
+    """yaml's safe loader that refuses a key given twice in one mapping (the plain loader
+    keeps the last silently: ``seed: 0`` then ``seed: 7`` ran with 7)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if isinstance(key, str | int | float | bool) and key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears twice: line {seen[key]} and line "
+                        f"{line}; keep one")
+                if isinstance(key, str | int | float | bool):
+                    seen.setdefault(key, line)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(data: Any, where: str, most: int = MAX_VALUES) -> None:
+    """A YAML alias (``*name``) repeats a value without repeating its text: eight levels
+    of ten make 10**9 values from 1 kB, which the schema check would walk for minutes."""
+    count, stack = 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > most:
+            raise ValueError(f"{where} expands to more than {most:,} values (YAML aliases "
+                             "repeating one another?); a config is a few hundred")
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+
+
+def _short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
+
+
+def _check_size(text: str, where: str) -> None:
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{where} is {size / 1e6:.1f} MB: more than the "
+                         f"{MAX_CONFIG_BYTES >> 20} MB a config file may be; a grid that "
+                         "large would not run within any stage's time budget")
+
+
 def _yaml(text: str, where: str) -> Any:
+    _check_size(text, where)
     try:
-        return yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
+    except RecursionError:
+        raise ValueError(f"{where} is nested too deeply to be a config") from None
+    except yaml.constructor.ConstructorError as exc:
+        if "appears twice" in str(exc.problem):
+            raise ValueError(f"{where}: {exc.problem}") from None
+        raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
+            from None
     except yaml.YAMLError as exc:
-        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+        raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
+            from None
+    _check_expansion(data, where)
+    return data
 
 
 def parse_override(text: str) -> dict:
@@ -68,6 +132,7 @@ def parse_override(text: str) -> dict:
 
     The value is parsed as YAML, like Snakemake's ``--config KEY=VALUE``.
     """
+    _check_size(text, f"override {_short(text, 60)!r}")
     key, sep, value = text.partition("=")
     parts = key.strip().split(".")
     if not sep or not all(parts):
@@ -81,9 +146,19 @@ def parse_override(text: str) -> dict:
 
 def read_yaml(path: Path | str) -> dict:
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise ValueError(f"config file {str(path)!r} is not a regular file (a folder, FIFO or "
+                         "device): give the YAML file itself")
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
-    data = _yaml(path.read_text(encoding="utf-8"), f"config file {str(path)!r}") or {}
+    where = f"config file {str(path)!r}"
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start}); save it as UTF-8") from None
+    data = _yaml(text, where) or {}
     if not isinstance(data, dict):
         raise ValueError(f"config file {str(path)!r} must hold a mapping of keys, not "
                          f"{type(data).__name__}")
@@ -114,16 +189,20 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
         return [f"config key {_key_path([*error.absolute_path, extra])}: unknown key "
                 f"(expected one of {known})"
                 for extra in sorted(set(error.instance) - set(known))]
-    return [f"config key {_key_path(error.absolute_path)}: {error.message}"]
+    return [f"config key {_key_path(error.absolute_path)}: {_short(error.message)}"]
+
 
 
 def validate_config(raw: dict) -> dict:
-    """Return ``raw`` if it matches the schema; else ValueError naming the key and value."""
+    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0); else a
+    ValueError naming each key and value (at most MAX_ERRORS lines, each cut short)."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    validator = validation.validator(schema)
-    errors = sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(validation.validator(schema, strict_integers=True).iter_errors(raw),
+                    key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [line for e in errors for line in _error_lines(e)]
+        more = len(lines) - MAX_ERRORS
+        lines = lines[:MAX_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
         raise ValueError("invalid config (schemas/config.schema.json):\n  " + "\n  ".join(lines))
     return raw
 
@@ -198,7 +277,9 @@ def grid_hash(raw: dict, device: str) -> str:
 
 def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
     """None when ``raw`` computes the book grid (``default``: config.yaml alone), else the
-    config's ``grid`` name or ``custom-<first 8 hex of the grid hash>``."""
+    config's ``grid`` name or ``custom-<first 8 hex of the grid hash>``. ``raw`` is
+    validated first: Snakemake's own check (the Snakefile's) lets a seed of 1.0 through."""
+    validate_config(raw)
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
     if here == grid_hash(default, device):

@@ -9,6 +9,17 @@ completes (every byte written, fsynced) or raises and leaves the target as it wa
   (a full disk) or fails, the file is truncated back to its old length before raising;
 * ``restored_on_failure`` guards several such writes that belong together: if the block
   fails, each file gets its old content back (or is removed if it had none).
+
+Temp and backup files carry the writer's pid and each writer removes only its own: what a
+killed writer left (``debris``) is removed by whoever holds the folder's lock
+(``inferlab.register``), never by a writer that may be racing a live one.
+
+Text that must survive any Unicode is written ASCII-escaped (``canonical_json``) and read
+back split on ``\n`` only (``split_lines``): U+2028, U+0085 or a lone ``\r`` inside a
+value are one line to this module, as they are to JSON.
+
+A check that needs git and cannot run it says why (``CannotCheck``) instead of looking
+like "git does not track it".
 """
 
 from __future__ import annotations
@@ -58,15 +69,33 @@ def reject_nonfinite(obj, where: str = "obj") -> None:
             reject_nonfinite(value, f"{where}[{i}]")
 
 
-def canonical_json(obj) -> bytes:
-    """UTF-8 JSON with sorted keys and no whitespace: equal data gives equal bytes."""
+def canonical_json(obj, ascii_only: bool = True) -> bytes:
+    """JSON with sorted keys and no whitespace, every non-ASCII character escaped: equal
+    data gives equal bytes, and no byte of it is a line break but the ones JSON escapes.
+    ``ascii_only=False`` is the raw UTF-8 form registers written before issue 23 hashed."""
     reject_nonfinite(obj)
     try:
-        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only,
                           allow_nan=False)
     except TypeError as exc:
         raise ValueError(f"obj is not JSON data: {exc}") from exc
     return text.encode("utf-8")
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """``data`` split on b"\\n" only (never on U+2028, U+0085, \\r...); a final newline
+    ends the last line rather than starting an empty one."""
+    lines = data.split(b"\n")
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
+def debris(folder: Path) -> list[Path]:
+    """Temp and backup files (``.<name>.<pid>.*.tmp``, ``.<name>.<pid>.bak``) in ``folder``
+    that a killed write left, sorted; only whoever holds the folder's lock may remove them."""
+    if not Path(folder).is_dir():
+        return []
+    return sorted(p for p in Path(folder).iterdir() if p.name.startswith(".") and p.is_file()
+                  and p.name.endswith((TMP_SUFFIX, BACKUP_SUFFIX)))
 
 
 def utc_now_iso() -> str:
@@ -114,13 +143,13 @@ def atomic_write(path: Path, data: bytes) -> None:
 
     The temp file sits in the same folder (os.replace is atomic only within one file
     system) and is fsynced before the rename; the folder is fsynced after it, so the
-    rename itself survives a power cut. Temp files a killed earlier write left are removed.
+    rename itself survives a power cut. The temp file is this writer's alone (its pid in
+    the name); what a killed write left is ``debris``, removed under the folder's lock.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{path.name}.*{TMP_SUFFIX}"):
-        stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                               suffix=TMP_SUFFIX)
     try:
         try:
             _write_all(fd, data, str(path))
@@ -165,17 +194,16 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
     over the file, and a file that did not exist is removed. Links a killed process left
     behind are removed on the next call. Where the file system has no hard links the
     old file cannot be kept: a failed block then leaves the new one (unregistered, which
-    ``inferlab verify`` reports).
+    ``inferlab verify`` reports). Only this process's own backup names are reused.
     """
     paths = [Path(p) for p in paths]
     new = [p for p in paths if not p.is_file()]
     backups: dict[Path, Path] = {}
     try:
         for path in paths:
-            for stale in path.parent.glob(f".{path.name}.*{BACKUP_SUFFIX}"):
-                stale.unlink(missing_ok=True)
             if path.is_file():
                 backup = path.with_name(f".{path.name}.{os.getpid()}{BACKUP_SUFFIX}")
+                backup.unlink(missing_ok=True)  # a dead process of the same pid left it
                 try:
                     os.link(path, backup)  # a full disk may refuse even a name
                 except OSError as exc:
@@ -203,10 +231,23 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
 # --------------------------------------------------------------------------- git
 
 
+# variables that point git at another repository, index or object store than the one it
+# finds from ``root``: an anchor read through them would be someone else's
+_GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def git_env() -> dict[str, str]:
+    """The environment for git here: the repository found from the folder asked about, and
+    its objects as committed (``git replace`` cannot stand another commit in for HEAD)."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
+    return {**env, "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
 def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              text=True, timeout=30, check=False)
+                              text=True, timeout=30, check=False, env=git_env())
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -235,11 +276,38 @@ def git_subfolders(root: Path | str, rev: str, folder: str) -> list[str]:
     return sorted(Path(line).name for line in out.stdout.splitlines() if line.strip())
 
 
-def git_show(root: Path | str, rev: str, path: str) -> bytes | None:
-    """The bytes of ``path`` at ``rev`` (e.g. "HEAD"), or None when git has no such file."""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "show", f"{rev}:{path}"],
-                             capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
+class CannotCheck(Exception):
+    """A check that needs a tool could not run; ``str()`` says why (e.g. "git is not on
+    the PATH"). Callers that vouch for something (verify, adopt) fail on it."""
+
+
+def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``rev``; None when git answers that there is no such file
+    (not a repository, no commit yet, not tracked at ``rev``); ``CannotCheck`` saying why
+    when git cannot answer (missing, refusing a repository of another owner, broken)."""
+    def ask(*args: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                  timeout=30, check=False, env=git_env())
+        except FileNotFoundError:
+            raise CannotCheck("git is not on the PATH") from None
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CannotCheck(f"git did not run ({exc})") from None
+
+    def said(out: subprocess.CompletedProcess) -> str:
+        text = out.stderr.decode(errors="replace").strip()
+        return (text.splitlines() or [f"exit status {out.returncode}"])[0][:300]
+
+    where = ask("rev-parse", "--git-dir")
+    if where.returncode != 0:
+        if "not a git repository" in said(where):
+            return None
+        raise CannotCheck(f"git refuses the repository: {said(where)}")
+    if ask("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
+        return None  # no commit yet
+    out = ask("show", f"{rev}:{path}")
+    if out.returncode == 0:
+        return out.stdout
+    if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
         return None
-    return out.stdout if out.returncode == 0 else None
+    raise CannotCheck(f"git show {rev}:{path} failed: {said(out)}")

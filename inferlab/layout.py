@@ -36,14 +36,15 @@ OUTPUT_DIRS = ("results", "evidence", "report")
 
 _MACHINE = r"[a-z0-9][a-z0-9._-]{0,79}"
 _GRID = r"[a-z0-9][a-z0-9._-]{0,39}"
-_MACHINE_RE = re.compile(rf"^{_MACHINE}$")
-_GRID_RE = re.compile(rf"^{_GRID}$")
-_KEY_RE = re.compile(rf"^({_MACHINE})(?:@({_GRID}))?$")
+# always fullmatch: "$" (and match) would take "smoke\n", a name over two lines
+_MACHINE_RE = re.compile(_MACHINE)
+_GRID_RE = re.compile(_GRID)
+_KEY_RE = re.compile(rf"({_MACHINE})(?:@({_GRID}))?")
 
 
 def check_machine(machine: str) -> str:
     """Return ``machine`` if it is a valid id (a lowercase slug), else raise ValueError."""
-    if not isinstance(machine, str) or not _MACHINE_RE.match(machine):
+    if not isinstance(machine, str) or not _MACHINE_RE.fullmatch(machine):
         raise ValueError(
             f"machine={machine!r} is not a valid machine id: use a lowercase slug of "
             "letters, digits, '.', '_' or '-' (e.g. 'cpu-amd-epyc-2c')")
@@ -51,7 +52,7 @@ def check_machine(machine: str) -> str:
 
 
 def check_grid(grid: str) -> str:
-    if not isinstance(grid, str) or not _GRID_RE.match(grid):
+    if not isinstance(grid, str) or not _GRID_RE.fullmatch(grid):
         raise ValueError(f"grid={grid!r} is not a valid grid name: use a lowercase slug of "
                          "letters, digits, '.', '_' or '-' (e.g. 'smoke')")
     return grid
@@ -64,7 +65,7 @@ def results_key(machine: str, grid: str | None = None) -> str:
 
 
 def check_key(key: str) -> str:
-    if not isinstance(key, str) or not _KEY_RE.match(key):
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
         raise ValueError(f"results key {key!r} is not 'machine' or 'machine@grid' "
                          "(lowercase slugs, e.g. 'cpu-amd-epyc-2c@smoke')")
     return key
@@ -72,7 +73,7 @@ def check_key(key: str) -> str:
 
 def split_key(key: str) -> tuple[str, str | None]:
     """('machine', grid or None) of a results key."""
-    match = _KEY_RE.match(check_key(key))
+    match = _KEY_RE.fullmatch(check_key(key))
     return match.group(1), match.group(2)
 
 
@@ -133,7 +134,7 @@ def keys(root: Path | str) -> list[str]:
     base = Path(root) / "results"
     if not base.is_dir():
         return []
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.match(p.name))
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.fullmatch(p.name))
 
 
 def evidence_keys(root: Path | str) -> list[str]:
@@ -142,5 +143,5 @@ def evidence_keys(root: Path | str) -> list[str]:
     base = Path(root) / "evidence"
     found = set(keys(root))
     if base.is_dir():
-        found |= {p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.match(p.name)}
+        found |= {p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.fullmatch(p.name)}
     return sorted(found)

@@ -126,7 +126,7 @@ BOOKKEEPING = frozenset({
     "inferlab.files", "inferlab.artifacts", "inferlab.register", "inferlab.provenance",
     "inferlab.trust", "inferlab.evidence", "inferlab.runner", "inferlab.verify",
     "inferlab.adopt", "inferlab.audit", "inferlab.cli", "inferlab.__main__", "inferlab.inputs",
-    "inferlab.logs", "inferlab.validation",
+    "inferlab.logs", "inferlab.validation", "inferlab.entries",
 })
 # Text and pictures for people: bookkeeping for a stage, the report's own code.
 PRESENTATION = frozenset({

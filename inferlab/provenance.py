@@ -15,6 +15,12 @@ that a process killed at any point cannot break:
 3. append the register entry, last: a results file with no entry (a process killed
    before step 3, or an edit) is what ``inferlab verify`` flags.
 
+All three steps run under the key's register lock (``Register.locked``), so two stage
+runs on one key are serialised whole, and the temp files a killed write left are removed
+then, by the one writer that can be sure no live write owns them. Register and sidecar
+text is ASCII-escaped JSON, so no character of a path, command or config value can split
+a line.
+
 A write that *fails* (a full disk: every write is checked, ``inferlab.files``) raises
 and leaves the register as it was and results/ holding the files it held before.
 """
@@ -95,7 +101,8 @@ def build_provenance(root, key, stage, *, config, code_files, inputs, seed, comm
 
 def sidecar_bytes(stage: str, artifact_name: str, content: bytes, provenance: dict,
                   schema_version: int = 1) -> bytes:
-    """The sidecar file: indented for people to read, keys sorted so it is reproducible."""
+    """The sidecar file: indented for people to read, keys sorted so it is reproducible,
+    non-ASCII escaped (as in the register: no character of a value is a line break)."""
     sidecar = {
         "schema": f"inferlab/{stage}",
         "schema_version": schema_version,
@@ -104,7 +111,7 @@ def sidecar_bytes(stage: str, artifact_name: str, content: bytes, provenance: di
         "provenance": provenance,
     }
     reject_nonfinite(sidecar, "sidecar")
-    return (json.dumps(sidecar, sort_keys=True, indent=2, ensure_ascii=False,
+    return (json.dumps(sidecar, sort_keys=True, indent=2, ensure_ascii=True,
                        allow_nan=False) + "\n").encode("utf-8")
 
 
@@ -143,10 +150,11 @@ def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
                                   environment=environment, bookkeeping_files=bookkeeping_files)
     sidecar = sidecar_bytes(stage, artifact.name, content, provenance, schema_version)
     register = Register(root, key)
-    content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)
     written = ((artifact, content), (layout.sidecar_path(artifact), sidecar))
-    with restored_on_failure([path for path, _ in written]):
-        for path, data in written:
-            atomic_write(path, data)
-        return register.append(stage, relative(artifact, root), content_sha, sidecar_sha,
-                               provenance)
+    with register.locked():  # the whole write: another run on this key waits for it
+        content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)
+        with restored_on_failure([path for path, _ in written]):
+            for path, data in written:
+                atomic_write(path, data)
+            return register.append(stage, relative(artifact, root), content_sha,
+                                   sidecar_sha, provenance)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,43 +35,34 @@ from pathlib import Path
 from typing import NamedTuple
 
 from inferlab import layout
+from inferlab.entries import (  # noqa: F401 - Problem, entry_hash, results_fault: the API
+    ENTRY_FIELDS,
+    GENESIS_HASH,
+    SHA256_RE,
+    Problem,
+    check_sha,
+    decode_line,
+    entry_faults,
+    entry_hash,
+    is_whole_entry,
+    key_faults,
+    results_fault,
+)
 from inferlab.files import (
+    CannotCheck,
     atomic_write,
     canonical_json,
+    debris,
     durable_append,
-    git_show,
+    git_file,
     sha256_bytes,
     sha256_file,
+    split_lines,
 )
 from inferlab.pipeline import STAGES
 
-GENESIS_HASH = "0" * 64
-ENTRY_FIELDS = ("seq", "stage", "version", "path", "sha256", "sidecar_sha256", "provenance",
-                "prev_hash", "entry_hash")
 LOCK_FILE = ".lock"
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-class Problem(NamedTuple):
-    """One finding of ``verify``: which results key, where (file and line or object), what."""
-
-    key: str
-    location: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.location}: {self.message}"
-
-
-def entry_hash(entry: dict) -> str:
-    """sha256 of the canonical JSON of ``entry`` without its ``entry_hash`` field."""
-    return sha256_bytes(canonical_json({k: v for k, v in entry.items() if k != "entry_hash"}))
-
-
-def _check_sha(name: str, value: str) -> str:
-    if not isinstance(value, str) or not _SHA256_RE.match(value):
-        raise ValueError(f"{name}={value!r} is not a sha256: expected 64 lowercase hex digits")
-    return value
+_HELD = threading.local()  # lock files this thread holds, so a nested take is a no-op
 
 
 def _object_location(sha: str) -> str:
@@ -84,6 +75,7 @@ class Anchor(NamedTuple):
     committed: int | None  # entries committed at HEAD; None when git does not track it
     working: int           # entries (lines) in the working register
     problems: list[Problem]
+    unchecked: str | None = None  # why git could not be asked (then committed is None)
 
     @property
     def unanchored(self) -> int:
@@ -103,22 +95,26 @@ class Register:
 
     # ---------------------------------------------------------------- reading
 
-    def _lines(self) -> list[str]:
+    def _lines(self) -> list[bytes]:
+        """The register's lines, split on b"\\n" only, read while no append is under way
+        (a shared lock: a reader never sees half a line that is still being written)."""
         if not self.path.is_file():
             return []
-        return self.path.read_text(encoding="utf-8").splitlines()
+        with self._locked(shared=True):
+            return split_lines(self.path.read_bytes())
 
     def entries(self) -> list[dict]:
         """All entries in order. A line that is not JSON is a ValueError naming it."""
         entries = []
         for lineno, line in enumerate(self._lines(), start=1):
             try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError as exc:
+                entries.append(json.loads(decode_line(line)))
+            except ValueError as exc:  # JSONDecodeError is one too
+                what = f"not valid JSON ({exc.msg})" if isinstance(exc, json.JSONDecodeError) \
+                    else str(exc)
                 hint = ("`inferlab verify --repair` removes a torn final line"
                         if self.torn_tail() else "`inferlab verify` says what else is wrong")
-                raise ValueError(f"{self.path} line {lineno} is not valid JSON ({exc.msg}); "
-                                 f"{hint}") from exc
+                raise ValueError(f"{self.path} line {lineno} is {what}; {hint}") from None
         return entries
 
     def history(self, stage: str | None = None) -> list[dict]:
@@ -149,12 +145,15 @@ class Register:
 
     def anchor(self) -> Anchor:
         """Compare the working register with the one committed at git HEAD."""
-        committed = git_show(self.root, "HEAD", "./" + self.path.relative_to(self.root)
-                             .as_posix())
         lines = self._lines()
+        try:
+            committed = git_file(self.root, "HEAD",
+                                 "./" + self.path.relative_to(self.root).as_posix())
+        except CannotCheck as exc:
+            return Anchor(None, len(lines), [], unchecked=str(exc))
         if committed is None:
             return Anchor(None, len(lines), [])
-        head = committed.decode(errors="replace").splitlines()  # bytes decode as UTF-8
+        head = split_lines(committed)
         where = f"{layout.REGISTER_FILE} (committed at HEAD: {len(head)} entries)"
         for lineno, (old, new) in enumerate(zip(head, lines, strict=False), start=1):
             if old != new:
@@ -170,7 +169,7 @@ class Register:
 
     def copy_path(self, sha256: str) -> Path:
         """Where the retained copy of the file with this sha256 lives."""
-        return self.objects / _check_sha("sha256", sha256)
+        return self.objects / check_sha("sha256", sha256)
 
     # ---------------------------------------------------------------- writing
 
@@ -183,14 +182,53 @@ class Register:
         return sha
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    def _locked(self, shared: bool = False) -> Iterator[None]:
+        """The key's lock: exclusive for a writer, shared for a reader. Taken again inside
+        itself (a write reads the register) it is already held. A reader that cannot
+        create the lock file (a read-only checkout) reads without it."""
+        name = str((self.dir / LOCK_FILE).resolve())
+        held = _HELD.__dict__.setdefault("names", set())
+        if name in held:
+            yield
+            return
+        if not shared:
+            self.dir.mkdir(parents=True, exist_ok=True)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            if not shared:
+                raise
+            yield
+            return
+        held.add(name)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             yield
         finally:
+            held.discard(name)
             os.close(fd)  # closing releases the lock
+
+    @contextmanager
+    def locked(self, sweep: bool = True) -> Iterator[None]:
+        """Hold the key's lock for a whole write (``provenance.write_artifact``: retained
+        copies, results files and the entry), so two stage runs on one key cannot
+        interleave, and (``sweep``) remove what killed writes left (``debris``) first."""
+        with self._locked():
+            if sweep:
+                self.sweep_debris()
+            yield
+
+    def debris(self) -> list[Path]:
+        """Temp and backup files killed writes left in results/{key}/ and objects/."""
+        return debris(layout.results_dir(self.root, self.key)) + debris(self.objects)
+
+    def sweep_debris(self) -> list[Path]:
+        """Remove ``debris`` (under the lock, so no live writer's file); return what went."""
+        with self._locked():
+            gone = self.debris()
+            for p in gone:
+                p.unlink(missing_ok=True)
+        return gone
 
     def cut_torn_tail(self) -> bytes:
         """Remove a torn final line (the bytes after the last newline); return them.
@@ -200,7 +238,7 @@ class Register:
         """
         with self._locked():
             tail = self.torn_tail()
-            if tail and _is_whole_entry(tail):
+            if tail and is_whole_entry(tail):
                 durable_append(self.path, b"\n")
                 return b""
             if tail:
@@ -224,7 +262,7 @@ class Register:
         if not isinstance(provenance, dict):
             raise ValueError(f"provenance={provenance!r} must be the sidecar's provenance dict")
         for name, sha in (("sha256", sha256), ("sidecar_sha256", sidecar_sha256)):
-            copy = self.copy_path(_check_sha(name, sha))
+            copy = self.copy_path(check_sha(name, sha))
             if not copy.is_file():
                 raise ValueError(f"{name}={sha} has no retained copy in {self.objects}; "
                                  "retain the file before registering it")
@@ -268,17 +306,21 @@ class Register:
         for lineno, line in enumerate(self._lines(), start=1):
             where = f"{layout.REGISTER_FILE} line {lineno}"
             try:
-                entry = json.loads(line)
+                entry = json.loads(decode_line(line))
             except json.JSONDecodeError as exc:
                 problems.append(self._problem(where, f"not valid JSON ({exc.msg}): a corrupt "
                                               "or truncated line"))
+                continue
+            except ValueError as exc:
+                problems.append(self._problem(where, f"{exc}: a corrupt line"))
                 continue
             missing = [f for f in ENTRY_FIELDS if not isinstance(entry, dict) or f not in entry]
             if missing:
                 problems.append(self._problem(where, f"not a register entry: missing {missing}"))
                 continue
             problems += [self._problem(where, m)
-                         for m in _entry_faults(entry, prev_hash, next_seq, versions)]
+                         for m in entry_faults(entry, prev_hash, next_seq, versions)
+                         + key_faults(self.root, self.key, entry)]
             prev_hash = entry["entry_hash"]
             if isinstance(entry["stage"], str) and isinstance(entry["version"], int):
                 versions[entry["stage"]] = entry["version"]
@@ -302,7 +344,7 @@ class Register:
         for lineno, entry in entries:
             for kind in ("sha256", "sidecar_sha256"):
                 sha = entry[kind]
-                if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+                if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
                     continue  # already reported by _entry_faults
                 if not (self.objects / sha).is_file():
                     problems.append(self._problem(
@@ -314,7 +356,8 @@ class Register:
     def _sidecar_faults(self, lineno: int, entry: dict, faults: dict) -> list[Problem]:
         """The retained sidecar must describe the entry's artifact with the same provenance."""
         sha = entry["sidecar_sha256"]
-        copy = self.objects / sha if isinstance(sha, str) and _SHA256_RE.match(sha) else None
+        copy = self.objects / sha if isinstance(sha, str) and SHA256_RE.fullmatch(sha) \
+            else None
         if copy is None or not copy.is_file() or sha in faults:
             return []
         where = f"{layout.REGISTER_FILE} line {lineno}"
@@ -347,58 +390,3 @@ class Register:
         if not self.objects.is_dir():
             return 0
         return sum(1 for p in self.objects.iterdir() if p.is_file() and not p.name.startswith("."))
-
-
-def _is_whole_entry(data: bytes) -> bool:
-    try:
-        entry = json.loads(data)
-        return isinstance(entry, dict) and entry.get("entry_hash") == entry_hash(entry)
-    except (ValueError, UnicodeDecodeError):
-        return False
-
-
-def results_fault(path: Path, field: str, stage: str, versions: list[dict]) -> str | None:
-    """What is wrong with one results file given its stage's registered versions."""
-    if not versions:
-        return f"not in the register: no version of {stage} is registered" \
-            if path.is_file() else None
-    latest = versions[-1]
-    if not path.is_file():
-        return (f"missing, but the register has version {latest['version']} of {stage}: "
-                f"deleted, or its rerun was interrupted; rerun the {stage!r} stage")
-    now = sha256_file(path)
-    if now == latest[field]:
-        return None
-    older = [e["version"] for e in versions if e[field] == now]
-    if older:
-        return (f"is version {older[-1]} of {stage}, but the register's latest is version "
-                f"{latest['version']}: rolled back or swapped; rerun the {stage!r} stage")
-    return (f"matches no registered version of {stage}: modified after it was registered "
-            "(or its write was interrupted)")
-
-
-def _entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter) -> list[str]:
-    """What is wrong with one parsed entry, given the entries before it."""
-    faults = []
-    try:
-        recomputed = entry_hash(entry)
-    except ValueError:  # e.g. a NaN written into the line: not canonical JSON
-        recomputed = None
-    if recomputed != entry["entry_hash"]:
-        faults.append("entry_hash does not match the entry's content: entry edited")
-    if entry["prev_hash"] != prev_hash:
-        faults.append("prev_hash does not link to the previous line: an entry before it "
-                      "was deleted, edited or reordered")
-    if entry["seq"] != next_seq:
-        faults.append(f"seq {entry['seq']!r} where {next_seq} was expected: entries deleted "
-                      "or reordered")
-    stage = entry["stage"]
-    if not isinstance(stage, str) or stage not in STAGES:
-        faults.append(f"stage {stage!r} is not a stage; expected one of {list(STAGES)}")
-    elif entry["version"] != versions[stage] + 1:
-        faults.append(f"version {entry['version']!r} of {stage} where {versions[stage] + 1} "
-                      "was expected: versions deleted or reordered")
-    for field in ("sha256", "sidecar_sha256"):
-        if not isinstance(entry[field], str) or not _SHA256_RE.match(entry[field]):
-            faults.append(f"{field}={entry[field]!r} is not a sha256")
-    return faults

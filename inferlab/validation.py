@@ -26,9 +26,19 @@ def _jsonschema():
         raise ModuleNotFoundError(f"{MISSING} ({exc})") from exc
 
 
-def validator(schema: dict) -> Any:
-    """A ``jsonschema.Draft202012Validator`` for ``schema``."""
-    return _jsonschema().Draft202012Validator(schema)
+def _is_integer(checker, instance) -> bool:
+    """JSON Schema counts 1.0 as an integer; torch.manual_seed(1.0) and range(1.0) do not."""
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+def validator(schema: dict, strict_integers: bool = False) -> Any:
+    """A ``jsonschema.Draft202012Validator`` for ``schema``; with ``strict_integers`` an
+    "integer" is a Python int only (a config's seed=1.0 is refused, not passed on)."""
+    js = _jsonschema()
+    if not strict_integers:
+        return js.Draft202012Validator(schema)
+    checker = js.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+    return js.validators.extend(js.Draft202012Validator, type_checker=checker)(schema)
 
 
 def best_match(errors) -> Any:

@@ -4,8 +4,11 @@
 copies, results files), compares each with the register committed at git HEAD
 (``Register.anchor``: a deleted tail, a rewritten line or a whole machine's deleted
 folders show), and with ``--repair``
-first removes a torn final line, saying what it removes. Exit status: 0 clean, 1 a
-problem or nothing to verify.
+first removes a torn final line and the temp files killed writes left, saying what it
+removes. It reads each register under its lock, so an append under way is waited for,
+not reported as a torn line. A check that cannot run (git missing, or refusing the
+repository) fails: "could not check", never a pass. Exit status: 0 clean, 1 a problem,
+a check that could not run, or nothing to verify.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab import layout
-from inferlab.files import git_subfolders
-from inferlab.register import Register
+from inferlab.files import git_subfolders, split_lines
+from inferlab.register import Problem, Register
 
 
 def _preview(data: bytes, width: int = 60) -> str:
@@ -23,11 +26,17 @@ def _preview(data: bytes, width: int = 60) -> str:
 
 
 def repair(register: Register) -> bool:
-    """Cut a torn final line, printing what goes; True when something was cut."""
+    """Cut a torn final line, printing what goes; True when something was cut. Under the
+    key's lock: an append under way is waited for, and then there is nothing to cut."""
+    with register.locked(sweep=False):  # debris is swept (and named) by _sweep
+        return _repair(register)
+
+
+def _repair(register: Register) -> bool:
     tail = register.torn_tail()
     if not tail:
         return False
-    line = len(register.path.read_bytes().splitlines())
+    line = len(split_lines(register.path.read_bytes()))
     where = register.path.relative_to(register.root).as_posix()
     print(f"REPAIR {register.key}: {where} line {line} is torn (an append interrupted: "
           f"{len(tail)} bytes, no newline): {_preview(tail)}")
@@ -38,10 +47,34 @@ def repair(register: Register) -> bool:
     return bool(cut)
 
 
+def _sweep(register: Register) -> None:
+    for p in register.sweep_debris():
+        print(f"REPAIR {register.key}: removed {p.relative_to(register.root).as_posix()} "
+              "(left by an interrupted write)")
+
+
+def _debris_warnings(register: Register) -> list[str]:
+    return [f"WARN {register.key}: {p.relative_to(register.root).as_posix()}: left by an "
+            "interrupted write; `inferlab verify --repair` removes it"
+            for p in register.debris()]
+
+
+def _anchor_problems(register: Register) -> list[Problem]:
+    anchor = register.anchor()
+    if anchor.unchecked is not None:  # fail closed: an anchor that cannot be read is none
+        return [Problem(register.key, layout.REGISTER_FILE,
+                        f"could not check its anchor in git: {anchor.unchecked}; a deleted "
+                        "tail or a rollback cannot be ruled out (run verify where git runs "
+                        "on this repository)")]
+    return anchor.problems
+
+
 def _notes(register: Register) -> list[str]:
     """What verify cannot vouch for: entries with no anchor in git."""
     anchor = register.anchor()
     rel = register.path.relative_to(register.root).as_posix()
+    if anchor.unchecked is not None:
+        return []  # a FAIL already
     if anchor.committed is None:
         return [f"NOTE {register.key}: not anchored: git does not track {rel} at HEAD, so a "
                 "deleted tail or a consistent forged entry cannot be told from a real one "
@@ -73,13 +106,14 @@ def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> i
         register = Register(root, name)
         if fix:
             repair(register)
-        problems = register.verify() + register.anchor().problems
+            _sweep(register)
+        problems = register.verify() + _anchor_problems(register)
         clean = clean and not problems
         for p in problems:
             print(f"FAIL {p}")
         if register.torn_tail() and not fix:
             print(f"HINT {name}: the last line is torn; `inferlab verify --repair` removes it")
-        for note in _notes(register):
+        for note in _notes(register) + _debris_warnings(register):
             print(note)
         if not problems:
             print(f"OK {name}: {len(register.entries())} entries, "

@@ -77,9 +77,16 @@ def test_canonical_json_of_what_json_cannot_write_is_a_value_error():
         files.canonical_json({"a": {1, 2}})
 
 
-def test_canonical_json_is_compact_sorted_utf8():
-    assert files.canonical_json({"b": [1, {"d": "é", "c": None}], "a": True}) == \
-        '{"a":true,"b":[1,{"c":null,"d":"é"}]}'.encode()
+def test_canonical_json_is_compact_sorted_ascii():
+    assert files.canonical_json({"b": [1, {"d": "é\u2028", "c": None}], "a": True}) == \
+        b'{"a":true,"b":[1,{"c":null,"d":"\\u00e9\\u2028"}]}'
+    assert files.canonical_json({"d": "é"}, ascii_only=False) == '{"d":"é"}'.encode()
+
+
+def test_split_lines_splits_on_newline_only():
+    assert files.split_lines(b"a\xe2\x80\xa8b\rc\x85\nd\n") == [b"a\xe2\x80\xa8b\rc\x85", b"d"]
+    assert files.split_lines(b"a\nb") == [b"a", b"b"]  # a torn tail is a line
+    assert files.split_lines(b"") == []
 
 
 def test_utc_now_iso_is_utc_to_the_second_with_a_z(monkeypatch):
@@ -104,16 +111,15 @@ def test_relative_inside_and_outside_the_root(tmp_path):
 # ------------------------------------------------------------------ writes
 
 
-def test_atomic_write_replaces_and_removes_stale_temp_files(tmp_path):
+def test_atomic_write_replaces_and_leaves_other_writers_temp_files(tmp_path):
     target = tmp_path / "sub" / "a.csv"
     files.atomic_write(target, b"one\n")
-    stale = target.parent / ".a.csv.xyz.tmp"
-    stale.write_bytes(b"left by a killed write")
-    other = target.parent / ".b.csv.xyz.tmp"  # another file's: not ours to remove
-    other.write_bytes(b"b")
+    other = target.parent / ".a.csv.123.xyz.tmp"  # another writer's (issue 23, item 7):
+    other.write_bytes(b"being written")  # only the folder's lock holder sweeps debris
     files.atomic_write(target, b"two\n")
     assert target.read_bytes() == b"two\n"
-    assert sorted(p.name for p in target.parent.iterdir()) == [".b.csv.xyz.tmp", "a.csv"]
+    assert sorted(p.name for p in target.parent.iterdir()) == [".a.csv.123.xyz.tmp", "a.csv"]
+    assert files.debris(target.parent) == [other]
 
 
 def test_a_failed_atomic_write_keeps_the_old_file_and_no_temp(tmp_path, monkeypatch):
@@ -173,13 +179,15 @@ def _umask() -> int:
 def test_restored_on_failure_removes_its_links_on_success_and_stale_ones(tmp_path):
     old = tmp_path / "old.csv"
     old.write_bytes(b"old\n")
-    stale = tmp_path / ".old.csv.99999.bak"
-    stale.write_bytes(b"left by a killed run")
+    other = tmp_path / ".old.csv.99999.bak"  # another writer's: not ours to remove
+    other.write_bytes(b"left by a killed run, or another live one")
+    mine = tmp_path / f".old.csv.{os.getpid()}.bak"
+    mine.write_bytes(b"left by a killed run of this pid")
     with files.restored_on_failure([old, tmp_path / "new.csv"]):
-        assert not stale.exists()
-        assert (tmp_path / f".old.csv.{os.getpid()}.bak").read_bytes() == b"old\n"
+        assert other.exists()
+        assert mine.read_bytes() == b"old\n"
         files.atomic_write(old, b"replaced\n")
-    assert sorted(os.listdir(tmp_path)) == ["old.csv"]
+    assert sorted(os.listdir(tmp_path)) == [".old.csv.99999.bak", "old.csv"]
     assert old.read_bytes() == b"replaced\n"
 
 
@@ -214,15 +222,18 @@ def test_each_no_hard_link_error_is_tolerated(tmp_path, monkeypatch, code):
 # ------------------------------------------------------------------ git
 
 
-def test_git_show_reads_a_committed_file_and_none_otherwise(tmp_path):
+def test_git_file_reads_a_committed_file_none_where_git_has_none_and_says_why_not(tmp_path):
+    assert files.git_file(tmp_path, "HEAD", "a.txt") is None  # not a repository
     git(tmp_path, "init", "-q")
     (tmp_path / "a.txt").write_bytes(b"committed\n")
+    assert files.git_file(tmp_path, "HEAD", "a.txt") is None  # no commit yet
     git(tmp_path, "add", "a.txt")
     git(tmp_path, "commit", "-q", "-m", "c")
     (tmp_path / "a.txt").write_bytes(b"working\n")
-    assert files.git_show(tmp_path, "HEAD", "a.txt") == b"committed\n"
-    assert files.git_show(tmp_path, "HEAD", "b.txt") is None
-    assert files.git_show(tmp_path / "nowhere", "HEAD", "a.txt") is None
+    assert files.git_file(tmp_path, "HEAD", "a.txt") == b"committed\n"
+    assert files.git_file(tmp_path, "HEAD", "b.txt") is None  # not tracked
+    with pytest.raises(files.CannotCheck, match="cannot change to"):
+        files.git_file(tmp_path / "nowhere", "HEAD", "a.txt")
 
 
 def test_git_state_of_a_root_inside_a_repository_sees_only_the_root(tmp_path):
@@ -251,7 +262,8 @@ def test_git_state_when_git_cannot_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files.subprocess, "run", missing)
     assert files.git_state(tmp_path) == {"commit": None, "dirty": None}
-    assert files.git_show(tmp_path, "HEAD", "a") is None
+    with pytest.raises(files.CannotCheck, match=r"^git is not on the PATH$"):
+        files.git_file(tmp_path, "HEAD", "a")
     assert files.git_subfolders(tmp_path, "HEAD", "evidence") == []
 
 
@@ -276,7 +288,7 @@ def test_git_subfolders_lists_committed_folders_only(tmp_path):
 def test_config_hash_is_the_sha256_of_the_canonical_config():
     config = {"T": [512], "d": 64, "name": "Größe"}
     assert config_hash(config) == hashlib.sha256(
-        '{"T":[512],"d":64,"name":"Größe"}'.encode()).hexdigest()
+        b'{"T":[512],"d":64,"name":"Gr\\u00f6\\u00dfe"}').hexdigest()
     with pytest.raises(ValueError, match=r"^config=\[1\] must be a dict$"):
         config_hash([1])
 
@@ -329,13 +341,14 @@ def test_build_provenance_records_the_git_commit(tmp_path):
     assert (prov["git_commit"], prov["git_dirty"]) == (head, False)
 
 
-def test_sidecar_bytes_are_sorted_indented_utf8_with_a_newline():
+def test_sidecar_bytes_are_sorted_indented_ascii_with_a_newline():
     data = sidecar_bytes("decode", "decode.csv", b"T\n1\n", {"z": 1, "a": "é"}, 3)
     expected = {"schema": "inferlab/decode", "schema_version": 3, "artifact": "decode.csv",
                 "sha256": hashlib.sha256(b"T\n1\n").hexdigest(),
                 "provenance": {"z": 1, "a": "é"}}
-    assert data == (json.dumps(expected, sort_keys=True, indent=2, ensure_ascii=False)
+    assert data == (json.dumps(expected, sort_keys=True, indent=2, ensure_ascii=True)
                     + "\n").encode()
+    assert data.isascii()
     assert json.loads(sidecar_bytes("decode", "d", b"", {}))["schema_version"] == 1
     with pytest.raises(ValueError, match=r"sidecar\['provenance'\]\['x'\]=nan"):
         sidecar_bytes("decode", "d", b"", {"x": float("nan")})

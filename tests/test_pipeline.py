@@ -22,7 +22,16 @@ import yaml
 from inferlab import artifacts, layout, pipeline
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
-from tests.pipeline_repo import copy_repo, env, jobs, run, small_tmpfs, tree_hashes, versions
+from tests.pipeline_repo import (
+    copy_repo,
+    env,
+    git,
+    jobs,
+    run,
+    small_tmpfs,
+    tree_hashes,
+    versions,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -165,13 +174,13 @@ def test_another_key_missing_a_stage_still_gets_the_report(smoke_copy):
 def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     slow = ["--set", "prefill.cpu.sizes=[{dtype: float32, T: [512, 1024, 2048]}]",
             "--set", "timing.min_rounds=20", "--set", "timing.max_rounds=40"]
-    key = f"{MACHINE}@slow"  # a grid of its own, seeded with a copy of the smoke evidence
-    shutil.copytree(smoke_copy / "results" / KEY, smoke_copy / "results" / key)
-    shutil.copytree(smoke_copy / "evidence" / KEY, smoke_copy / "evidence" / key)
+    # the copy's own smoke key (profiles/smoke.yaml names the grid): a copy of its evidence
+    # under another key would be refused as another key's (issue 23, docs/attacks.md S4)
+    key = KEY
     path = layout.artifact_path(smoke_copy, key, "prefill")
     before, had = path.read_bytes(), versions(smoke_copy, key)
     command = [sys.executable, "-m", "inferlab", "stage", "prefill", "--machine", MACHINE,
-               "--configfile", "profiles/smoke.yaml", "--set", "grid=slow", *slow]
+               "--configfile", "profiles/smoke.yaml", *slow]
     proc = subprocess.Popen(command, cwd=smoke_copy, env=env(smoke_copy), text=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -185,8 +194,8 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
     assert path.read_bytes() == before and versions(smoke_copy, key) == had
     assert not list(path.parent.glob(".*.tmp"))
     rerun = run(smoke_copy, "stage", "prefill", "--machine", MACHINE, "--configfile",
-                 "profiles/smoke.yaml", "--set", "grid=slow", "--set",
-                 "prefill.cpu.sizes=[{dtype: float32, T: [64]}]", module="inferlab")
+                 "profiles/smoke.yaml", "--set", "prefill.cpu.sizes=[{dtype: float32, T: [64]}]",
+                 module="inferlab")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert versions(smoke_copy, key)["prefill"] == had["prefill"] + 1
     assert Register(smoke_copy, key).verify() == []
@@ -196,12 +205,15 @@ def test_interrupted_stage_leaves_nothing_and_rerun_completes(smoke_copy):
 
 
 def _fresh_clone(smoke_copy: Path) -> Path:
-    """No .snakemake/, benchmarks/out/ or logs/ (all git-ignored), and checkout mtimes
-    in no useful order: results look older than the code."""
+    """No .snakemake/, benchmarks/out/ or logs/ (all git-ignored), checkout mtimes in no
+    useful order (results look older than the code), and the evidence committed: adopt
+    trusts only a register that git vouches for (issue 23)."""
     for ignored in (".snakemake", "benchmarks/out", "logs"):
         shutil.rmtree(smoke_copy / ignored)
     for p in (smoke_copy / "results").rglob("*"):
         os.utime(p, (1, 1))
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "evidence"]):
+        git(smoke_copy, *args)
     return smoke_copy
 
 

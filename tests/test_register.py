@@ -211,7 +211,7 @@ def _append_many(root: str, stage: str, n: int, start) -> None:
     reg = Register(root, MACHINE)
     for i in range(n):
         content = f"{stage},{i},{os.getpid()}\n".encode()
-        provenance = {"stage": stage, "i": i}
+        provenance = {"stage": stage, "i": i, "machine": MACHINE, "grid": None}
         sha = reg.retain(content)
         side = reg.retain(sidecar_bytes(stage, STAGES[stage].artifact, content, provenance))
         reg.append(stage, f"results/{MACHINE}/{STAGES[stage].artifact}", sha, side,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from inferlab import audit, layout, trust
+from inferlab.entries import hash_matches
 from inferlab.files import canonical_json
 from inferlab.pipeline import STAGES
 from inferlab.provenance import write_artifact
@@ -38,8 +39,8 @@ MODIFIED = "modified after it was registered (or its write was interrupted)"
 
 def canonical(obj) -> bytes:
     """The documented canonical form (docs/contracts.md), written out independently."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode("ascii")
 
 
 def independent_hash(entry: dict) -> str:
@@ -88,12 +89,15 @@ FIXED = {"seq": 0, "stage": "prefill", "version": 1, "path": "results/cpu-x/pref
          "provenance": {"seed": 7, "config": {"T": [512, 1024], "d": 64}, "note": "Größe"},
          "prev_hash": "0" * 64}
 # the canonical form of FIXED as contracts.md defines it: keys sorted at every level, no
-# whitespace, UTF-8 (not \u escapes); and its sha256, computed once by hand from it
+# whitespace, every non-ASCII character \u-escaped (issue 23: a raw U+2028 split a line);
+# and its sha256, computed once by hand from it
 FIXED_TEXT = ('{"path":"results/cpu-x/prefill.csv","prev_hash":"' + "0" * 64 + '",'
-              '"provenance":{"config":{"T":[512,1024],"d":64},"note":"Größe","seed":7},'
-              '"seq":0,"sha256":"' + "a" * 64 + '","sidecar_sha256":"' + "b" * 64 + '",'
-              '"stage":"prefill","version":1}')
-FIXED_HASH = "2f9a093c8751f55f1947e6691c9e4eabc3f6530bc49b4aa667e81e560ab8d777"
+              '"provenance":{"config":{"T":[512,1024],"d":64},"note":"Gr\\u00f6\\u00dfe",'
+              '"seed":7},"seq":0,"sha256":"' + "a" * 64 + '","sidecar_sha256":"' + "b" * 64
+              + '","stage":"prefill","version":1}')
+FIXED_HASH = "55e7fada951c322e2e7244cef4d98aae205d5589a04344109358e32ca42217c4"
+# the same entry hashed as registers written before issue 23 did (raw UTF-8): still valid
+LEGACY_HASH = "2f9a093c8751f55f1947e6691c9e4eabc3f6530bc49b4aa667e81e560ab8d777"
 
 
 def test_the_documented_canonical_form_of_a_fixed_entry():
@@ -103,6 +107,9 @@ def test_the_documented_canonical_form_of_a_fixed_entry():
     assert entry_hash({**FIXED, "entry_hash": "c" * 64}) == FIXED_HASH  # itself excluded
     for field in ("provenance", "path", "prev_hash"):  # every other field counts
         assert entry_hash({k: v for k, v in FIXED.items() if k != field}) != FIXED_HASH
+    assert hash_matches({**FIXED, "entry_hash": FIXED_HASH})
+    assert hash_matches({**FIXED, "entry_hash": LEGACY_HASH})
+    assert not hash_matches({**FIXED, "note": "Grosse", "entry_hash": LEGACY_HASH})
 
 
 def test_append_writes_the_documented_line(tmp_path):
@@ -173,9 +180,11 @@ def test_a_broken_link_alone_is_the_prev_hash_check(root):
 
 def test_an_edit_without_rehash_alone_is_the_entry_hash_check(root):
     forge_line(root, 2, lambda e: e.update(path="results/elsewhere.csv"), chain=False)
-    assert Register(root, MACHINE).verify() == [line(2, EDITED)]
+    elsewhere = line(2, f"path results/elsewhere.csv is not this key's (results/{MACHINE}/"
+                        "decode.csv): an entry of another results key copied here")
+    assert Register(root, MACHINE).verify() == [line(2, EDITED), elsewhere]
     forge_line(root, 3, lambda e: e.update(entry_hash="e" * 64), chain=False)
-    assert Register(root, MACHINE).verify() == [line(2, EDITED), line(3, EDITED)]
+    assert Register(root, MACHINE).verify() == [line(2, EDITED), elsewhere, line(3, EDITED)]
 
 
 @pytest.mark.parametrize("stored", ["keep", ""])

@@ -160,7 +160,7 @@ LAYERS = {
     "stages": ["inferlab.stages.common", "inferlab.stages.probe",
                "inferlab.stages.correctness", "inferlab.stages.prefill",
                "inferlab.stages.decode", "inferlab.stages.traffic", "inferlab.stages.model"],
-    "evidence": ["inferlab.artifacts", "inferlab.config", "inferlab.register",
+    "evidence": ["inferlab.artifacts", "inferlab.config", "inferlab.entries", "inferlab.register",
                  "inferlab.provenance", "inferlab.trust", "inferlab.evidence",
                  "inferlab.inputs", "inferlab.compare", "inferlab.verify", "inferlab.adopt",
                  "inferlab.runner"],

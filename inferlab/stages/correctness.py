@@ -12,6 +12,9 @@
   long to run here.
 * ``splitkv``: splitkv_decode for each split count (one query against a cache).
 * ``merge_assoc``: |((a.b).c) - (a.(b.c))| for three partials over disjoint key chunks.
+
+A length whose float64 reference does not fit in memory is a row with status ``oom``
+(``memory.is_oom``), as prefill writes one, not a crashed stage.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import FUSED_SDPA, sdpa_cases
+from inferlab.memory import is_oom
 from inferlab.partials import finalize, merge_partials, partial_attention, splitkv_decode
 from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
 from inferlab.traffic import block_pairs
@@ -62,21 +66,34 @@ def equivalence_rows(params: Params, ctx) -> list[dict]:
     rows = []
     for i, (T, dtype, causal, scale) in enumerate(points, start=1):
         ctx.progress(i, len(points), f"equivalence T={T} {dtype} causal={causal} scale={scale}")
-        (q, k, v), exact = _inputs((1, params.heads, T, params.d), dtype, scale, ctx)
-        ref = naive_attention(*exact, causal=causal)
         base = {"check": "equivalence", "T": T, "heads": params.heads, "d": params.d,
-                "dtype": dtype, "causal": causal, "score_scale": scale, "status": "ok",
-                "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v, causal), ref)}
-        for impl, fn in TILED.items():
-            for block_q, block_k in params.blocks:
-                out, stats = fn(q, k, v, causal, block_q, block_k)
-                rows.append({**base, "impl": impl, "block_q": block_q, "block_k": block_k,
-                             "max_abs_err": max_abs_err(out, ref),
-                             "computed_pairs": stats.computed_pairs,
-                             "total_pairs": stats.total_pairs,
-                             "pair_fraction": stats.fraction})
-        rows += fused_rows(q, k, v, causal, ref, base)
-        rows.append(no_running_max_row(q, k, v, causal, ref, base))
+                "dtype": dtype, "causal": causal, "score_scale": scale, "status": "ok"}
+        try:
+            rows += _equivalence_point(params, ctx, base)
+        except (RuntimeError, MemoryError) as exc:
+            if not is_oom(exc):
+                raise
+            rows += [{**base, "impl": impl, "block_q": block_q, "block_k": block_k,
+                      "status": "oom"} for impl in TILED for block_q, block_k in params.blocks]
+    return rows
+
+
+def _equivalence_point(params: Params, ctx, base: dict) -> list[dict]:
+    """The rows of one (T, dtype, causal, scale) point of ``equivalence_rows``."""
+    T, dtype, causal, scale = base["T"], base["dtype"], base["causal"], base["score_scale"]
+    (q, k, v), exact = _inputs((1, params.heads, T, params.d), dtype, scale, ctx)
+    ref = naive_attention(*exact, causal=causal)
+    base = {**base, "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v, causal), ref)}
+    rows = []
+    for impl, fn in TILED.items():
+        for block_q, block_k in params.blocks:
+            out, stats = fn(q, k, v, causal, block_q, block_k)
+            rows.append({**base, "impl": impl, "block_q": block_q, "block_k": block_k,
+                         "max_abs_err": max_abs_err(out, ref),
+                         "computed_pairs": stats.computed_pairs,
+                         "total_pairs": stats.total_pairs, "pair_fraction": stats.fraction})
+    rows += fused_rows(q, k, v, causal, ref, base)
+    rows.append(no_running_max_row(q, k, v, causal, ref, base))
     return rows
 
 
@@ -110,7 +127,8 @@ def causal_pair_rows(params: Params, equivalence: list[dict]) -> list[dict]:
     keys = ("T", "heads", "d", "block_q", "block_k", "causal", "computed_pairs",
             "total_pairs", "pair_fraction")
     counted = {(r["T"], r["block_q"], r["block_k"]): {k: r[k] for k in keys}
-               for r in equivalence if r["causal"] and r["impl"] == "tiled"}
+               for r in equivalence if r["causal"] and r["impl"] == "tiled"
+               and r["status"] == "ok"}
     rows = [{"check": "causal_pairs", "impl": "tiled", "status": "ok", **r}
             for r in counted.values()]
     for T in sorted({*params.lengths, params.pair_model_T}):
@@ -128,19 +146,31 @@ def splitkv_rows(params: Params, ctx) -> list[dict]:
     cache_len = params.splitkv_cache_len
     for i, dtype in enumerate(params.dtypes, start=1):
         ctx.progress(i, len(params.dtypes), f"split-KV and merge, {cache_len} keys, {dtype}")
-        (q, k, v), exact = _inputs((1, params.heads, 1, params.d), dtype, 1.0, ctx,
-                                   keys=cache_len)
-        ref = naive_attention(*exact)
         base = {"T": cache_len, "heads": params.heads, "d": params.d, "dtype": dtype,
-                "causal": False, "score_scale": 1.0, "status": "ok",
-                "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v), ref)}
-        for splits in params.splits:
-            if splits <= cache_len:
-                out = splitkv_decode(q, k, v, splits)
-                rows.append({**base, "check": "splitkv", "impl": "splitkv", "splits": splits,
-                             "max_abs_err": max_abs_err(out, ref)})
-        rows.append({**base, "check": "merge_assoc", "impl": "merge_partials", "splits": 3,
-                     "max_abs_err": merge_associativity_err(q, k, v)})
+                "causal": False, "score_scale": 1.0, "status": "ok"}
+        try:
+            rows += _splitkv_point(params, ctx, base)
+        except (RuntimeError, MemoryError) as exc:
+            if not is_oom(exc):
+                raise
+            rows += [{**base, "check": "splitkv", "impl": "splitkv", "splits": splits,
+                      "status": "oom"} for splits in params.splits if splits <= cache_len]
+            rows.append({**base, "check": "merge_assoc", "impl": "merge_partials",
+                         "splits": 3, "status": "oom"})
+    return rows
+
+
+def _splitkv_point(params: Params, ctx, base: dict) -> list[dict]:
+    """The split-KV and merge rows of one dtype of ``splitkv_rows``."""
+    (q, k, v), exact = _inputs((1, params.heads, 1, params.d), base["dtype"], 1.0, ctx,
+                               keys=base["T"])
+    ref = naive_attention(*exact)
+    base = {**base, "naive_same_dtype_err": max_abs_err(naive_attention(q, k, v), ref)}
+    rows = [{**base, "check": "splitkv", "impl": "splitkv", "splits": splits,
+             "max_abs_err": max_abs_err(splitkv_decode(q, k, v, splits), ref)}
+            for splits in params.splits if splits <= base["T"]]
+    rows.append({**base, "check": "merge_assoc", "impl": "merge_partials", "splits": 3,
+                 "max_abs_err": merge_associativity_err(q, k, v)})
     return rows
 
 
