@@ -54,12 +54,22 @@ class TimingParams:
     time_cap_s: float
     noisy_threshold: float
     min_run_ms: float
+    workers: int = 1              # processes each point is timed in (measure.time_points)
+    worker_rounds: int = 6        # rounds in each of them
+    point_cap_s: float = 60.0     # one point's seconds, all workers and warm-ups included
 
     def options(self, ctx) -> dict:
         """Keyword arguments of ``measure.time_interleaved``."""
         return {"device": ctx.device, "threads": ctx.threads, "warmup": self.warmup,
                 "min_rounds": self.min_rounds, "max_rounds": self.max_rounds,
                 "target": self.target, "time_cap_s": self.time_cap_s,
+                "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
+
+    def point_options(self, ctx) -> dict:
+        """Keyword arguments of ``measure.time_points`` (but the stage's budget)."""
+        return {"device": ctx.device, "threads": ctx.threads, "warmup": self.warmup,
+                "workers": self.workers, "rounds": self.worker_rounds,
+                "target": self.target, "time_cap_s": self.point_cap_s,
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 

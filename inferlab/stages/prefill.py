@@ -1,11 +1,17 @@
 """prefill -> prefill.csv: naive, tiled, tiled_fast and SDPA forced to each backend, at each
 length, dtype, causal and full.
 
-For each (T, dtype) point every implementation, causal and full, is timed in one
-``measure.time_interleaved`` call (A B C A B C ...): each case paired round by round with
-naive attention of its mask (``ratio``: this time / naive's), and a causal case with its
-full-mask twin (``causal_over_full``). Then, separately, its peak extra memory and the
-kernel that ran are read (each with the profiler, outside the timing).
+For each (T, dtype) point every implementation, causal and full (or the masks the size
+entry names), is timed interleaved (A B C A B C ...) by ``measure.time_points``, in
+several worker processes: each case paired round by round with naive attention of its
+mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
+(``causal_over_full``). Then, after the point's timings and in the last worker only, its
+peak extra memory and the kernel that ran are read with the profiler, so the profiler
+never runs before a timing in the same process.
+
+Points are timed in the order of ``sizes`` (dtype entries, then lengths), which is their
+priority: when the stage's ``budget_s`` runs out, the last points are dropped, each case
+a row ``dropped: <why>``.
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
@@ -21,10 +27,10 @@ from dataclasses import dataclass
 
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
-from inferlab.backends import kernel_that_ran, sdpa_cases
-from inferlab.measure import paired_ratio, time_interleaved
+from inferlab.backends import FUSED_SDPA, kernel_that_ran, sdpa_cases
+from inferlab.measure import time_points
 from inferlab.memory import capped, is_oom, peak_extra_bytes
-from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
+from inferlab.stages.common import TimingParams, random_qkv, ratio, tuples
 
 GIB = 1 << 30
 TRITON_BLOCK_N = 64
@@ -35,20 +41,28 @@ class Params:
     batch: int
     heads: int
     d: int
-    sizes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, the lengths T timed in it)
+    # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``)
+    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...]
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
     blocks: tuple[int, ...]
     triton_blocks: tuple[int, ...]   # block_m of our Triton kernel (block_n 64)
     memory_cap_gib: float | None
+    budget_s: float                  # the stage's seconds of timing, all points, all workers
     timing: TimingParams
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
-        section["sizes"] = tuple((s["dtype"], tuple(s["T"])) for s in cfg["prefill"]["sizes"])
+        section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())))
+                                 for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
+
+    def points(self) -> list[tuple[int, str, tuple[bool, ...]]]:
+        """(T, dtype, masks) in the order of ``sizes``: the stage's priority."""
+        return [(T, dtype, masks or self.causal) for dtype, lengths, masks in self.sizes
+                for T in lengths]
 
 
 def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
@@ -103,25 +117,65 @@ def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
             "kernel": kernel}
 
 
-def point_rows(params: Params, ctx, T: int, dtype: str, matmul_gflops: float | None,
-               progress) -> list[dict]:
-    """All rows of one (T, dtype) point: both masks timed in one interleaved call, each
-    case paired with naive attention of its mask, and a causal case also with its own
-    full-mask case (the chapter's causal/full time)."""
-    q, k, v = random_qkv((params.batch, params.heads, T, params.d), dtype, ctx.device, ctx.seed)
-    base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
-            "dtype": dtype, "threads": ctx.threads}
+@dataclass(frozen=True)
+class Point:
+    """What a timing worker needs to build one point's cases (it pickles)."""
+
+    params: Params
+    T: int
+    dtype: str
+    masks: tuple[bool, ...]
+    device: str
+    seed: int
+
+
+def point_cases(point: Point) -> dict:
+    """One point's cases for ``measure.time_points``, built in the worker that times them:
+    both masks, each case paired with naive attention of its mask; readings (memory,
+    kernel) taken after the timings."""
+    params = point.params
+    q, k, v = random_qkv((params.batch, params.heads, point.T, params.d), point.dtype,
+                         point.device, point.seed)
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
     cases, meta, refused = {}, {}, []
-    for causal in params.causal:
+    for causal in point.masks:
         more, more_meta, more_refused = _cases(params, q, k, v, causal)
-        cases.update({label: capped(fn, cap, ctx.device) for label, fn in more.items()})
+        cases.update({label: capped(fn, cap, point.device) for label, fn in more.items()})
         meta.update(more_meta)
         refused += more_refused
     pair_with = {label: [f"naive {label.rsplit(' ', 1)[1]}"] for label in cases
                  if f"naive {label.rsplit(' ', 1)[1]}" in cases}
-    timings = time_interleaved(cases, pair_with=pair_with, progress=progress,
-                               **params.timing.options(ctx)) if cases else {}
+
+    def read(label: str) -> dict:
+        return _memory_and_kernel(cases[label], meta[label].get("kernel"), point.device)
+
+    return {"cases": cases, "pair_with": pair_with, "meta": meta, "refused": refused,
+            "read": read}
+
+
+def _planned(params: Params, masks: tuple[bool, ...]) -> list[dict]:
+    """The rows a dropped point would have had (its backends not asked, so not known)."""
+    impls = [("naive", None)] if "naive" in params.implementations else []
+    impls += [(impl, b) for impl in TILED if impl in params.implementations
+              for b in params.blocks]
+    if "sdpa" in params.implementations:
+        impls += [(f"sdpa_{b}", None) for b in params.backends]
+    return [{"impl": impl, "fused_sdpa": impl.removeprefix("sdpa_") in FUSED_SDPA,
+             "block_q": b, "block_k": b, "causal": causal}
+            for causal in masks for impl, b in impls]
+
+
+def point_rows(params: Params, ctx, T: int, dtype: str, result,
+               matmul_gflops: float | None) -> list[dict]:
+    """All rows of one (T, dtype) point from its ``measure.PointResult``."""
+    base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
+            "dtype": dtype, "threads": ctx.threads}
+    if result.dropped:
+        masks = next(m for t, dt, m in params.points() if (t, dt) == (T, dtype))
+        return [{**base, **row, "status": result.dropped,
+                 "flops": prefill_flops(params.batch, params.heads, T, params.d,
+                                        row["causal"])} for row in _planned(params, masks)]
+    timings, meta = result.timings, result.meta
     rows = []
     for label, timing in timings.items():
         fields = meta[label]
@@ -132,23 +186,26 @@ def point_rows(params: Params, ctx, T: int, dtype: str, matmul_gflops: float | N
         full = timings.get(label.replace(" causal", " full"))
         if fields["causal"] and full is not None and "ok" == timing.status == full.status:
             row["causal_over_full"], row["causal_over_full_ci_low"], \
-                row["causal_over_full_ci_high"] = paired_ratio(timing.samples_ms,
-                                                               full.samples_ms)
+                row["causal_over_full_ci_high"] = timing.paired_with(full)
         if timing.status == "ok":
-            row.update(_memory_and_kernel(cases[label], fields.get("kernel"), ctx.device))
+            row.update(result.readings.get(label, {}))
             row["achieved_gflops"] = flops / (timing.median_ms * 1e-3) / 1e9
             row["frac_matmul_ceiling"] = ratio(row["achieved_gflops"], matmul_gflops)
         rows.append(row)
     return rows + [{**base, **row, "flops": prefill_flops(params.batch, params.heads, T,
                                                           params.d, row["causal"])}
-                   for row in refused]
+                   for row in result.refused]
 
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points = [(T, dtype) for dtype, lengths in params.sizes for T in lengths]
+    points = params.points()
+    results = time_points(
+        "inferlab.stages.prefill:point_cases",
+        [Point(params, T, dtype, masks, ctx.device, ctx.seed) for T, dtype, masks in points],
+        names=[f"T={T} {dtype}" for T, dtype, _ in points], budget_s=params.budget_s,
+        log=lambda line: ctx.log(f"[{ctx.stage}] {line}"), **params.timing.point_options(ctx))
     rows = []
-    for i, (T, dtype) in enumerate(points, start=1):
-        progress = harness_progress(ctx, i, len(points), f"T={T} {dtype}")
-        rows += point_rows(params, ctx, T, dtype, ceilings.get(dtype), progress)
+    for (T, dtype, _), result in zip(points, results, strict=True):
+        rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
     return rows
