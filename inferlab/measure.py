@@ -21,22 +21,7 @@ runs. A case whose single call alone is longer than the cap is ``over_budget``: 
 one warm-up call and then one timing per round, and the cap lets no second round start,
 so it is timed once per process, never minutes of repetition.
 
-Across processes (``time_points``): a round of one process measures that process, but most
-of the variance between runs is between processes (memory layout, where the allocator
-and the kernel put things, the other tenant of a shared VM), so each point is measured in
-``workers`` short worker processes, one after another, each timing every point in turn
-(so drift between processes hits all points alike), each steadied like the stage's own
-process (``runner.steady_process`` before torch loads). The interval is then a
-random-effects one over processes: each process gives the log of its median (or of its
-median paired ratio), and the 95 % interval is their mean ± t(W-1) standard errors, back
-on the linear scale; a row records the workers, the rounds and the between-process share
-of the variance. With one process it is the order-statistics interval of its rounds.
-
-A stage's budget ``budget_s`` is shared by its workers (each gets the budget left over the
-workers left). A worker drops a point whose expected time (its time in the previous
-worker, or its cap) no longer fits: points are timed in the order the stage lists them, so
-the stage's list order is its priority, and a point no worker could fit is a row
-``dropped: ...`` saying why.
+Across processes, the same harness runs in worker processes: ``inferlab.workers``.
 
 How one timing is taken is a clock's job (``inferlab.clocks``: torch's Timer on a CPU,
 do_bench or CUDA events on a GPU). A case that fails is a status, not a crash: ``oom``
@@ -45,101 +30,27 @@ do_bench or CUDA events on a GPU). A case that fails is a status, not a crash: `
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import pickle
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from inferlab.clocks import make_clock
+from inferlab.intervals import (  # noqa: F401 - the harness's statistics, re-exported
+    CI_LEVEL,
+    MIN_ROUNDS,
+    between_share,
+    interval_method,
+    median_ci,
+    process_interval,
+    relative_halfwidth,
+    t975,
+)
 from inferlab.memory import check_device, is_oom
 
 _MAX_CALLS_PER_TIMING = 1_000_000
-CI_LEVEL = 0.95
-MIN_ROUNDS = 6  # with fewer samples no order-statistics interval reaches 95 %
-# Student's t, 97.5 % quantile, by degrees of freedom (a 95 % two-sided interval)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 14: 2.145, 16: 2.120, 20: 2.086,
-         25: 2.060, 30: 2.042}
-
 Progress = Callable[[int, int, str], object] | None
-
-
-def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float]:
-    """A distribution-free ``level`` confidence interval of the median: the order
-    statistics (x_(k), x_(n+1-k)) for the largest k whose binomial coverage
-    1 - 2·P(Bin(n, ½) < k) still reaches ``level``. NaN, NaN when n is too small."""
-    xs, n = sorted(values), len(values)
-    best, below = 0, 0.0  # below = P(Bin(n, 1/2) <= k - 1)
-    for k in range(1, n // 2 + 1):
-        below += math.comb(n, k - 1) / 2**n
-        if 1 - 2 * below < level:
-            break
-        best = k
-    return (xs[best - 1], xs[n - best]) if best else (math.nan, math.nan)
-
-
-def relative_halfwidth(low: float, high: float, centre: float) -> float:
-    """(high - low) / 2 / centre: the ± of an interval as a fraction; inf when undefined."""
-    if not (math.isfinite(low) and math.isfinite(high)) or centre <= 0:
-        return math.inf
-    return (high - low) / 2 / centre
-
-
-def t975(df: int) -> float:
-    """Student's t quantile for a 95 % two-sided interval with ``df`` degrees of freedom
-    (the nearest tabled df at or below; the normal 1.96 beyond 30)."""
-    if df < 1:
-        return math.nan
-    return _T975[max(k for k in _T975 if k <= df)] if df <= 30 else 1.96
-
-
-def process_interval(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
-    """(centre, low, high) of positive values measured in several processes: each
-    process's median on the log scale, their mean ± t(W-1) standard errors (random
-    effects: the spread of the process medians already holds the spread of the rounds),
-    back on the linear scale. With one process: its median and order-statistics CI."""
-    groups = [g for g in groups if g]
-    if len(groups) < 2:
-        xs = groups[0] if groups else []
-        return (statistics.median(xs) if xs else math.nan, *median_ci(xs))
-    logs = [math.log(statistics.median(g)) for g in groups]
-    centre = statistics.fmean(logs)
-    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
-
-
-def between_share(groups: Sequence[Sequence[float]]) -> float | None:
-    """The between-process share of the variance of log values (one-way random effects,
-    method of moments): sigma_b^2 / (sigma_b^2 + sigma_w^2), where sigma_w^2 is the pooled
-    variance of the rounds within a process and sigma_b^2 = var(process means) -
-    sigma_w^2 / rounds, floored at 0. None with fewer than two processes of two rounds."""
-    groups = [[math.log(x) for x in g] for g in groups if len(g) >= 2]
-    if len(groups) < 2:
-        return None
-    within = statistics.fmean(statistics.variance(g) for g in groups)
-    rounds = statistics.fmean(len(g) for g in groups)
-    between = max(0.0, statistics.variance([statistics.fmean(g) for g in groups])
-                  - within / rounds)
-    return between / (between + within) if between + within > 0 else 0.0
-
-
-def interval_method(groups: Sequence[Sequence[float]]) -> str:
-    """How ``process_interval`` made the interval of these groups, in words."""
-    sizes = [len(g) for g in groups if g]
-    rounds = "-".join(str(n) for n in sorted(set(sizes)))
-    if len(sizes) < 2:
-        return f"order statistics of {sum(sizes)} rounds in one process"
-    return (f"random effects over {len(sizes)} processes x {rounds} rounds "
-            f"(mean of log medians, t with {len(sizes) - 1} df)")
-
 
 @dataclass(frozen=True)
 class Ratio:
@@ -437,188 +348,3 @@ def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, 
         if max(_widths(samples, pair_with).values()) <= target:
             break
     return samples
-
-
-# --------------------------------------------------------------------------- processes
-
-# The worker's first lines: steady the process before torch loads, then time its points.
-_WORKER_BOOT = ("import sys; from inferlab.runner import steady_process; steady_process(); "
-                "from inferlab.measure import worker_main; sys.exit(worker_main(sys.argv[1:]))")
-DROPPED = "dropped: "
-
-
-@dataclass(frozen=True)
-class PointResult:
-    """One point measured in up to ``workers`` processes: the timings of its cases, the
-    fields the factory gave each case, the rows of what could not run there, and the
-    readings taken after the timings (last worker only); or why it was dropped."""
-
-    timings: dict[str, Timing]
-    meta: dict[str, dict]
-    refused: list[dict]
-    readings: dict[str, dict]
-    dropped: str | None = None
-
-
-def _factory(name: str):
-    module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
-def _worker_job(job: dict, progress) -> list[dict]:
-    """Time every point of ``job`` in this process, in order, within its deadline."""
-    import torch
-
-    torch.set_num_threads(job["threads"])
-    factory, start, results = _factory(job["factory"]), time.perf_counter(), []
-    for i, point in enumerate(job["points"]):
-        left = job["deadline_s"] - (time.perf_counter() - start)
-        if job["estimates"][i] > left:
-            results.append({"dropped": f"{job['estimates'][i]:.1f} s expected, "
-                                       f"{max(left, 0):.1f} s of the stage budget left"})
-            continue
-        began = time.perf_counter()
-        built = factory(point)
-        say = (lambda step, steps, label, i=i: progress(i, label)) if progress else None
-        timings = _time_cases(built["cases"], built.get("pair_with") or {}, device=job["device"],
-                              threads=job["threads"], warmup=job["warmup"],
-                              min_rounds=job["rounds"], max_rounds=job["rounds"],
-                              target=math.inf, time_cap_s=min(job["cap_s"], left),
-                              noisy_threshold=math.inf, min_run_s=job["min_run_s"],
-                              progress=say)
-        read = built.get("read")
-        readings = {label: read(label) for label, t in timings.items()
-                    if t.status == "ok" and read and job["readings"]}
-        results.append({"timings": {label: (t.samples_ms, t.method, t.status,
-                                            t.calls_per_timing, t.over_budget)
-                                    for label, t in timings.items()},
-                        "meta": built.get("meta", {}), "refused": built.get("refused", []),
-                        "pair_with": built.get("pair_with") or {},
-                        "readings": readings, "seconds": time.perf_counter() - began})
-        del built, timings
-    return results
-
-
-def worker_main(argv: Sequence[str]) -> int:
-    """``python -c _WORKER_BOOT job.pkl result.pkl``: one worker process."""
-    job_path, result_path = argv
-    job = pickle.loads(Path(job_path).read_bytes())
-
-    def progress(i: int, label: str) -> None:
-        print(f"{_PROGRESS}{i} {label}", flush=True)
-
-    results = _worker_job(job, progress)
-    Path(result_path).write_bytes(pickle.dumps(results))
-    return 0
-
-
-_PROGRESS = "@progress "
-
-
-def _run_worker(job: dict, log: Callable[[str], None], point_names: Sequence[str],
-                worker: str) -> list[dict]:
-    """One worker process; its progress lines go to ``log``, the profiler's USDT lines
-    nowhere, anything else (an error) to ``log`` too."""
-    root = str(Path(__file__).resolve().parent.parent)  # this checkout's inferlab, not an install
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
-    with tempfile.TemporaryDirectory(prefix="inferlab-worker-") as tmp:
-        job_path, result_path = Path(tmp, "job.pkl"), Path(tmp, "result.pkl")
-        job_path.write_bytes(pickle.dumps(job))
-        process = subprocess.Popen([sys.executable, "-c", _WORKER_BOOT, str(job_path),
-                                    str(result_path)], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, env=env)
-        tail: list[str] = []
-        for line in process.stdout:
-            line = line.rstrip("\n")
-            if line.startswith(_PROGRESS):
-                i, _, label = line[len(_PROGRESS):].partition(" ")
-                log(f"{worker}, {point_names[int(i)]}: {label}")
-            elif line and not line.startswith("USDT:"):
-                tail = (tail + [line])[-20:]
-        if process.wait() != 0 or not result_path.is_file():
-            raise RuntimeError(f"timing worker ({worker}) exited with {process.returncode}: "
-                               + "\n".join(tail))
-        return pickle.loads(result_path.read_bytes())
-
-
-def time_points(factory: str, points: Sequence[object], *, workers: int, rounds: int,
-                budget_s: float, time_cap_s: float, threads: int, device: str = "cpu",
-                warmup: int = 1, target: float = 0.02, noisy_threshold: float = 0.10,
-                min_run_s: float = 0.002, names: Sequence[str] | None = None,
-                log: Callable[[str], None] | None = None,
-                run_worker: Callable | None = None) -> list[PointResult]:
-    """Time every point in ``workers`` processes, one after another, within ``budget_s``.
-
-    Args:
-        factory: "module:function"; function(point) -> {"cases": {label: fn}, "pair_with":
-            {label: [candidate refs]}, "meta": {label: fields}, "refused": [rows],
-            "read": label -> dict of readings taken after the timings (profiler)}. It runs
-            in each worker, so it builds its inputs there; ``points`` must pickle.
-        workers, rounds: processes, and rounds in each (interleaved as in time_interleaved).
-        budget_s: the stage's seconds for all points in all workers; a point that no
-            longer fits in a worker is dropped there (none fits: ``dropped``).
-        time_cap_s: the seconds of one point in all workers (each gets 1/workers of it),
-            warm-up included; a call alone longer than its share is ``over_budget``.
-        run_worker: how a worker runs (a test passes one that stays in process).
-
-    Returns: one PointResult per point, in order.
-    """
-    _check_count("workers", workers, 1)
-    _check_count("rounds", rounds, 1)
-    for name, value in (("budget_s", budget_s), ("time_cap_s", time_cap_s)):
-        if not (isinstance(value, int | float) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
-    names = list(names or [f"point {i + 1}" for i in range(len(points))])
-    log = log or (lambda line: None)
-    run_worker = run_worker or _run_worker
-    cap = time_cap_s / workers
-    estimates = [cap] * len(points)
-    per_worker: list[list[dict]] = []
-    started = time.perf_counter()
-    for w in range(workers):
-        left = budget_s - (time.perf_counter() - started)
-        job = {"factory": factory, "points": list(points), "threads": threads,
-               "device": device, "warmup": warmup, "rounds": rounds, "cap_s": cap,
-               "min_run_s": min_run_s, "deadline_s": left / (workers - w),
-               "estimates": estimates, "readings": w == workers - 1}
-        results = run_worker(job, log, names, f"worker {w + 1}/{workers}")
-        estimates = [r.get("seconds", e) for r, e in zip(results, estimates, strict=True)]
-        per_worker.append(results)
-    return [_combine([results[i] for results in per_worker], target, noisy_threshold)
-            for i in range(len(points))]
-
-
-def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointResult:
-    """One point's results from each worker -> Timings over processes: a case failing in
-    any worker is that failure; the others get one group of samples per worker."""
-    done = [r for r in runs if "timings" in r]
-    if not done:
-        return PointResult({}, {}, [], {}, DROPPED + runs[-1]["dropped"])
-    timings: dict[str, Timing] = {}
-    for label, (_, method, _, calls, _) in done[0]["timings"].items():
-        mine = [r["timings"][label] for r in done]
-        failed = next((t for t in mine if t[2] != "ok"), None)
-        if failed is not None:
-            timings[label] = Timing((), failed[1], failed[2], failed[3])
-            continue
-        groups = tuple(tuple(t[0]) for t in mine)
-        timings[label] = Timing(tuple(x for g in groups for x in g), method, "ok", calls,
-                                groups=groups if len(groups) > 1 else (),
-                                over_budget=any(t[4] for t in mine))
-    pair_with = done[-1].get("pair_with") or {}
-    ok = {label: t for label, t in timings.items() if t.status == "ok"}
-    for label, timing in ok.items():
-        refs = [r for r in pair_with.get(label, ()) if r in ok]
-        ratio = None
-        if refs:
-            ref = min(refs, key=lambda r: ok[r].median_ms)
-            pairs = _ratio_groups(timing.per_process, ok[ref].per_process)
-            share = between_share(pairs) if ref != label else None
-            ratio = Ratio(ref, *timing.paired_with(ok[ref]), share)
-        width = max(relative_halfwidth(*timing.ci_ms, timing.median_ms),
-                    relative_halfwidth(ratio.ci_low, ratio.ci_high, ratio.median)
-                    if ratio and ratio.ref != label else 0.0)
-        timings[label] = replace(timing, ratio=ratio, converged=width <= target,
-                                 noisy=width > noisy_threshold)
-    return PointResult(timings, done[-1]["meta"], done[-1]["refused"], done[-1]["readings"])

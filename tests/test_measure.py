@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from inferlab import measure
+from inferlab import measure, workers
 from inferlab.measure import Ratio, Timing, median_ci, relative_halfwidth, time_interleaved
 from inferlab.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
 
@@ -733,6 +733,7 @@ def _in_process(monkeypatch, seconds: dict[str, float]):
     """time_points' workers run here, on virtual time; returns the jobs they were given."""
     _virtual(monkeypatch, {})
     now = measure.time
+    monkeypatch.setattr(workers, "time", now)  # the stage's budget on the same clock
     jobs = []
 
     class Clock:
@@ -749,7 +750,7 @@ def _in_process(monkeypatch, seconds: dict[str, float]):
 
     def run_worker(job, log, names, worker):
         jobs.append(job)
-        return measure._worker_job(job, None)
+        return workers._worker_job(job, None)
 
     return jobs, run_worker
 
@@ -771,9 +772,9 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
     third: the first point has three processes, the second one, the third none."""
     seconds = {"a": 0.1, "b": 0.2, "c": 4.0, "d": 0.5}
     jobs, run_worker = _in_process(monkeypatch, seconds)
-    monkeypatch.setattr(measure, "_factory", lambda name: _virtual_cases)
+    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
     points = [["a", "b"], ["c"], ["d"]]
-    results = measure.time_points("virtual", points, workers=3, rounds=5, budget_s=14.0,
+    results = workers.time_points("virtual", points, workers=3, rounds=5, budget_s=14.0,
                                   time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
                                   run_worker=run_worker)
     assert measure.time.now == pytest.approx(3 * 1.8 + 8.0) and measure.time.now <= 14.0
@@ -792,7 +793,7 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
 def test_time_points_in_real_worker_processes():
     """Two real workers (steadied, fresh interpreters) time a tiny point."""
     lines = []
-    results = measure.time_points("tests.test_measure:_tiny_cases", [3], workers=2, rounds=2,
+    results = workers.time_points("tests.test_measure:_tiny_cases", [3], workers=2, rounds=2,
                                   budget_s=60.0, time_cap_s=20.0, threads=1, warmup=1,
                                   min_run_s=0.0, names=["tiny"], log=lines.append)
     timing = results[0].timings["add"]
@@ -813,8 +814,8 @@ def _tiny_cases(n):
 
 def test_time_points_rejects_bad_arguments():
     with pytest.raises(ValueError, match="workers=0 must be an integer >= 1"):
-        measure.time_points("x:y", [1], workers=0, rounds=1, budget_s=1, time_cap_s=1,
+        workers.time_points("x:y", [1], workers=0, rounds=1, budget_s=1, time_cap_s=1,
                             threads=1)
     with pytest.raises(ValueError, match="budget_s=0 must be a number of seconds > 0"):
-        measure.time_points("x:y", [1], workers=1, rounds=1, budget_s=0, time_cap_s=1,
+        workers.time_points("x:y", [1], workers=1, rounds=1, budget_s=0, time_cap_s=1,
                             threads=1)

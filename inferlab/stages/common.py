@@ -54,7 +54,7 @@ class TimingParams:
     time_cap_s: float
     noisy_threshold: float
     min_run_ms: float
-    workers: int = 1              # processes each point is timed in (measure.time_points)
+    workers: int = 1              # processes each point is timed in (workers.time_points)
     worker_rounds: int = 6        # rounds in each of them
     point_cap_s: float = 60.0     # one point's seconds, all workers and warm-ups included
 
@@ -66,7 +66,7 @@ class TimingParams:
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
     def point_options(self, ctx) -> dict:
-        """Keyword arguments of ``measure.time_points`` (but the stage's budget)."""
+        """Keyword arguments of ``workers.time_points`` (but the stage's budget)."""
         return {"device": ctx.device, "threads": ctx.threads, "warmup": self.warmup,
                 "workers": self.workers, "rounds": self.worker_rounds,
                 "target": self.target, "time_cap_s": self.point_cap_s,

@@ -6,7 +6,7 @@ A decode step must read the whole cache (K and V), so its time is bounded below 
 cache_bytes / bandwidth: ``floor_ms`` is that bound at the probe's measured copy
 ceiling (traffic.decode_floor_time_us), and ``achieved_gbs`` is the cache bytes over the
 measured time. For each (cache length, batch, dtype) point every implementation is
-timed interleaved by ``measure.time_points``, in several worker processes, each paired
+timed interleaved by ``workers.time_points``, in several worker processes, each paired
 round by round with the fastest fused SDPA backend (``ratio``: this time / the fused
 kernel's); the kernel that ran is read with the profiler after the point's timings, in
 the last worker only.
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 from inferlab import kernels
 from inferlab.backends import FUSED_SDPA, kernel_that_ran, sdpa_cases
-from inferlab.measure import time_points
 from inferlab.partials import splitkv_decode
 from inferlab.stages.common import (
     TimingParams,
@@ -32,6 +31,7 @@ from inferlab.stages.common import (
     tuples,
 )
 from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
+from inferlab.workers import time_points
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Point:
 
 
 def point_cases(point: Point) -> dict:
-    """One point's cases for ``measure.time_points``, built in the worker that times them."""
+    """One point's cases for ``workers.time_points``, built in the worker that times them."""
     q, k, v = random_qkv((point.batch, point.params.heads, 1, point.params.d), point.dtype,
                          point.device, point.seed, keys=point.cache_len)
     cases, meta, refused = _cases(point.params, q, k, v)

@@ -2,7 +2,7 @@
 length, dtype, causal and full.
 
 For each (T, dtype) point every implementation, causal and full (or the masks the size
-entry names), is timed interleaved (A B C A B C ...) by ``measure.time_points``, in
+entry names), is timed interleaved (A B C A B C ...) by ``workers.time_points``, in
 several worker processes: each case paired round by round with naive attention of its
 mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
 (``causal_over_full``). Then, after the point's timings and in the last worker only, its
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import FUSED_SDPA, kernel_that_ran, sdpa_cases
-from inferlab.measure import time_points
 from inferlab.memory import capped, is_oom, peak_extra_bytes
 from inferlab.stages.common import TimingParams, random_qkv, ratio, tuples
+from inferlab.workers import time_points
 
 GIB = 1 << 30
 TRITON_BLOCK_N = 64
@@ -130,7 +130,7 @@ class Point:
 
 
 def point_cases(point: Point) -> dict:
-    """One point's cases for ``measure.time_points``, built in the worker that times them:
+    """One point's cases for ``workers.time_points``, built in the worker that times them:
     both masks, each case paired with naive attention of its mask; readings (memory,
     kernel) taken after the timings."""
     params = point.params
