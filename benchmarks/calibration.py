@@ -40,26 +40,30 @@ def _points(heads: int) -> list[tuple[str, object, str]]:
     pre = prefill.Params.from_config(effective_config(raw, "prefill", "cpu"))
     dec = decode.Params.from_config(effective_config(raw, "decode", "cpu"))
     points = [("inferlab.stages.prefill:point_cases",
-               prefill.Point(pre, T, "float32", (False, True), "cpu", 0), f"prefill T={T}")
+               prefill.plan_point(pre, T, "float32", (False, True), "cpu", 0), f"prefill T={T}")
               for T in (1024, 2048)]
     points += [("inferlab.stages.decode:point_cases",
-                decode.Point(dec, n, 1, "float32", "cpu", 0), f"decode cache={n}")
+                decode.plan_point(dec, n, 1, "float32", "cpu", 0), f"decode cache={n}")
                for n in (4096, 16384)]
     return points
 
 
 def _one_run(points, args) -> dict[tuple[str, str], tuple[float, float, float, float | None]]:
-    """(point, case) -> (ratio, low, high, between share) for every paired ratio != 1."""
+    """(point, case) -> (ratio, low, high, between share) for every paired ratio != 1;
+    each stage's points in one ``time_points`` call, as the stage does."""
     found = {}
-    for factory, point, name in points:
-        result = time_points(factory, [point], workers=args.workers, rounds=args.rounds,
-                             budget_s=1e7, time_cap_s=1e6, threads=args.threads, warmup=2,
-                             min_run_s=0.05, names=[name])[0]
-        for label, timing in result.timings.items():
-            ratio = timing.ratio
-            if timing.status == "ok" and ratio is not None and ratio.ref != label:
-                found[(name, label)] = (ratio.median, ratio.ci_low, ratio.ci_high,
-                                        ratio.between_share)
+    for factory in dict.fromkeys(f for f, _, _ in points):
+        mine = [(point, name) for f, point, name in points if f == factory]
+        results = time_points(factory, [p for p, _ in mine], workers=args.workers,
+                              rounds=args.rounds, budget_s=1e7, time_cap_s=1e6,
+                              threads=args.threads, warmup=2, min_run_s=0.05,
+                              names=[n for _, n in mine])
+        for (_, name), result in zip(mine, results, strict=True):
+            for label, timing in result.timings.items():
+                ratio = timing.ratio
+                if timing.status == "ok" and ratio is not None and ratio.ref != label:
+                    found[(name, label)] = (ratio.median, ratio.ci_low, ratio.ci_high,
+                                            ratio.between_share)
     return found
 
 

@@ -81,17 +81,23 @@ def _worker_job(job: dict, progress) -> list[dict]:
                               target=math.inf, time_cap_s=min(job["cap_s"], left),
                               noisy_threshold=math.inf, min_run_s=job["min_run_s"],
                               progress=say)
-        read = built.get("read")
-        readings = {label: read(label) for label, t in timings.items()
-                    if t.status == "ok" and read and job["readings"]}
         results.append({"timings": {label: (t.samples_ms, t.method, t.status,
                                             t.calls_per_timing, t.over_budget)
                                     for label, t in timings.items()},
                         "meta": built.get("meta", {}), "refused": built.get("refused", []),
-                        "pair_with": built.get("pair_with") or {},
-                        "readings": readings, "seconds": time.perf_counter() - began})
+                        "pair_with": built.get("pair_with") or {}, "readings": {},
+                        "seconds": time.perf_counter() - began})
         del built, timings
+    if job["readings"]:  # after every timing of this process: a profiler never precedes one
+        for point, result in zip(job["points"], results, strict=True):
+            if "timings" in result:
+                result["readings"] = _readings(factory(point), result["timings"])
     return results
+
+
+def _readings(built: dict, timings: dict) -> dict:
+    read = built.get("read")
+    return {label: read(label) for label, t in timings.items() if read and t[2] == "ok"}
 
 
 def worker_main(argv: Sequence[str]) -> int:

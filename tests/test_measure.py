@@ -819,3 +819,30 @@ def test_time_points_rejects_bad_arguments():
     with pytest.raises(ValueError, match="budget_s=0 must be a number of seconds > 0"):
         workers.time_points("x:y", [1], workers=1, rounds=1, budget_s=0, time_cap_s=1,
                             threads=1)
+
+
+def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
+    """The profiler (the factory's ``read``) runs only in the last worker and only after
+    all of that worker's timings, never between them (pytorch#144455: a profiler session
+    can slow what runs after it)."""
+    events = []
+    _, run_worker = _in_process(monkeypatch, {"a": 0.1, "b": 0.1})
+    inner = measure.make_clock
+
+    def make(fn, *args):
+        clock = inner(fn, *args)
+        timed = clock.seconds_per_call
+        clock.seconds_per_call = lambda n: (events.append("time"), timed(n))[1]
+        return clock
+
+    def cases(point):
+        built = _virtual_cases(point)
+        built["read"] = lambda label: events.append("read") or {}
+        return built
+
+    monkeypatch.setattr(measure, "make_clock", make)
+    monkeypatch.setattr(workers, "_factory", lambda name: cases)
+    workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=2, budget_s=100.0,
+                        time_cap_s=10.0, threads=1, warmup=1, min_run_s=0.0,
+                        run_worker=run_worker)
+    assert events.count("read") == 2 and events[-2:] == ["read", "read"]

@@ -73,6 +73,25 @@ class TimingParams:
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 
+def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], ...], list]:
+    """Which of ``backends`` run on these inputs: ((label, row fields), ...) and the rows
+    of those that do not. Asked in the stage's own process, never in a timing worker:
+    the check runs each backend under the profiler, and a profiler session before a
+    timing can slow it (pytorch#144455). It pickles, for the workers."""
+    from inferlab.backends import sdpa_cases
+
+    _, meta, refused = sdpa_cases(q, k, v, causal, backends)
+    return tuple(meta.items()), refused
+
+
+def sdpa_timed(q, k, v, causal: bool, plan) -> dict:
+    """label -> SDPA forced to that backend, for each backend of ``plan`` (``sdpa_plan``)."""
+    from inferlab.backends import run_sdpa
+
+    backends = {label: fields["impl"].removeprefix("sdpa_") for label, fields in plan}
+    return {label: (lambda b=b: run_sdpa(q, k, v, b, causal)) for label, b in backends.items()}
+
+
 def harness_progress(ctx, i: int, n: int, point: str):
     """A progress callback for ``time_interleaved``: point ``i`` of ``n``, at each warm-up
     and at the start of each round."""

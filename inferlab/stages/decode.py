@@ -21,12 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferlab import kernels
-from inferlab.backends import FUSED_SDPA, kernel_that_ran, sdpa_cases
+from inferlab.backends import FUSED_SDPA, kernel_that_ran
 from inferlab.partials import splitkv_decode
 from inferlab.stages.common import (
     TimingParams,
     random_qkv,
     ratio,
+    sdpa_plan,
+    sdpa_timed,
     torch_dtype,
     tuples,
 )
@@ -53,15 +55,19 @@ class Params:
         return cls(**section, timing=TimingParams(**cfg["timing"]))
 
 
-def _cases(params: Params, q, k, v) -> tuple[dict, dict, list]:
-    """({label: fn}, {label: row fields}, [rows of backends that cannot run here])."""
+def _cases(params: Params, q, k, v, plan) -> tuple[dict, dict, list]:
+    """({label: fn}, {label: row fields}, [rows of backends that cannot run here]), the SDPA
+    backends as ``plan`` (common.sdpa_plan) found them."""
     cases, meta = {}, {}
     for splits in params.splits:
         if splits <= k.shape[2]:  # a split needs at least one key
             cases[f"splitkv splits={splits}"] = lambda s=splits: splitkv_decode(q, k, v, s)
             meta[f"splitkv splits={splits}"] = {"impl": "splitkv", "fused_sdpa": False,
                                                 "splits": splits}
-    sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, False, params.backends)
+    sdpa_items, refused = plan
+    sdpa = sdpa_timed(q, k, v, False, sdpa_items)
+    sdpa_meta = {label: dict(fields) for label, fields in sdpa_items}
+    refused = list(refused)
     if params.triton:
         why = kernels.not_timeable(q.device.type)
         for splits in (s for s in params.splits if s <= k.shape[2]):
@@ -85,13 +91,26 @@ class Point:
     dtype: str
     device: str
     seed: int
+    sdpa: tuple = ((), [])   # the SDPA backends that run (common.sdpa_plan)
+
+
+def _inputs(params: Params, cache_len: int, batch: int, dtype: str, device: str, seed: int):
+    return random_qkv((batch, params.heads, 1, params.d), dtype, device, seed, keys=cache_len)
+
+
+def plan_point(params: Params, cache_len: int, batch: int, dtype: str, device: str,
+               seed: int) -> Point:
+    """The point, with its SDPA backends checked here, in the stage's process."""
+    q, k, v = _inputs(params, cache_len, batch, dtype, device, seed)
+    return Point(params, cache_len, batch, dtype, device, seed,
+                 sdpa_plan(q, k, v, False, params.backends))
 
 
 def point_cases(point: Point) -> dict:
     """One point's cases for ``workers.time_points``, built in the worker that times them."""
-    q, k, v = random_qkv((point.batch, point.params.heads, 1, point.params.d), point.dtype,
-                         point.device, point.seed, keys=point.cache_len)
-    cases, meta, refused = _cases(point.params, q, k, v)
+    q, k, v = _inputs(point.params, point.cache_len, point.batch, point.dtype, point.device,
+                      point.seed)
+    cases, meta, refused = _cases(point.params, q, k, v, point.sdpa)
     fused = [label for label in cases if meta[label]["fused_sdpa"]]
 
     def read(label: str) -> dict:
@@ -136,7 +155,7 @@ def run(params: Params, ctx) -> list[dict]:
               for dtype in params.dtypes]
     results = time_points(
         "inferlab.stages.decode:point_cases",
-        [Point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points],
+        [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points],
         names=[f"cache={n} batch={b} {dtype}" for n, b, dtype in points],
         budget_s=params.budget_s, log=lambda line: ctx.log(f"[{ctx.stage}] {line}"),
         **params.timing.point_options(ctx))

@@ -27,9 +27,16 @@ from dataclasses import dataclass
 
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
-from inferlab.backends import FUSED_SDPA, kernel_that_ran, sdpa_cases
+from inferlab.backends import FUSED_SDPA, kernel_that_ran
 from inferlab.memory import capped, is_oom, peak_extra_bytes
-from inferlab.stages.common import TimingParams, random_qkv, ratio, tuples
+from inferlab.stages.common import (
+    TimingParams,
+    random_qkv,
+    ratio,
+    sdpa_plan,
+    sdpa_timed,
+    tuples,
+)
 from inferlab.workers import time_points
 
 GIB = 1 << 30
@@ -69,9 +76,9 @@ def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
     return 4 * batch * heads * T * T * d // (2 if causal else 1)
 
 
-def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
+def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, list]:
     """({label: fn}, {label: row fields}, [rows of backends that cannot run here]) for
-    one mask; labels end in " causal" or " full"."""
+    one mask, the SDPA backends as ``plan`` found them; labels end in " causal" or " full"."""
     mask = "causal" if causal else "full"
     cases, meta, refused = {}, {}, []
     if "naive" in params.implementations:
@@ -84,9 +91,10 @@ def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
                 cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
                 meta[label] = {"impl": impl, "fused_sdpa": False, "block_q": b, "block_k": b}
     if "sdpa" in params.implementations:
-        sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, causal, params.backends)
-        cases.update({f"{label} {mask}": fn for label, fn in sdpa.items()})
-        meta.update({f"{label} {mask}": fields for label, fields in sdpa_meta.items()})
+        sdpa_meta, refused = plan
+        cases.update({f"{label} {mask}": fn
+                      for label, fn in sdpa_timed(q, k, v, causal, sdpa_meta).items()})
+        meta.update({f"{label} {mask}": dict(fields) for label, fields in sdpa_meta})
     if "triton" in params.implementations:
         why = kernels.not_timeable(q.device.type)
         for b in params.triton_blocks:
@@ -127,6 +135,21 @@ class Point:
     masks: tuple[bool, ...]
     device: str
     seed: int
+    sdpa: tuple = ()   # per mask, the SDPA backends that run (common.sdpa_plan)
+
+
+def _inputs(params: Params, T: int, dtype: str, device: str, seed: int):
+    return random_qkv((params.batch, params.heads, T, params.d), dtype, device, seed)
+
+
+def plan_point(params: Params, T: int, dtype: str, masks: tuple[bool, ...], device: str,
+               seed: int) -> Point:
+    """The point, with its SDPA backends checked here, in the stage's process."""
+    plans = ()
+    if "sdpa" in params.implementations:
+        q, k, v = _inputs(params, T, dtype, device, seed)
+        plans = tuple(sdpa_plan(q, k, v, causal, params.backends) for causal in masks)
+    return Point(params, T, dtype, masks, device, seed, plans)
 
 
 def point_cases(point: Point) -> dict:
@@ -134,12 +157,12 @@ def point_cases(point: Point) -> dict:
     both masks, each case paired with naive attention of its mask; readings (memory,
     kernel) taken after the timings."""
     params = point.params
-    q, k, v = random_qkv((params.batch, params.heads, point.T, params.d), point.dtype,
-                         point.device, point.seed)
+    q, k, v = _inputs(params, point.T, point.dtype, point.device, point.seed)
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
     cases, meta, refused = {}, {}, []
-    for causal in point.masks:
-        more, more_meta, more_refused = _cases(params, q, k, v, causal)
+    for i, causal in enumerate(point.masks):
+        plan = point.sdpa[i] if point.sdpa else ((), [])
+        more, more_meta, more_refused = _cases(params, q, k, v, causal, plan)
         cases.update({label: capped(fn, cap, point.device) for label, fn in more.items()})
         meta.update(more_meta)
         refused += more_refused
@@ -202,7 +225,7 @@ def run(params: Params, ctx) -> list[dict]:
     points = params.points()
     results = time_points(
         "inferlab.stages.prefill:point_cases",
-        [Point(params, T, dtype, masks, ctx.device, ctx.seed) for T, dtype, masks in points],
+        [plan_point(params, T, dtype, masks, ctx.device, ctx.seed) for T, dtype, masks in points],
         names=[f"T={T} {dtype}" for T, dtype, _ in points], budget_s=params.budget_s,
         log=lambda line: ctx.log(f"[{ctx.stage}] {line}"), **params.timing.point_options(ctx))
     rows = []
