@@ -21,10 +21,12 @@ the stage's list order is its priority, and a point no worker could fit is a row
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import math
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -114,12 +116,22 @@ def worker_main(argv: Sequence[str]) -> int:
 
 
 _PROGRESS = "@progress "
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
-def _run_worker(job: dict, log: Callable[[str], None], point_names: Sequence[str],
-                worker: str) -> list[dict]:
-    """One worker process; its progress lines go to ``log``, the profiler's USDT lines
-    nowhere, anything else (an error) to ``log`` too."""
+def _die_with_parent() -> None:
+    """In the worker, before it runs: killed when the stage's process dies (a stage killed
+    mid-way leaves no worker timing on, on the cores the next run needs)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not Linux glibc: the worker ends with its job
+        pass
+
+
+def _run_worker(job: dict, progress: Callable[[int, int, str], object],
+                point_names: Sequence[str], worker: str) -> list[dict]:
+    """One worker process; its progress lines go to ``progress`` (point i of n, what), the
+    profiler's USDT lines nowhere, the last other lines into the error if it fails."""
     root = str(Path(__file__).resolve().parent.parent)  # this checkout's inferlab, not an install
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
@@ -128,13 +140,14 @@ def _run_worker(job: dict, log: Callable[[str], None], point_names: Sequence[str
         job_path.write_bytes(pickle.dumps(job))
         process = subprocess.Popen([sys.executable, "-c", _WORKER_BOOT, str(job_path),
                                     str(result_path)], stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, env=env)
+                                   stderr=subprocess.STDOUT, text=True, env=env,
+                                   preexec_fn=_die_with_parent)
         tail: list[str] = []
         for line in process.stdout:
             line = line.rstrip("\n")
             if line.startswith(_PROGRESS):
                 i, _, label = line[len(_PROGRESS):].partition(" ")
-                log(f"{worker}, {point_names[int(i)]}: {label}")
+                progress(int(i) + 1, len(point_names), f"{point_names[int(i)]}: {worker}, {label}")
             elif line and not line.startswith("USDT:"):
                 tail = (tail + [line])[-20:]
         if process.wait() != 0 or not result_path.is_file():
@@ -147,7 +160,7 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
                 budget_s: float, time_cap_s: float, threads: int, device: str = "cpu",
                 warmup: int = 1, target: float = 0.02, noisy_threshold: float = 0.10,
                 min_run_s: float = 0.002, names: Sequence[str] | None = None,
-                log: Callable[[str], None] | None = None,
+                progress: Callable[[int, int, str], object] | None = None,
                 run_worker: Callable | None = None) -> list[PointResult]:
     """Time every point in ``workers`` processes, one after another, within ``budget_s``.
 
@@ -161,6 +174,7 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
             longer fits in a worker is dropped there (none fits: ``dropped``).
         time_cap_s: the seconds of one point in all workers (each gets 1/workers of it),
             warm-up included; a call alone longer than its share is ``over_budget``.
+        names: each point's name for ``progress(i, n, "<name>: worker w/W, <step>")``.
         run_worker: how a worker runs (a test passes one that stays in process).
 
     Returns: one PointResult per point, in order.
@@ -171,7 +185,7 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
         if not (isinstance(value, int | float) and value > 0):
             raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
     names = list(names or [f"point {i + 1}" for i in range(len(points))])
-    log = log or (lambda line: None)
+    progress = progress or (lambda i, n, what: None)
     run_worker = run_worker or _run_worker
     cap = time_cap_s / workers
     estimates = [cap] * len(points)
@@ -187,7 +201,7 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
                "device": device, "warmup": warmup, "rounds": rounds, "cap_s": cap,
                "min_run_s": min_run_s, "deadline_s": left / (workers - w),
                "estimates": estimates, "readings": w == workers - 1}
-        results = run_worker(job, log, names, f"worker {w + 1}/{workers}")
+        results = run_worker(job, progress, names, f"worker {w + 1}/{workers}")
         estimates = [r.get("seconds", e) for r, e in zip(results, estimates, strict=True)]
         per_worker.append(results)
     return [_combine([results[i] for results in per_worker], target, noisy_threshold)

@@ -795,11 +795,12 @@ def test_time_points_in_real_worker_processes():
     lines = []
     results = workers.time_points("tests.test_measure:_tiny_cases", [3], workers=2, rounds=2,
                                   budget_s=60.0, time_cap_s=20.0, threads=1, warmup=1,
-                                  min_run_s=0.0, names=["tiny"], log=lines.append)
+                                  min_run_s=0.0, names=["tiny"],
+                                  progress=lambda i, n, what: lines.append(f"{i}/{n} {what}"))
     timing = results[0].timings["add"]
     assert timing.status == "ok" and timing.workers == 2 and timing.rounds == 4
     assert results[0].readings["add"]["omp"] == "PASSIVE"  # steadied before torch loaded
-    assert any(line.startswith("worker 2/2, tiny: ") for line in lines)
+    assert "1/1 tiny: worker 2/2, round 2" in lines
     assert not any("USDT" in line for line in lines)
 
 

@@ -157,7 +157,7 @@ def run(params: Params, ctx) -> list[dict]:
         "inferlab.stages.decode:point_cases",
         [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points],
         names=[f"cache={n} batch={b} {dtype}" for n, b, dtype in points],
-        budget_s=params.budget_s, log=lambda line: ctx.log(f"[{ctx.stage}] {line}"),
+        budget_s=params.budget_s, progress=ctx.progress,
         **params.timing.point_options(ctx))
     rows = []
     for (cache_len, batch, dtype), result in zip(points, results, strict=True):

@@ -227,7 +227,7 @@ def run(params: Params, ctx) -> list[dict]:
         "inferlab.stages.prefill:point_cases",
         [plan_point(params, T, dtype, masks, ctx.device, ctx.seed) for T, dtype, masks in points],
         names=[f"T={T} {dtype}" for T, dtype, _ in points], budget_s=params.budget_s,
-        log=lambda line: ctx.log(f"[{ctx.stage}] {line}"), **params.timing.point_options(ctx))
+        progress=ctx.progress, **params.timing.point_options(ctx))
     rows = []
     for (T, dtype, _), result in zip(points, results, strict=True):
         rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
