@@ -129,12 +129,9 @@ class Timing:
             return {"median_ms": None, "ci_low_ms": None, "ci_high_ms": None, "iqr_ms": None,
                     "rounds": self.rounds, "converged": None, "noisy": None,
                     "timing_method": self.method, "ratio_to": None, "ratio": None,
-                    "ratio_ci_low": None, "ratio_ci_high": None, "workers": None,
-                    "between_share": None, "interval_method": None, "over_budget": None}
+                    "ratio_ci_low": None, "ratio_ci_high": None}
         low, high = self.ci_ms
         ratio = self.ratio
-        share = ratio.between_share if ratio and ratio.between_share is not None else \
-            between_share(self.per_process)
         return {"median_ms": self.median_ms, "ci_low_ms": _none_if_nan(low),
                 "ci_high_ms": _none_if_nan(high),
                 "iqr_ms": _none_if_nan(self.iqr_ms), "rounds": self.rounds,
@@ -143,8 +140,19 @@ class Timing:
                 "ratio_to": ratio.ref if ratio else None,
                 "ratio": ratio.median if ratio else None,
                 "ratio_ci_low": _none_if_nan(ratio.ci_low) if ratio else None,
-                "ratio_ci_high": _none_if_nan(ratio.ci_high) if ratio else None,
-                "workers": self.workers, "between_share": share,
+                "ratio_ci_high": _none_if_nan(ratio.ci_high) if ratio else None}
+
+    def process_row(self) -> dict:
+        """How the interval was made (prefill.csv / decode.csv since schema version 2):
+        processes, the between-process share of the variance (of the paired ratio when
+        there is one, else of the time), the method in words, and ``over_budget``."""
+        if self.status != "ok":
+            return {"workers": None, "between_share": None, "interval_method": None,
+                    "over_budget": None}
+        ratio = self.ratio
+        share = ratio.between_share if ratio and ratio.between_share is not None else \
+            between_share(self.per_process)
+        return {"workers": self.workers, "between_share": share,
                 "interval_method": interval_method(self.per_process),
                 "over_budget": self.over_budget}
 

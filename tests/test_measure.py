@@ -69,10 +69,10 @@ def test_statistics_of_known_sleeps_and_their_row():
     row = slow.as_row()
     assert set(row) == {"median_ms", "ci_low_ms", "ci_high_ms", "iqr_ms", "rounds",
                         "converged", "noisy", "timing_method", "ratio_to", "ratio",
-                        "ratio_ci_low", "ratio_ci_high", "workers", "between_share",
-                        "interval_method", "over_budget"}
-    assert row["workers"] == 1 and row["over_budget"] is False
-    assert row["interval_method"] == "order statistics of 8 rounds in one process"
+                        "ratio_ci_low", "ratio_ci_high"}
+    how = slow.process_row()
+    assert how == {"workers": 1, "over_budget": False, "between_share": None,
+                   "interval_method": "order statistics of 8 rounds in one process"}
     assert row["ratio_to"] == "fast" and fast.ratio is None
     assert row["ratio"] == statistics.median(
         [s / f for s, f in zip(slow.samples_ms, fast.samples_ms, strict=True)])
@@ -366,8 +366,8 @@ def test_a_failed_timing_reports_nothing_measured():
     assert row == {"median_ms": None, "ci_low_ms": None, "ci_high_ms": None, "iqr_ms": None,
                    "rounds": 0, "converged": None, "noisy": None, "timing_method": "scheduled",
                    "ratio_to": None, "ratio": None, "ratio_ci_low": None,
-                   "ratio_ci_high": None, "workers": None, "between_share": None,
-                   "interval_method": None, "over_budget": None}
+                   "ratio_ci_high": None}
+    assert set(t.process_row().values()) == {None}
 
 
 def test_the_row_of_a_paired_timing():
@@ -376,10 +376,7 @@ def test_the_row_of_a_paired_timing():
     assert t.as_row() == {"median_ms": 3.5, "ci_low_ms": 1.0, "ci_high_ms": 6.0,
                           "iqr_ms": 2.5, "rounds": 6, "converged": True, "noisy": False,
                           "timing_method": "m", "ratio_to": "naive", "ratio": 0.5,
-                          "ratio_ci_low": 0.25, "ratio_ci_high": 0.75, "workers": 1,
-                          "between_share": None,
-                          "interval_method": "order statistics of 6 rounds in one process",
-                          "over_budget": False}
+                          "ratio_ci_low": 0.25, "ratio_ci_high": 0.75}
 
 
 def test_median_ci_at_its_level_boundary():
@@ -723,7 +720,7 @@ def test_a_timing_over_processes_takes_its_interval_from_them():
     t = Timing(tuple(x for g in groups for x in g), "m", "ok", groups=groups)
     assert t.workers == 3 and t.rounds == 9
     assert (t.median_ms, *t.ci_ms) == measure.process_interval(groups)
-    row = t.as_row()
+    row = t.process_row()
     assert row["interval_method"] == ("random effects over 3 processes x 3 rounds "
                                       "(mean of log medians, t with 2 df)")
     assert 0 < row["between_share"] <= 1

@@ -140,7 +140,8 @@ def point_rows(params: Params, cache_len: int, batch: int, dtype: str, result,
         return [{**base, **row, "status": result.dropped} for row in _planned(params, cache_len)]
     rows = []
     for label, timing in result.timings.items():
-        row = {**base, **result.meta[label], **timing.as_row(), "status": timing.status}
+        row = {**base, **result.meta[label], **timing.as_row(), **timing.process_row(),
+               "status": timing.status}
         if timing.status == "ok":
             row["achieved_gbs"] = cache_bytes / (timing.median_ms * 1e-3) / 1e9
             row["frac_copy_ceiling"] = ratio(row["achieved_gbs"], copy_gbs)

@@ -203,7 +203,8 @@ def point_rows(params: Params, ctx, T: int, dtype: str, result,
     for label, timing in timings.items():
         fields = meta[label]
         flops = prefill_flops(params.batch, params.heads, T, params.d, fields["causal"])
-        row = {**base, **fields, **timing.as_row(), "flops": flops, "status": timing.status}
+        row = {**base, **fields, **timing.as_row(), **timing.process_row(), "flops": flops,
+               "status": timing.status}
         if row["ratio_to"] is not None:
             row["ratio_to"] = meta[row["ratio_to"]]["impl"]
         full = timings.get(label.replace(" causal", " full"))
