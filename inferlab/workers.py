@@ -13,10 +13,13 @@ on the linear scale; a row records the workers, the rounds and the between-proce
 of the variance. With one process it is the order-statistics interval of its rounds.
 
 A stage's budget ``budget_s`` is shared by its workers (each gets the budget left over the
-workers left). A worker drops a point whose expected time (its time in the previous
-worker, or its cap) no longer fits: points are timed in the order the stage lists them, so
-the stage's list order is its priority, and a point no worker could fit is a row
-``dropped: ...`` saying why.
+workers left). Points are timed in the order the stage lists them, which is its
+priority. A point starts while its worker has time left, with at most its cap or what is
+left; a point an earlier worker timed starts only if that time still fits. A point no
+worker could fit is a row ``dropped: ...`` saying why. The first worker that timed a point
+also takes its readings (memory, the kernel that ran: the profiler), after all its own
+timings, so they count against the budget and no profiler runs before a timing in the
+same process.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ DROPPED = "dropped: "
 class PointResult:
     """One point measured in up to ``workers`` processes: the timings of its cases, the
     fields the factory gave each case, the rows of what could not run there, and the
-    readings taken after the timings (last worker only); or why it was dropped."""
+    readings taken after the timings (by the first worker that timed it); or why it was
+    dropped."""
 
     timings: dict[str, Timing]
     meta: dict[str, dict]
@@ -70,9 +74,9 @@ def _worker_job(job: dict, progress) -> list[dict]:
     factory, start, results = _factory(job["factory"]), time.perf_counter(), []
     for i, point in enumerate(job["points"]):
         left = job["deadline_s"] - (time.perf_counter() - start)
-        if job["estimates"][i] > left:
-            results.append({"dropped": f"{job['estimates'][i]:.1f} s expected, "
-                                       f"{max(left, 0):.1f} s of the stage budget left"})
+        why = _no_room(job["estimates"][i], left)
+        if why:
+            results.append({"dropped": why})
             continue
         began = time.perf_counter()
         built = factory(point)
@@ -90,11 +94,23 @@ def _worker_job(job: dict, progress) -> list[dict]:
                         "pair_with": built.get("pair_with") or {}, "readings": {},
                         "seconds": time.perf_counter() - began})
         del built, timings
-    if job["readings"]:  # after every timing of this process: a profiler never precedes one
-        for point, result in zip(job["points"], results, strict=True):
-            if "timings" in result:
-                result["readings"] = _readings(factory(point), result["timings"])
+    # After every timing of this process, so that a profiler never precedes a timing, and
+    # in the first worker that timed the point, so that the workers after it get what is
+    # left of the budget.
+    for point, result, wanted in zip(job["points"], results, job["readings"], strict=True):
+        if wanted and "timings" in result:
+            result["readings"] = _readings(factory(point), result["timings"])
     return results
+
+
+def _no_room(expected: float | None, left: float) -> str | None:
+    """Why a point cannot start with ``left`` seconds of this worker's share, or None. A
+    point no earlier worker timed is expected to take what it is given (its cap, or what
+    is left, whichever is less): it starts while any time is left."""
+    if left <= 0 or (expected is not None and expected > left):
+        took = "" if expected is None else f"{expected:.1f} s expected (an earlier worker's), "
+        return f"{took}{max(left, 0):.1f} s of the stage budget left for this worker"
+    return None
 
 
 def _readings(built: dict, timings: dict) -> dict:
@@ -181,28 +197,31 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
     """
     _check_count("workers", workers, 1)
     _check_count("rounds", rounds, 1)
-    for name, value in (("budget_s", budget_s), ("time_cap_s", time_cap_s)):
-        if not (isinstance(value, int | float) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a number of seconds > 0")
+    if not (isinstance(budget_s, int | float) and budget_s >= 0):
+        raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0")
+    if not (isinstance(time_cap_s, int | float) and time_cap_s > 0):
+        raise ValueError(f"time_cap_s={time_cap_s!r} must be a number of seconds > 0")
     names = list(names or [f"point {i + 1}" for i in range(len(points))])
     progress = progress or (lambda i, n, what: None)
     run_worker = run_worker or _run_worker
     cap = time_cap_s / workers
-    estimates = [cap] * len(points)
+    estimates: list[float | None] = [None] * len(points)
+    unread = [True] * len(points)
     per_worker: list[list[dict]] = []
     started = time.perf_counter()
     for w in range(workers):
-        left = budget_s - (time.perf_counter() - started)
-        if left / (workers - w) < min(estimates):  # nothing would fit: no process to start
-            per_worker.append([{"dropped": f"{e:.1f} s expected, {max(left, 0) / (workers - w):.1f}"
-                                           " s of the stage budget left"} for e in estimates])
+        share = (budget_s - (time.perf_counter() - started)) / (workers - w)
+        whys = [_no_room(e, share) for e in estimates]
+        if all(whys):  # nothing would fit: no process to start
+            per_worker.append([{"dropped": why} for why in whys])
             continue
         job = {"factory": factory, "points": list(points), "threads": threads,
                "device": device, "warmup": warmup, "rounds": rounds, "cap_s": cap,
-               "min_run_s": min_run_s, "deadline_s": left / (workers - w),
-               "estimates": estimates, "readings": w == workers - 1}
+               "min_run_s": min_run_s, "deadline_s": share, "estimates": estimates,
+               "readings": list(unread)}
         results = run_worker(job, progress, names, f"worker {w + 1}/{workers}")
         estimates = [r.get("seconds", e) for r, e in zip(results, estimates, strict=True)]
+        unread = [u and "timings" not in r for r, u in zip(results, unread, strict=True)]
         per_worker.append(results)
     return [_combine([results[i] for results in per_worker], target, noisy_threshold)
             for i in range(len(points))]
@@ -240,4 +259,5 @@ def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointRe
                     if ratio and ratio.ref != label else 0.0)
         timings[label] = replace(timing, ratio=ratio, converged=width <= target,
                                  noisy=width > noisy_threshold)
-    return PointResult(timings, done[-1]["meta"], done[-1]["refused"], done[-1]["readings"])
+    readings = next((r["readings"] for r in done if r["readings"]), {})
+    return PointResult(timings, done[-1]["meta"], done[-1]["refused"], readings)

@@ -72,7 +72,7 @@ def test_statistics_of_known_sleeps_and_their_row():
                         "ratio_ci_low", "ratio_ci_high"}
     how = slow.process_row()
     assert how == {"workers": 1, "over_budget": False, "between_share": None,
-                   "interval_method": "order statistics of 8 rounds in one process"}
+                   "interval_method": f"order statistics of {slow.rounds} rounds in one process"}
     assert row["ratio_to"] == "fast" and fast.ratio is None
     assert row["ratio"] == statistics.median(
         [s / f for s, f in zip(slow.samples_ms, fast.samples_ms, strict=True)])
@@ -762,19 +762,19 @@ def _virtual_cases(point):
 
 
 def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
-    """Three workers, a 14 s stage budget, a 6 s point cap (2 s a worker). Worker 1
-    (4.67 s) times the first point (1.8 s: five rounds fit in 2 s) and the second, a
-    4 s call over its share: one warm-up call and one timing, flagged; the third no longer
-    fits. Workers 2 and 3 expect the second point's 8 s (worker 1's) and drop it and the
-    third: the first point has three processes, the second one, the third none."""
-    seconds = {"a": 0.1, "b": 0.2, "c": 4.0, "d": 0.5}
+    """Three workers, a 14 s stage budget, a 6 s point cap (2 s a worker). Worker 1 has
+    4.67 s: the first point takes 1.8 s (five rounds of 0.3 s fit in 2 s), the second is
+    a 4 s call over its share (one warm-up call, one timing: 8 s, flagged), so the third
+    finds no time left. Workers 2 and 3 (2.1 s each) expect the second point's 8 s and
+    skip it, and start the third (not timed before) with what is left. So the first point
+    has three processes, the second one, the third two; the budget holds exactly."""
+    seconds = {"a": 0.1, "b": 0.2, "c": 4.0, "d": 0.05}
     jobs, run_worker = _in_process(monkeypatch, seconds)
     monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
     points = [["a", "b"], ["c"], ["d"]]
     results = workers.time_points("virtual", points, workers=3, rounds=5, budget_s=14.0,
                                   time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
                                   run_worker=run_worker)
-    assert measure.time.now == pytest.approx(3 * 1.8 + 8.0) and measure.time.now <= 14.0
     first, slow, last = results
     assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 15
     assert first.timings["b"].ratio.ref == "a"
@@ -782,9 +782,29 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
     assert first.readings == {"a": {"kernel": "k-a"}, "b": {"kernel": "k-b"}}
     assert slow.timings["c"].over_budget and slow.timings["c"].rounds == 1
     assert slow.timings["c"].workers == 1
-    assert [job["deadline_s"] for job in jobs][0] == pytest.approx(14.0 / 3)
-    assert last.dropped is not None and last.dropped.startswith("dropped: ")
-    assert not [j for j in jobs[:-1] if j["readings"]] and jobs[-1]["readings"]
+    assert last.timings["d"].workers == 2 and last.dropped is None
+    # worker 1 spent 9.8 s; 4.2 s left for two workers, each of which spends its 2.1 s
+    assert [job["deadline_s"] for job in jobs] == pytest.approx([14 / 3, 2.1, 2.1])
+    assert measure.time.now == pytest.approx(14.0)
+    # each point read by the first worker that timed it: the third by worker 2
+    assert [job["readings"] for job in jobs] == [[True] * 3, [False, False, True],
+                                                 [False, False, False]]
+    assert last.readings == {"d": {"kernel": "k-d"}}
+
+
+def test_a_point_that_fits_no_worker_is_dropped_with_the_reason(monkeypatch):
+    """A 1 s budget over two workers: the first point (5 s a call, longer than the 0.5 s
+    worker 1 has: over budget) takes one warm-up call and one timing; worker 1 has no
+    time left for the second point, and worker 2 none for either: the second point is
+    dropped, and worker 2 is not even started."""
+    jobs, run_worker = _in_process(monkeypatch, {"a": 5.0, "b": 0.1})
+    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
+    first, second = workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=3,
+                                        budget_s=1.0, time_cap_s=100.0, threads=1, warmup=1,
+                                        min_run_s=0.0, run_worker=run_worker)
+    assert first.timings["a"].over_budget and first.timings["a"].rounds == 1
+    assert second.dropped == "dropped: 0.0 s of the stage budget left for this worker"
+    assert len(jobs) == 1
 
 
 def test_time_points_in_real_worker_processes():
@@ -814,13 +834,13 @@ def test_time_points_rejects_bad_arguments():
     with pytest.raises(ValueError, match="workers=0 must be an integer >= 1"):
         workers.time_points("x:y", [1], workers=0, rounds=1, budget_s=1, time_cap_s=1,
                             threads=1)
-    with pytest.raises(ValueError, match="budget_s=0 must be a number of seconds > 0"):
-        workers.time_points("x:y", [1], workers=1, rounds=1, budget_s=0, time_cap_s=1,
+    with pytest.raises(ValueError, match="budget_s=-1 must be a number of seconds >= 0"):
+        workers.time_points("x:y", [1], workers=1, rounds=1, budget_s=-1, time_cap_s=1,
                             threads=1)
 
 
 def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
-    """The profiler (the factory's ``read``) runs only in the last worker and only after
+    """The profiler (the factory's ``read``) runs only in the first worker and only after
     all of that worker's timings, never between them (pytorch#144455: a profiler session
     can slow what runs after it)."""
     events = []
@@ -840,7 +860,12 @@ def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
 
     monkeypatch.setattr(measure, "make_clock", make)
     monkeypatch.setattr(workers, "_factory", lambda name: cases)
+    def run_worker_marked(job, progress, names, worker):
+        events.append("worker")
+        return run_worker(job, progress, names, worker)
+
     workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=2, budget_s=100.0,
                         time_cap_s=10.0, threads=1, warmup=1, min_run_s=0.0,
-                        run_worker=run_worker)
-    assert events.count("read") == 2 and events[-2:] == ["read", "read"]
+                        run_worker=run_worker_marked)
+    first, second = "".join(e[0] for e in events).split("w")[1:]
+    assert first == "t" * 6 + "rr" and second == "t" * 6  # 2 warm-ups + 2 points x 2 rounds

@@ -376,8 +376,8 @@ def test_the_default_cpu_grid_has_the_chapters_8192_tokens_causal():
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
 def test_a_budget_that_covers_nothing_drops_every_point_with_rows_saying_why(stage, tmp_path):
-    """No worker has the time a point expects (its cap): every planned case is a row
-    'dropped: <why>', valid under the schema, with nothing measured."""
+    """A budget the checks before the timings already spend: no worker starts, and every
+    planned case is a row 'dropped: <why>', valid under the schema, nothing measured."""
     probe = _probe(random.Random(SEED + 5))
     sizes = {"prefill": ["prefill.d=8", "prefill.implementations=[naive, tiled, sdpa]",
                          "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [32, 64]}], "

@@ -7,6 +7,7 @@ artifact) or a dict (a JSON artifact); ``inferlab.runner`` does the rest.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -71,6 +72,12 @@ class TimingParams:
                 "workers": self.workers, "rounds": self.worker_rounds,
                 "target": self.target, "time_cap_s": self.point_cap_s,
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
+
+
+def budget_left(budget_s: float, started: float) -> float:
+    """What is left of a stage's ``budget_s`` since ``started`` (time.perf_counter), or 0:
+    the checks before the timings count against the budget too."""
+    return max(budget_s - (time.perf_counter() - started), 0.0)
 
 
 def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], ...], list]:

@@ -8,8 +8,8 @@ ceiling (traffic.decode_floor_time_us), and ``achieved_gbs`` is the cache bytes 
 measured time. For each (cache length, batch, dtype) point every implementation is
 timed interleaved by ``workers.time_points``, in several worker processes, each paired
 round by round with the fastest fused SDPA backend (``ratio``: this time / the fused
-kernel's); the kernel that ran is read with the profiler after the point's timings, in
-the last worker only.
+kernel's); the kernel that ran is read with the profiler in the first worker that timed
+the point, after all that worker's timings.
 
 Points are timed in the order cache length, batch, dtype of the config (shortest cache
 first); when the stage's ``budget_s`` runs out the last (longest) are dropped, each a row
@@ -18,6 +18,7 @@ first); when the stage's ``budget_s`` runs out the last (longest) are dropped, e
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from inferlab import kernels
@@ -25,6 +26,7 @@ from inferlab.backends import FUSED_SDPA, kernel_that_ran
 from inferlab.partials import splitkv_decode
 from inferlab.stages.common import (
     TimingParams,
+    budget_left,
     random_qkv,
     ratio,
     sdpa_plan,
@@ -154,11 +156,12 @@ def run(params: Params, ctx) -> list[dict]:
     copy_gbs = ctx.inputs["probe"]["ceilings"]["copy_gbs"]
     points = [(n, b, dtype) for n in params.cache_lens for b in params.batches
               for dtype in params.dtypes]
+    started = time.perf_counter()
+    planned = [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points]
     results = time_points(
-        "inferlab.stages.decode:point_cases",
-        [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points],
+        "inferlab.stages.decode:point_cases", planned,
         names=[f"cache={n} batch={b} {dtype}" for n, b, dtype in points],
-        budget_s=params.budget_s, progress=ctx.progress,
+        budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
         **params.timing.point_options(ctx))
     rows = []
     for (cache_len, batch, dtype), result in zip(points, results, strict=True):

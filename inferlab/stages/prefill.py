@@ -5,7 +5,7 @@ For each (T, dtype) point every implementation, causal and full (or the masks th
 entry names), is timed interleaved (A B C A B C ...) by ``workers.time_points``, in
 several worker processes: each case paired round by round with naive attention of its
 mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
-(``causal_over_full``). Then, after the point's timings and in the last worker only, its
+(``causal_over_full``). Then, in the first worker that timed the point, after all its timings, its
 peak extra memory and the kernel that ran are read with the profiler, so the profiler
 never runs before a timing in the same process.
 
@@ -23,6 +23,7 @@ scores does more arithmetic than it is credited with.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from inferlab import kernels
@@ -31,6 +32,7 @@ from inferlab.backends import FUSED_SDPA, kernel_that_ran
 from inferlab.memory import capped, is_oom, peak_extra_bytes
 from inferlab.stages.common import (
     TimingParams,
+    budget_left,
     random_qkv,
     ratio,
     sdpa_plan,
@@ -223,12 +225,14 @@ def point_rows(params: Params, ctx, T: int, dtype: str, result,
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points = params.points()
+    points, started = params.points(), time.perf_counter()
+    planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
+               for T, dtype, masks in points]
     results = time_points(
-        "inferlab.stages.prefill:point_cases",
-        [plan_point(params, T, dtype, masks, ctx.device, ctx.seed) for T, dtype, masks in points],
-        names=[f"T={T} {dtype}" for T, dtype, _ in points], budget_s=params.budget_s,
-        progress=ctx.progress, **params.timing.point_options(ctx))
+        "inferlab.stages.prefill:point_cases", planned,
+        names=[f"T={T} {dtype}" for T, dtype, _ in points],
+        budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
+        **params.timing.point_options(ctx))
     rows = []
     for (T, dtype, _), result in zip(points, results, strict=True):
         rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
