@@ -11,7 +11,8 @@ never runs before a timing in the same process.
 
 Points are timed in the order of ``sizes`` (dtype entries, then lengths), which is their
 priority: when the stage's ``budget_s`` runs out, the last points are dropped, each case
-a row ``dropped: <why>``.
+a row ``dropped: <why>``. A size entry may name its own number of worker processes (the
+chapter's 8,192 tokens: one, after the others had theirs).
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
@@ -50,8 +51,9 @@ class Params:
     batch: int
     heads: int
     d: int
-    # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``)
-    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...]
+    # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``,
+    # the worker processes: 0 for timing.workers)
+    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int], ...]
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
@@ -64,14 +66,24 @@ class Params:
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
-        section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())))
-                                 for s in cfg["prefill"]["sizes"])
+        section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())),
+                                  s.get("workers", 0)) for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
 
     def points(self) -> list[tuple[int, str, tuple[bool, ...]]]:
         """(T, dtype, masks) in the order of ``sizes``: the stage's priority."""
-        return [(T, dtype, masks or self.causal) for dtype, lengths, masks in self.sizes
-                for T in lengths]
+        return [point for group in self.groups() for point in group[1]]
+
+    def groups(self) -> list[tuple[int, list[tuple[int, str, tuple[bool, ...]]]]]:
+        """(workers, points): consecutive size entries of the same worker count, each group
+        timed by one ``time_points`` call, in order, with the budget the ones before left."""
+        groups: list[tuple[int, list]] = []
+        for dtype, lengths, masks, workers in self.sizes:
+            workers = workers or self.timing.workers
+            if not groups or groups[-1][0] != workers:
+                groups.append((workers, []))
+            groups[-1][1].extend((T, dtype, masks or self.causal) for T in lengths)
+        return groups
 
 
 def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
@@ -225,14 +237,15 @@ def point_rows(params: Params, ctx, T: int, dtype: str, result,
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points, started = params.points(), time.perf_counter()
-    planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
-               for T, dtype, masks in points]
-    results = time_points(
-        "inferlab.stages.prefill:point_cases", planned,
-        names=[f"T={T} {dtype}" for T, dtype, _ in points],
-        budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
-        **params.timing.point_options(ctx))
+    points, results, started = params.points(), [], time.perf_counter()
+    for workers, group in params.groups():
+        planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
+                   for T, dtype, masks in group]
+        results += time_points(
+            "inferlab.stages.prefill:point_cases", planned,
+            names=[f"T={T} {dtype}" for T, dtype, _ in group],
+            budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
+            **{**params.timing.point_options(ctx), "workers": workers})
     rows = []
     for (T, dtype, _), result in zip(points, results, strict=True):
         rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
