@@ -10,7 +10,7 @@ were timed in the same round, seconds apart, so what slows a round slows both.
 How many rounds is decided by the data: after ``min_rounds`` (at least 6, the fewest for
 a 95% interval), rounds continue until the 95% confidence interval of every case's median
 and of every paired ratio is within ``target`` of it (e.g. ±2%), or until ``max_rounds``
-or ``time_cap_s`` of timing is reached. Each ``Timing`` says how many rounds it took and
+or the cap (below) is reached. Each ``Timing`` says how many rounds it took and
 whether it ``converged``; one whose interval is wider than ``noisy_threshold`` is
 ``noisy``. The interval is distribution-free: order statistics of the samples, the
 binomial way (no normality assumed; timings are skewed).
@@ -275,7 +275,9 @@ def time_interleaved(
             reported "oom"/"error: ..." and left out of the rounds, the others go on.
         min_rounds, max_rounds: rounds taken at least / at most (one timing per case each).
         target: stop once every CI half-width (median and ratio) is within this fraction.
-        time_cap_s: or once this many seconds were spent timing (after min_rounds).
+        time_cap_s: the point's seconds, warm-up included: a round starts only if the time
+            spent and the last round's length fit in it (the first always runs); a case
+            whose warm-up call alone exceeds it is ``over_budget``.
         noisy_threshold: a case whose CI half-width exceeds this fraction is ``noisy``.
         min_run_s: calls per timing are chosen in the warm-up so that one timing lasts at
             least this long; the time reported is per call.
