@@ -57,6 +57,21 @@ def columns(stage: str) -> list[str]:
     return list(schema(stage)["required"])
 
 
+def schema_version(stage: str) -> int:
+    """The layout version of ``stage``'s artifact (``x-schema-version``, 1 if absent): the
+    sidecar records it; a column added in version N says so (``x-since-version``)."""
+    return int(schema(stage).get("x-schema-version", 1))
+
+
+def _accepted_header(stage: str, header: list[str] | None) -> bool:
+    """The contract's columns, or those of an older layout: the same order without some
+    columns added since (``x-since-version``), which then read as missing."""
+    props = schema(stage)["properties"]
+    if header is None or header != [c for c in columns(stage) if c in header]:
+        return False
+    return all("x-since-version" in props[c] for c in columns(stage) if c not in header)
+
+
 def column_type(stage: str, column: str, row_schema: dict | None = None) -> str:
     """'integer', 'number', 'boolean' or 'string': the column's non-null schema type."""
     props = (row_schema or schema(stage))["properties"]
@@ -169,15 +184,17 @@ def _records(stage: str, content: bytes) -> list[dict]:
     name = declared(stage).artifact
     reader = csv.reader(io.StringIO(content.decode("utf-8")))
     header = next(reader, None)
-    if header != columns(stage):
-        raise ValueError(f"{name}: header {header} is not the contract's {columns(stage)}")
+    if not _accepted_header(stage, header):
+        raise ValueError(f"{name}: header {header} is not the contract's {columns(stage)} "
+                         "(nor an older version's: the same without columns added since)")
     kinds = [column_type(stage, c) for c in header]
+    absent = dict.fromkeys(c for c in columns(stage) if c not in header)
     records = []
     for i, cells in enumerate(reader):
         if len(cells) != len(header):
             raise ValueError(f"{name} row {i}: {len(cells)} cells, expected {len(header)}")
-        records.append({c: _parse(t, k, f"{name} row {i}, column {c}")
-                        for c, t, k in zip(header, cells, kinds, strict=True)})
+        records.append({**absent, **{c: _parse(t, k, f"{name} row {i}, column {c}")
+                                     for c, t, k in zip(header, cells, kinds, strict=True)}})
     return records
 
 

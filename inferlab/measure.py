@@ -10,10 +10,18 @@ were timed in the same round, seconds apart, so what slows a round slows both.
 How many rounds is decided by the data: after ``min_rounds`` (at least 6, the fewest for
 a 95% interval), rounds continue until the 95% confidence interval of every case's median
 and of every paired ratio is within ``target`` of it (e.g. ±2%), or until ``max_rounds``
-or ``time_cap_s`` of timing is reached. Each ``Timing`` says how many rounds it took and
+or the cap (below) is reached. Each ``Timing`` says how many rounds it took and
 whether it ``converged``; one whose interval is wider than ``noisy_threshold`` is
 ``noisy``. The interval is distribution-free: order statistics of the samples, the
 binomial way (no normality assumed; timings are skewed).
+
+The cap ``time_cap_s`` bounds the whole point, warm-up included: a round starts only
+while the rounds so far and the next (as long as the last) fit in it, the first always
+runs. A case whose single call alone is longer than the cap is ``over_budget``: it gets
+one warm-up call and then one timing per round, and the cap lets no second round start,
+so it is timed once per process, never minutes of repetition.
+
+Across processes, the same harness runs in worker processes: ``inferlab.workers``.
 
 How one timing is taken is a clock's job (``inferlab.clocks``: torch's Timer on a CPU,
 do_bench or CUDA events on a GPU). A case that fails is a status, not a crash: ``oom``
@@ -29,35 +37,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inferlab.clocks import make_clock
+from inferlab.intervals import (  # noqa: F401 - the harness's statistics, re-exported
+    CI_LEVEL,
+    MIN_ROUNDS,
+    between_share,
+    interval_method,
+    median_ci,
+    process_interval,
+    relative_halfwidth,
+    t975,
+)
 from inferlab.memory import check_device, is_oom
 
 _MAX_CALLS_PER_TIMING = 1_000_000
-CI_LEVEL = 0.95
-MIN_ROUNDS = 6  # with fewer samples no order-statistics interval reaches 95 %
-
 Progress = Callable[[int, int, str], object] | None
-
-
-def median_ci(values: Sequence[float], level: float = CI_LEVEL) -> tuple[float, float]:
-    """A distribution-free ``level`` confidence interval of the median: the order
-    statistics (x_(k), x_(n+1-k)) for the largest k whose binomial coverage
-    1 - 2·P(Bin(n, ½) < k) still reaches ``level``. NaN, NaN when n is too small."""
-    xs, n = sorted(values), len(values)
-    best, below = 0, 0.0  # below = P(Bin(n, 1/2) <= k - 1)
-    for k in range(1, n // 2 + 1):
-        below += math.comb(n, k - 1) / 2**n
-        if 1 - 2 * below < level:
-            break
-        best = k
-    return (xs[best - 1], xs[n - best]) if best else (math.nan, math.nan)
-
-
-def relative_halfwidth(low: float, high: float, centre: float) -> float:
-    """(high - low) / 2 / centre: the ± of an interval as a fraction; inf when undefined."""
-    if not (math.isfinite(low) and math.isfinite(high)) or centre <= 0:
-        return math.inf
-    return (high - low) / 2 / centre
-
 
 @dataclass(frozen=True)
 class Ratio:
@@ -67,6 +60,7 @@ class Ratio:
     median: float
     ci_low: float
     ci_high: float
+    between_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +69,9 @@ class Timing:
 
     A case that failed has ``status`` "oom" or "error: <msg>" and NaN times (nothing was
     measured, so no number is given). ``calls_per_timing`` is how many calls one timing
-    averaged over (chosen in the warm-up from ``min_run_s``).
+    averaged over (chosen in the warm-up from ``min_run_s``). ``groups`` holds the samples
+    per process when several processes timed the case (``time_points``); empty means one
+    process, ``samples_ms``. ``over_budget``: a single call was longer than the point's cap.
     """
 
     samples_ms: tuple[float, ...]
@@ -85,6 +81,16 @@ class Timing:
     converged: bool = False
     noisy: bool = False
     ratio: Ratio | None = field(default=None)
+    groups: tuple[tuple[float, ...], ...] = ()
+    over_budget: bool = False
+
+    @property
+    def per_process(self) -> tuple[tuple[float, ...], ...]:
+        return self.groups or (self.samples_ms,)
+
+    @property
+    def workers(self) -> int:
+        return len([g for g in self.per_process if g])
 
     @property
     def rounds(self) -> int:
@@ -92,18 +98,29 @@ class Timing:
 
     @property
     def median_ms(self) -> float:
-        return statistics.median(self.samples_ms) if self.status == "ok" else math.nan
+        if self.status != "ok":
+            return math.nan
+        return process_interval(self.per_process)[0] if self.groups else \
+            statistics.median(self.samples_ms)
 
     @property
     def ci_ms(self) -> tuple[float, float]:
-        return median_ci(self.samples_ms) if self.status == "ok" else (math.nan, math.nan)
+        if self.status != "ok":
+            return (math.nan, math.nan)
+        return process_interval(self.per_process)[1:] if self.groups else \
+            median_ci(self.samples_ms)
 
     @property
     def iqr_ms(self) -> float:
-        if self.status != "ok":
+        if self.status != "ok" or len(self.samples_ms) < 2:
             return math.nan
         q25, _, q75 = statistics.quantiles(self.samples_ms, n=4, method="inclusive")
         return q75 - q25
+
+    def paired_with(self, other: Timing) -> tuple[float, float, float]:
+        """(centre, low, high) of this case's time over ``other``'s, paired round by round
+        within each process (both were timed in the same rounds)."""
+        return process_interval(_ratio_groups(self.per_process, other.per_process))
 
     def as_row(self) -> dict:
         """The timing columns of prefill.csv / decode.csv (docs/contracts.md); None for
@@ -115,13 +132,37 @@ class Timing:
                     "ratio_ci_low": None, "ratio_ci_high": None}
         low, high = self.ci_ms
         ratio = self.ratio
-        return {"median_ms": self.median_ms, "ci_low_ms": low, "ci_high_ms": high,
-                "iqr_ms": self.iqr_ms, "rounds": self.rounds, "converged": self.converged,
+        return {"median_ms": self.median_ms, "ci_low_ms": _none_if_nan(low),
+                "ci_high_ms": _none_if_nan(high),
+                "iqr_ms": _none_if_nan(self.iqr_ms), "rounds": self.rounds,
+                "converged": self.converged,
                 "noisy": self.noisy, "timing_method": self.method,
                 "ratio_to": ratio.ref if ratio else None,
                 "ratio": ratio.median if ratio else None,
-                "ratio_ci_low": ratio.ci_low if ratio else None,
-                "ratio_ci_high": ratio.ci_high if ratio else None}
+                "ratio_ci_low": _none_if_nan(ratio.ci_low) if ratio else None,
+                "ratio_ci_high": _none_if_nan(ratio.ci_high) if ratio else None}
+
+    def process_row(self) -> dict:
+        """How the interval was made (prefill.csv / decode.csv since schema version 2):
+        processes, the between-process share of the variance (of the paired ratio when
+        there is one, else of the time), the method in words, and ``over_budget``."""
+        if self.status != "ok":
+            return {"workers": None, "between_share": None, "interval_method": None,
+                    "over_budget": None}
+        ratio = self.ratio
+        share = ratio.between_share if ratio and ratio.between_share is not None else \
+            between_share(self.per_process)
+        return {"workers": self.workers, "between_share": share,
+                "interval_method": interval_method(self.per_process),
+                "over_budget": self.over_budget}
+
+
+def _none_if_nan(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _ratio_groups(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list]:
+    return [[x / y for x, y in zip(ga, gb, strict=True)] for ga, gb in zip(a, b, strict=True)]
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
@@ -167,18 +208,24 @@ def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_round
         raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
 
 
-def _warm_up(clock, warmup: int, min_run_s: float) -> tuple[int | None, str]:
-    """Run the warm-up calls; return (calls per timing, status), None when it failed.
+def _warm_up(clock, warmup: int, min_run_s: float,
+             cap_s: float = math.inf) -> tuple[int | None, str, float]:
+    """Run the warm-up calls; return (calls per timing, status, fastest call in s), None
+    calls when it failed. A call alone longer than ``cap_s`` ends the warm-up.
 
     Calls per timing follow the fastest warm-up call: the first pays for first touches
     (the heap growing), and any can be preempted on a shared machine, which would leave a
     microsecond case at one call per timing, its timings dominated by the disturbance."""
     try:
-        seconds = min(clock.seconds_per_call(1) for _ in range(warmup))
+        seconds = math.inf
+        for _ in range(warmup):
+            seconds = min(seconds, clock.seconds_per_call(1))
+            if seconds > cap_s:
+                break
     except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
-        return None, _failure_status(exc)
+        return None, _failure_status(exc), math.nan
     wanted = math.ceil(min_run_s / max(seconds, 1e-9))
-    return max(1, min(wanted, _MAX_CALLS_PER_TIMING)), "ok"
+    return max(1, min(wanted, _MAX_CALLS_PER_TIMING)), "ok", seconds
 
 
 def _reference(label: str, samples: dict, pair_with: Mapping) -> str | None:
@@ -228,7 +275,9 @@ def time_interleaved(
             reported "oom"/"error: ..." and left out of the rounds, the others go on.
         min_rounds, max_rounds: rounds taken at least / at most (one timing per case each).
         target: stop once every CI half-width (median and ratio) is within this fraction.
-        time_cap_s: or once this many seconds were spent timing (after min_rounds).
+        time_cap_s: the point's seconds, warm-up included: a round starts only if the time
+            spent and the last round's length fit in it (the first always runs); a case
+            whose warm-up call alone exceeds it is ``over_budget``.
         noisy_threshold: a case whose CI half-width exceeds this fraction is ``noisy``.
         min_run_s: calls per timing are chosen in the warm-up so that one timing lasts at
             least this long; the time reported is per call.
@@ -240,19 +289,33 @@ def time_interleaved(
     pair_with = dict(pair_with or {})
     _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
                 time_cap_s, noisy_threshold, min_run_s)
+    return _time_cases(cases, pair_with, device=device, threads=threads, warmup=warmup,
+                       min_rounds=min_rounds, max_rounds=max_rounds, target=target,
+                       time_cap_s=time_cap_s, noisy_threshold=noisy_threshold,
+                       min_run_s=min_run_s, progress=progress)
+
+
+def _time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rounds, target,
+                time_cap_s, noisy_threshold, min_run_s, progress) -> dict[str, Timing]:
+    """``time_interleaved`` without the argument checks (a worker may take fewer rounds
+    than a one-process interval needs: its interval is made over processes)."""
+    started = time.perf_counter()
     clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
     failed: dict[str, Timing] = {}
     numbers: dict[str, int] = {}
+    over: set[str] = set()
     for i, (label, clock) in enumerate(clocks.items(), start=1):
         if progress:
             progress(i, len(clocks), f"warm-up {label}")
-        number, status = _warm_up(clock, warmup, min_run_s)
+        number, status, seconds = _warm_up(clock, warmup, min_run_s, time_cap_s)
         if number is None:
             failed[label] = Timing((), clock.method, status)
-        else:
-            numbers[label] = number
+            continue
+        numbers[label] = number
+        if seconds > time_cap_s:
+            over.add(label)
     samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,
-                      time_cap_s, progress)
+                      time_cap_s, progress, started)
     widths = _widths(samples, pair_with)
     results = dict(failed)
     for label, xs in samples.items():
@@ -260,18 +323,26 @@ def time_interleaved(
         ratio = None if ref is None else Ratio(ref, *paired_ratio(xs, samples[ref]))
         results[label] = Timing(tuple(xs), clocks[label].method, "ok", numbers[label],
                                 widths[label] <= target, widths[label] > noisy_threshold,
-                                ratio)
+                                ratio, over_budget=label in over)
     return {label: results[label] for label in cases}
 
 
 def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, time_cap_s,
-            progress) -> dict[str, list[float]]:
-    """The interleaved loop; a case failing mid-way moves from the samples to ``failed``."""
+            progress, started: float | None = None) -> dict[str, list[float]]:
+    """The interleaved loop; a case failing mid-way moves from the samples to ``failed``.
+
+    The cap counts from ``started`` (the point's start, warm-up included): a round starts
+    only if the time spent plus the last round's length still fits in it; the first
+    round always runs."""
     samples: dict[str, list[float]] = {label: [] for label in numbers}
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
+    last_round = 0.0
     for r in range(1, max_rounds + 1):
+        if r > 1 and time.perf_counter() - started + last_round > time_cap_s:
+            break
         if progress:
             progress(r, max_rounds, f"round {r}")
+        round_started = time.perf_counter()
         for label in list(samples):
             try:
                 seconds = clocks[label].seconds_per_call(numbers[label])
@@ -281,10 +352,9 @@ def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, 
                 del samples[label]
                 continue
             samples[label].append(seconds * 1e3)
+        last_round = time.perf_counter() - round_started
         if r < min_rounds or not samples:
             continue
-        if time.perf_counter() - started >= time_cap_s:
-            break
         if max(_widths(samples, pair_with).values()) <= target:
             break
     return samples

@@ -105,7 +105,8 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
         code_files=[job.root / f for f in code_files(job.stage)],
         bookkeeping_files=[job.root / f for f in bookkeeping_files(job.stage)],
         inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
-        environment={**fingerprint(ctx.device, collect_env=False), "process": process})
+        environment={**fingerprint(ctx.device, collect_env=False), "process": process},
+        schema_version=artifacts.schema_version(job.stage))
     write_derived(job.root, job.key, job.stage, module, content)
     log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
         f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")

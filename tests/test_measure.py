@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from inferlab import measure
+from inferlab import measure, workers
 from inferlab.measure import Ratio, Timing, median_ci, relative_halfwidth, time_interleaved
 from inferlab.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
 
@@ -70,6 +70,9 @@ def test_statistics_of_known_sleeps_and_their_row():
     assert set(row) == {"median_ms", "ci_low_ms", "ci_high_ms", "iqr_ms", "rounds",
                         "converged", "noisy", "timing_method", "ratio_to", "ratio",
                         "ratio_ci_low", "ratio_ci_high"}
+    how = slow.process_row()
+    assert how == {"workers": 1, "over_budget": False, "between_share": None,
+                   "interval_method": f"order statistics of {slow.rounds} rounds in one process"}
     assert row["ratio_to"] == "fast" and fast.ratio is None
     assert row["ratio"] == statistics.median(
         [s / f for s, f in zip(slow.samples_ms, fast.samples_ms, strict=True)])
@@ -169,10 +172,15 @@ def test_a_steady_case_stops_at_min_rounds_and_a_noisy_one_runs_on(monkeypatch):
     assert alone["steady"].rounds == 6 and alone["steady"].converged
 
 
-def test_the_time_cap_stops_after_min_rounds():
-    result = time_interleaved({"a": _sleeper(2)}, threads=1, min_run_s=0.0, min_rounds=6,
+def test_the_time_cap_bounds_the_whole_point_min_rounds_included():
+    """A 2 ms call against a 1 ms cap: one warm-up call (of the two asked), one round, and
+    the timing says the call alone is over budget."""
+    calls = []
+    result = time_interleaved({"a": lambda: (calls.append(1), time.sleep(0.002))},
+                              threads=1, warmup=2, min_run_s=0.0, min_rounds=6,
                               max_rounds=500, target=1e-9, time_cap_s=0.001)
-    assert result["a"].rounds == 6 and not result["a"].converged
+    assert result["a"].rounds == 1 and not result["a"].converged
+    assert result["a"].over_budget and len(calls) == 2
 
 
 @pytest.mark.parametrize("failure", [torch.OutOfMemoryError("CUDA out of memory"),
@@ -359,6 +367,7 @@ def test_a_failed_timing_reports_nothing_measured():
                    "rounds": 0, "converged": None, "noisy": None, "timing_method": "scheduled",
                    "ratio_to": None, "ratio": None, "ratio_ci_low": None,
                    "ratio_ci_high": None}
+    assert set(t.process_row().values()) == {None}
 
 
 def test_the_row_of_a_paired_timing():
@@ -504,12 +513,14 @@ class _FakeTime:
         return next(self.readings)
 
 
-def test_the_time_cap_is_reached_at_exactly_its_seconds(monkeypatch):
-    """Started at 0 s; after round 6 it reads 29 s, after round 7 exactly 30 s: stop."""
-    monkeypatch.setattr(measure, "time", _FakeTime([0.0, 29.0, 30.0, 31.0, 32.0]))
-    cases = _scheduled(monkeypatch, {"w": [1.0] + [1.0, 2.0] * 20})
-    timing = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=20)["w"]
-    assert timing.rounds == 7 and not timing.converged
+def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
+    """Virtual time: a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8
+    26.5 s are spent and the last round took 3.5: 30 s, exactly the cap, so round 9 runs
+    (29 s); round 10 would end at 31.5 s and does not start."""
+    _virtual(monkeypatch, {"w": [2.5] + [2.5, 3.5] * 10})
+    timing = time_interleaved({"w": lambda: None}, threads=1, warmup=1, min_run_s=0.0,
+                              max_rounds=20, target=1e-9, time_cap_s=30.0)["w"]
+    assert timing.rounds == 9 and not timing.converged and not timing.over_budget
 
 
 def test_a_failed_case_keeps_its_clocks_method():
@@ -602,9 +613,259 @@ def test_the_boundary_values_of_the_arguments_are_accepted(monkeypatch):
     result = time_interleaved(cases, threads=1, warmup=1, min_rounds=6, max_rounds=6,
                               min_run_s=0.0, target=1e-12, noisy_threshold=1e-12,
                               time_cap_s=1e-12)
-    assert result["a"].rounds == 6
+    assert result["a"].rounds == 1 and result["a"].over_budget  # the cap holds: one round
 
 
 def test_a_case_that_is_not_callable_is_named():
     with pytest.raises(ValueError, match=r"^cases\['b'\]=3 is not callable$"):
         time_interleaved({"a": _sleeper(0), "b": 3}, threads=1)
+
+
+# ---------------------------------------------------------------- budgets, on virtual time
+
+
+class _VirtualTime:
+    """perf_counter of a virtual clock that only the virtual clocks move: no real waiting."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def _virtual(monkeypatch, seconds: dict[str, float | list[float]], calls: list | None = None):
+    """Replace the harness's time and clocks: case label -> seconds per call (or one per
+    timing in turn, the last repeated), each call moving the virtual time on by that
+    much. ``calls`` collects (label, number)."""
+    now = _VirtualTime()
+    monkeypatch.setattr(measure, "time", now)
+    labels = iter(seconds)
+
+    class Clock:
+        method = "virtual"
+
+        def __init__(self, label):
+            self.label = label
+
+        timed = 0
+
+        def seconds_per_call(self, number):
+            if calls is not None:
+                calls.append((self.label, number))
+            each = seconds[self.label]
+            if isinstance(each, list):
+                each = each[min(self.timed, len(each) - 1)]
+            self.timed += 1
+            now.now += each * number
+            return each
+
+    monkeypatch.setattr(measure, "make_clock", lambda fn, *a: Clock(next(labels)))
+    return now
+
+
+def test_a_call_longer_than_the_cap_is_timed_a_bounded_number_of_times(monkeypatch):
+    """A 300 s call (an ISA's slow fallback) against a 12 s cap: one warm-up call of the
+    three asked, one timing, flagged over budget; the quick case beside it is timed too."""
+    calls = []
+    now = _virtual(monkeypatch, {"slow": 300.0, "quick": 0.01}, calls)
+    result = time_interleaved({"slow": lambda: None, "quick": lambda: None}, threads=1,
+                              warmup=3, min_run_s=0.0, max_rounds=20, time_cap_s=12.0)
+    assert [c for c in calls if c[0] == "slow"] == [("slow", 1), ("slow", 1)]
+    assert result["slow"].over_budget and result["slow"].median_ms == 300_000.0
+    assert not result["quick"].over_budget and result["quick"].rounds == 1
+    assert now.now < 2 * 300 + 1  # two calls of it, never minutes of repetition
+
+
+def test_the_cap_counts_the_warm_up(monkeypatch):
+    """Warm-up 2 x 2 s, rounds of 2 s, cap 10 s: 4 s of warm-up leave three rounds."""
+    _virtual(monkeypatch, {"a": 2.0})
+    timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=0.0,
+                              min_rounds=6, max_rounds=20, time_cap_s=10.0)["a"]
+    assert timing.rounds == 3 and not timing.over_budget
+
+
+@pytest.mark.parametrize(("df", "t"), [(1, 12.706), (2, 4.303), (4, 2.776), (13, 2.179),
+                                       (30, 2.042), (31, 1.96)])
+def test_t975(df, t):
+    assert measure.t975(df) == t
+
+
+def test_the_interval_over_processes_is_the_t_interval_of_log_medians():
+    groups = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [4.0, 4.0, 4.0]]  # medians 2, 4, 4
+    centre, low, high = measure.process_interval(groups)
+    logs = [math.log(2), math.log(4), math.log(4)]
+    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    assert centre == pytest.approx(math.exp(statistics.fmean(logs)))
+    assert (low, high) == pytest.approx((centre * math.exp(-half), centre * math.exp(half)))
+    assert measure.process_interval([[5.0, 1.0, 3.0]]) == (3.0, math.nan, math.nan) or \
+        measure.process_interval([[5.0, 1.0, 3.0]])[0] == 3.0
+
+
+def test_the_between_process_share_on_known_groups():
+    same = [[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]  # identical processes: nothing between
+    assert measure.between_share(same) == 0.0
+    apart = [[1.0, 1.0 + 1e-9], [10.0, 10.0 + 1e-8]]  # all the spread between processes
+    assert measure.between_share(apart) == pytest.approx(1.0)
+    logs = [[math.log(x) for x in g] for g in ([1.0, 2.0], [3.0, 5.0])]
+    within = statistics.fmean(statistics.variance(g) for g in logs)
+    between = statistics.variance([statistics.fmean(g) for g in logs]) - within / 2
+    assert measure.between_share([[1.0, 2.0], [3.0, 5.0]]) == pytest.approx(
+        between / (between + within))
+    assert measure.between_share([[1.0, 2.0]]) is None
+
+
+def test_a_timing_over_processes_takes_its_interval_from_them():
+    groups = ((10.0, 11.0, 10.0), (12.0, 12.0, 13.0), (11.0, 11.0, 11.0))
+    t = Timing(tuple(x for g in groups for x in g), "m", "ok", groups=groups)
+    assert t.workers == 3 and t.rounds == 9
+    assert (t.median_ms, *t.ci_ms) == measure.process_interval(groups)
+    row = t.process_row()
+    assert row["interval_method"] == ("random effects over 3 processes x 3 rounds "
+                                      "(mean of log medians, t with 2 df)")
+    assert 0 < row["between_share"] <= 1
+
+
+def _in_process(monkeypatch, seconds: dict[str, float]):
+    """time_points' workers run here, on virtual time; returns the jobs they were given."""
+    _virtual(monkeypatch, {})
+    now = measure.time
+    monkeypatch.setattr(workers, "time", now)  # the stage's budget on the same clock
+    jobs = []
+
+    class Clock:
+        method = "virtual"
+
+        def __init__(self, fn):
+            self.label = fn()
+
+        def seconds_per_call(self, number):
+            now.now += seconds[self.label] * number
+            return seconds[self.label]
+
+    monkeypatch.setattr(measure, "make_clock", lambda fn, *a: Clock(fn))
+
+    def run_worker(job, log, names, worker):
+        jobs.append(job)
+        return workers._worker_job(job, None)
+
+    return jobs, run_worker
+
+
+def _virtual_cases(point):
+    """A factory: a point is a list of labels; each case returns its label."""
+    labels = list(point)
+    return {"cases": {label: (lambda x=label: x) for label in labels},
+            "pair_with": {label: [labels[0]] for label in labels},
+            "meta": {label: {"impl": label} for label in labels}, "refused": [],
+            "read": lambda label: {"kernel": f"k-{label}"}}
+
+
+def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
+    """Three workers, a 14 s stage budget, a 6 s point cap (2 s a worker). Worker 1 has
+    4.67 s: the first point takes 1.8 s (five rounds of 0.3 s fit in 2 s), the second is
+    a 4 s call over its share (one warm-up call, one timing: 8 s, flagged), so the third
+    finds no time left. Workers 2 and 3 (2.1 s each) expect the second point's 8 s and
+    skip it, and start the third (not timed before) with what is left. So the first point
+    has three processes, the second one, the third two; the budget holds exactly."""
+    seconds = {"a": 0.1, "b": 0.2, "c": 4.0, "d": 0.05}
+    jobs, run_worker = _in_process(monkeypatch, seconds)
+    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
+    points = [["a", "b"], ["c"], ["d"]]
+    results = workers.time_points("virtual", points, workers=3, rounds=5, budget_s=14.0,
+                                  time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
+                                  run_worker=run_worker)
+    first, slow, last = results
+    assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 15
+    assert first.timings["b"].ratio.ref == "a"
+    assert first.timings["b"].ratio.median == pytest.approx(2.0)
+    assert first.readings == {"a": {"kernel": "k-a"}, "b": {"kernel": "k-b"}}
+    assert slow.timings["c"].over_budget and slow.timings["c"].rounds == 1
+    assert slow.timings["c"].workers == 1
+    assert last.timings["d"].workers == 2 and last.dropped is None
+    # worker 1 spent 9.8 s; 4.2 s left for two workers, each of which spends its 2.1 s
+    assert [job["deadline_s"] for job in jobs] == pytest.approx([14 / 3, 2.1, 2.1])
+    assert measure.time.now == pytest.approx(14.0)
+    # each point read by the first worker that timed it: the third by worker 2
+    assert [job["readings"] for job in jobs] == [[True] * 3, [False, False, True],
+                                                 [False, False, False]]
+    assert last.readings == {"d": {"kernel": "k-d"}}
+
+
+def test_a_point_that_fits_no_worker_is_dropped_with_the_reason(monkeypatch):
+    """A 1 s budget over two workers: the first point (5 s a call, longer than the 0.5 s
+    worker 1 has: over budget) takes one warm-up call and one timing; worker 1 has no
+    time left for the second point, and worker 2 none for either: the second point is
+    dropped, and worker 2 is not even started."""
+    jobs, run_worker = _in_process(monkeypatch, {"a": 5.0, "b": 0.1})
+    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
+    first, second = workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=3,
+                                        budget_s=1.0, time_cap_s=100.0, threads=1, warmup=1,
+                                        min_run_s=0.0, run_worker=run_worker)
+    assert first.timings["a"].over_budget and first.timings["a"].rounds == 1
+    assert second.dropped == "dropped: 0.0 s of the stage budget left for this worker"
+    assert len(jobs) == 1
+
+
+def test_time_points_in_real_worker_processes():
+    """Two real workers (steadied, fresh interpreters) time a tiny point."""
+    lines = []
+    results = workers.time_points("tests.test_measure:_tiny_cases", [3], workers=2, rounds=2,
+                                  budget_s=60.0, time_cap_s=20.0, threads=1, warmup=1,
+                                  min_run_s=0.0, names=["tiny"],
+                                  progress=lambda i, n, what: lines.append(f"{i}/{n} {what}"))
+    timing = results[0].timings["add"]
+    assert timing.status == "ok" and timing.workers == 2 and timing.rounds == 4
+    assert results[0].readings["add"]["omp"] == "PASSIVE"  # steadied before torch loaded
+    assert "1/1 tiny: worker 2/2, round 2" in lines
+    assert not any("USDT" in line for line in lines)
+
+
+def _tiny_cases(n):
+    import os
+
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+    return {"cases": {"add": lambda: x.add(1.0)}, "pair_with": {},
+            "meta": {"add": {}}, "refused": [],
+            "read": lambda label: {"omp": os.environ.get("OMP_WAIT_POLICY")}}
+
+
+def test_time_points_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="workers=0 must be an integer >= 1"):
+        workers.time_points("x:y", [1], workers=0, rounds=1, budget_s=1, time_cap_s=1,
+                            threads=1)
+    with pytest.raises(ValueError, match="budget_s=-1 must be a number of seconds >= 0"):
+        workers.time_points("x:y", [1], workers=1, rounds=1, budget_s=-1, time_cap_s=1,
+                            threads=1)
+
+
+def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
+    """The profiler (the factory's ``read``) runs only in the first worker and only after
+    all of that worker's timings, never between them (pytorch#144455: a profiler session
+    can slow what runs after it)."""
+    events = []
+    _, run_worker = _in_process(monkeypatch, {"a": 0.1, "b": 0.1})
+    inner = measure.make_clock
+
+    def make(fn, *args):
+        clock = inner(fn, *args)
+        timed = clock.seconds_per_call
+        clock.seconds_per_call = lambda n: (events.append("time"), timed(n))[1]
+        return clock
+
+    def cases(point):
+        built = _virtual_cases(point)
+        built["read"] = lambda label: events.append("read") or {}
+        return built
+
+    monkeypatch.setattr(measure, "make_clock", make)
+    monkeypatch.setattr(workers, "_factory", lambda name: cases)
+    def run_worker_marked(job, progress, names, worker):
+        events.append("worker")
+        return run_worker(job, progress, names, worker)
+
+    workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=2, budget_s=100.0,
+                        time_cap_s=10.0, threads=1, warmup=1, min_run_s=0.0,
+                        run_worker=run_worker_marked)
+    first, second = "".join(e[0] for e in events).split("w")[1:]
+    assert first == "t" * 6 + "rr" and second == "t" * 6  # 2 warm-ups + 2 points x 2 rounds

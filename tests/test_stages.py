@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferlab import artifacts
+from inferlab import artifacts, layout
 from inferlab.config import effective_config, load_config
 from inferlab.evidence import Evidence
 from inferlab.runner import StageContext
@@ -98,7 +98,7 @@ def test_splitkv_and_merge_rows(correctness_rows):
 
 
 TIMING = ("timing={warmup: 1, min_rounds: 6, max_rounds: 6, target: 1.0, time_cap_s: 1, "
-          "noisy_threshold: 1.0, min_run_ms: 1}")
+          "noisy_threshold: 1.0, min_run_ms: 1, workers: 2, worker_rounds: 3, point_cap_s: 4}")
 PREFILL = [TIMING, "prefill.d=8", "prefill.blocks=[16]",
            "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [48]}], "
            "backends: [flash, math, cudnn]}"]
@@ -309,3 +309,88 @@ def test_the_steady_process_keeps_buffers_warm_past_two_gib():
     first, second = map(int, out)
     assert first >= 0.9 * (5 << 29) // 4096  # new pages the first time: faults are seen
     assert second <= 0.01 * first, out
+
+
+# --------------------------------------------------------------------------- older versions
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMITTED = "cpu-amd-epyc-avx512bf16-2c"   # evidence committed by an earlier version
+NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]
+
+
+def _as_version_1(text: str) -> str:
+    """A table in the layout of schema version 1: the columns added since left out."""
+    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
+    return frame.drop(columns=[c for c in NEW_COLUMNS if c in frame]).to_csv(index=False)
+
+
+@pytest.mark.parametrize("stage", ["prefill", "decode"])
+def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
+    path = layout.artifact_path(ROOT, COMMITTED, stage)
+    old = tmp_path / path.name
+    old.write_text(_as_version_1(path.read_text()))
+    table = artifacts.read(old, stage)
+    assert len(table) == len(pd.read_csv(path)) and table.frame[NEW_COLUMNS].isna().all().all()
+    assert artifacts.schema_version(stage) == 2
+    assert all(artifacts.schema(stage)["properties"][c]["x-since-version"] == 2
+               for c in NEW_COLUMNS)
+
+
+def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):
+    text = _as_version_1(layout.artifact_path(ROOT, COMMITTED, "prefill").read_text())
+    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
+    bad = tmp_path / "prefill.csv"
+    bad.write_text(frame.drop(columns=["ratio"]).to_csv(index=False))
+    with pytest.raises(ValueError, match="nor an older version's"):
+        artifacts.read(bad, "prefill")
+
+
+def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(tmp_path):
+    """Another machine's evidence, made by older code (schema version 1), is read by the
+    stages that derive from it: traffic computes its rows, claims judges every claim."""
+    from inferlab.evidence import load_evidence
+    from inferlab.stages import claims
+
+    reads = ("probe", "correctness", "prefill", "decode", "traffic", "model")
+    evidence = {name: load_evidence(ROOT, COMMITTED, name) for name in reads}
+    assert all(e.data is not None for e in evidence.values()), \
+        {n: e.error for n, e in evidence.items()}
+    ctx = StageContext("traffic", ROOT, COMMITTED, "cpu", 1, SEED,
+                       {"prefill": evidence["prefill"]}, lambda line: None)
+    rows = traffic.run(traffic.Params.from_config(effective_config(load_config(), "traffic",
+                                                                   "cpu")), ctx)
+    assert any(r.get("measured_ratio") is not None for r in rows)
+    ctx = StageContext("claims", ROOT, COMMITTED, "cpu", 1, SEED, evidence, lambda line: None)
+    result = claims.run(claims.Params(), ctx)
+    assert result["claims"] and all(c["verdict"] for c in result["claims"])
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+def test_the_default_cpu_grid_has_the_chapters_8192_tokens_causal():
+    params = _params("prefill", [])
+    assert (8192, "float32", (True,)) in params.points()
+    assert params.groups()[-1] == (1, [(8192, "float32", (True,))])
+    assert params.budget_s > 0 and _params("decode", []).budget_s > 0
+
+
+@pytest.mark.parametrize("stage", ["prefill", "decode"])
+def test_a_budget_that_covers_nothing_drops_every_point_with_rows_saying_why(stage, tmp_path):
+    """A budget the checks before the timings already spend: no worker starts, and every
+    planned case is a row 'dropped: <why>', valid under the schema, nothing measured."""
+    probe = _probe(random.Random(SEED + 5))
+    sizes = {"prefill": ["prefill.d=8", "prefill.implementations=[naive, tiled, sdpa]",
+                         "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [32, 64]}], "
+                         "backends: [flash], budget_s: 0.001}"],
+             "decode": ["decode.d=8", "decode.splits=[1, 3]", "decode.backends=[flash]",
+                        "decode.cpu={heads: 2, cache_lens: [64], batches: [1], "
+                        "dtypes: [float32], budget_s: 0.001}"]}[stage]
+    params = _params(stage, [TIMING, *sizes])
+    module = MODULES[stage]
+    rows = _table(stage, module.run(params, _ctx(tmp_path, stage, probe=probe)))
+    assert rows["status"].str.startswith("dropped: ").all() and rows["median_ms"].isna().all()
+    assert "of the stage budget left" in rows["status"].iloc[0]
+    expected = {"prefill": {"naive", "tiled", "sdpa_flash"},
+                "decode": {"splitkv", "sdpa_flash"}}[stage]
+    assert set(rows["impl"]) == expected

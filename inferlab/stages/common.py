@@ -7,6 +7,7 @@ artifact) or a dict (a JSON artifact); ``inferlab.runner`` does the rest.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,9 @@ class TimingParams:
     time_cap_s: float
     noisy_threshold: float
     min_run_ms: float
+    workers: int = 1              # processes each point is timed in (workers.time_points)
+    worker_rounds: int = 6        # rounds in each of them
+    point_cap_s: float = 60.0     # one point's seconds, all workers and warm-ups included
 
     def options(self, ctx) -> dict:
         """Keyword arguments of ``measure.time_interleaved``."""
@@ -61,6 +65,38 @@ class TimingParams:
                 "min_rounds": self.min_rounds, "max_rounds": self.max_rounds,
                 "target": self.target, "time_cap_s": self.time_cap_s,
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
+
+    def point_options(self, ctx) -> dict:
+        """Keyword arguments of ``workers.time_points`` (but the stage's budget)."""
+        return {"device": ctx.device, "threads": ctx.threads, "warmup": self.warmup,
+                "workers": self.workers, "rounds": self.worker_rounds,
+                "target": self.target, "time_cap_s": self.point_cap_s,
+                "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
+
+
+def budget_left(budget_s: float, started: float) -> float:
+    """What is left of a stage's ``budget_s`` since ``started`` (time.perf_counter), or 0:
+    the checks before the timings count against the budget too."""
+    return max(budget_s - (time.perf_counter() - started), 0.0)
+
+
+def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], ...], list]:
+    """Which of ``backends`` run on these inputs: ((label, row fields), ...) and the rows
+    of those that do not. Asked in the stage's own process, never in a timing worker:
+    the check runs each backend under the profiler, and a profiler session before a
+    timing can slow it (pytorch#144455). It pickles, for the workers."""
+    from inferlab.backends import sdpa_cases
+
+    _, meta, refused = sdpa_cases(q, k, v, causal, backends)
+    return tuple(meta.items()), refused
+
+
+def sdpa_timed(q, k, v, causal: bool, plan) -> dict:
+    """label -> SDPA forced to that backend, for each backend of ``plan`` (``sdpa_plan``)."""
+    from inferlab.backends import run_sdpa
+
+    backends = {label: fields["impl"].removeprefix("sdpa_") for label, fields in plan}
+    return {label: (lambda b=b: run_sdpa(q, k, v, b, causal)) for label, b in backends.items()}
 
 
 def harness_progress(ctx, i: int, n: int, point: str):

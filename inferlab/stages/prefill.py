@@ -1,11 +1,18 @@
 """prefill -> prefill.csv: naive, tiled, tiled_fast and SDPA forced to each backend, at each
 length, dtype, causal and full.
 
-For each (T, dtype) point every implementation, causal and full, is timed in one
-``measure.time_interleaved`` call (A B C A B C ...): each case paired round by round with
-naive attention of its mask (``ratio``: this time / naive's), and a causal case with its
-full-mask twin (``causal_over_full``). Then, separately, its peak extra memory and the
-kernel that ran are read (each with the profiler, outside the timing).
+For each (T, dtype) point every implementation, causal and full (or the masks the size
+entry names), is timed interleaved (A B C A B C ...) by ``workers.time_points``, in
+several worker processes: each case paired round by round with naive attention of its
+mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
+(``causal_over_full``). Then, in the first worker that timed the point, after all its timings, its
+peak extra memory and the kernel that ran are read with the profiler, so the profiler
+never runs before a timing in the same process.
+
+Points are timed in the order of ``sizes`` (dtype entries, then lengths), which is their
+priority: when the stage's ``budget_s`` runs out, the last points are dropped, each case
+a row ``dropped: <why>``. A size entry may name its own number of worker processes (the
+chapter's 8,192 tokens: one, after the others had theirs).
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
@@ -17,14 +24,23 @@ scores does more arithmetic than it is credited with.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
-from inferlab.backends import kernel_that_ran, sdpa_cases
-from inferlab.measure import paired_ratio, time_interleaved
+from inferlab.backends import FUSED_SDPA, kernel_that_ran
 from inferlab.memory import capped, is_oom, peak_extra_bytes
-from inferlab.stages.common import TimingParams, harness_progress, random_qkv, ratio, tuples
+from inferlab.stages.common import (
+    TimingParams,
+    budget_left,
+    random_qkv,
+    ratio,
+    sdpa_plan,
+    sdpa_timed,
+    tuples,
+)
+from inferlab.workers import time_points
 
 GIB = 1 << 30
 TRITON_BLOCK_N = 64
@@ -35,29 +51,48 @@ class Params:
     batch: int
     heads: int
     d: int
-    sizes: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, the lengths T timed in it)
+    # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``,
+    # the worker processes: 0 for timing.workers)
+    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int], ...]
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
     blocks: tuple[int, ...]
     triton_blocks: tuple[int, ...]   # block_m of our Triton kernel (block_n 64)
     memory_cap_gib: float | None
+    budget_s: float                  # the stage's seconds of timing, all points, all workers
     timing: TimingParams
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
-        section["sizes"] = tuple((s["dtype"], tuple(s["T"])) for s in cfg["prefill"]["sizes"])
+        section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())),
+                                  s.get("workers", 0)) for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
+
+    def points(self) -> list[tuple[int, str, tuple[bool, ...]]]:
+        """(T, dtype, masks) in the order of ``sizes``: the stage's priority."""
+        return [point for group in self.groups() for point in group[1]]
+
+    def groups(self) -> list[tuple[int, list[tuple[int, str, tuple[bool, ...]]]]]:
+        """(workers, points): consecutive size entries of the same worker count, each group
+        timed by one ``time_points`` call, in order, with the budget the ones before left."""
+        groups: list[tuple[int, list]] = []
+        for dtype, lengths, masks, workers in self.sizes:
+            workers = workers or self.timing.workers
+            if not groups or groups[-1][0] != workers:
+                groups.append((workers, []))
+            groups[-1][1].extend((T, dtype, masks or self.causal) for T in lengths)
+        return groups
 
 
 def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
     return 4 * batch * heads * T * T * d // (2 if causal else 1)
 
 
-def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
+def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, list]:
     """({label: fn}, {label: row fields}, [rows of backends that cannot run here]) for
-    one mask; labels end in " causal" or " full"."""
+    one mask, the SDPA backends as ``plan`` found them; labels end in " causal" or " full"."""
     mask = "causal" if causal else "full"
     cases, meta, refused = {}, {}, []
     if "naive" in params.implementations:
@@ -70,9 +105,10 @@ def _cases(params: Params, q, k, v, causal: bool) -> tuple[dict, dict, list]:
                 cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
                 meta[label] = {"impl": impl, "fused_sdpa": False, "block_q": b, "block_k": b}
     if "sdpa" in params.implementations:
-        sdpa, sdpa_meta, refused = sdpa_cases(q, k, v, causal, params.backends)
-        cases.update({f"{label} {mask}": fn for label, fn in sdpa.items()})
-        meta.update({f"{label} {mask}": fields for label, fields in sdpa_meta.items()})
+        sdpa_meta, refused = plan
+        cases.update({f"{label} {mask}": fn
+                      for label, fn in sdpa_timed(q, k, v, causal, sdpa_meta).items()})
+        meta.update({f"{label} {mask}": dict(fields) for label, fields in sdpa_meta})
     if "triton" in params.implementations:
         why = kernels.not_timeable(q.device.type)
         for b in params.triton_blocks:
@@ -103,52 +139,114 @@ def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
             "kernel": kernel}
 
 
-def point_rows(params: Params, ctx, T: int, dtype: str, matmul_gflops: float | None,
-               progress) -> list[dict]:
-    """All rows of one (T, dtype) point: both masks timed in one interleaved call, each
-    case paired with naive attention of its mask, and a causal case also with its own
-    full-mask case (the chapter's causal/full time)."""
-    q, k, v = random_qkv((params.batch, params.heads, T, params.d), dtype, ctx.device, ctx.seed)
-    base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
-            "dtype": dtype, "threads": ctx.threads}
+@dataclass(frozen=True)
+class Point:
+    """What a timing worker needs to build one point's cases (it pickles)."""
+
+    params: Params
+    T: int
+    dtype: str
+    masks: tuple[bool, ...]
+    device: str
+    seed: int
+    sdpa: tuple = ()   # per mask, the SDPA backends that run (common.sdpa_plan)
+
+
+def _inputs(params: Params, T: int, dtype: str, device: str, seed: int):
+    return random_qkv((params.batch, params.heads, T, params.d), dtype, device, seed)
+
+
+def plan_point(params: Params, T: int, dtype: str, masks: tuple[bool, ...], device: str,
+               seed: int) -> Point:
+    """The point, with its SDPA backends checked here, in the stage's process."""
+    plans = ()
+    if "sdpa" in params.implementations:
+        q, k, v = _inputs(params, T, dtype, device, seed)
+        plans = tuple(sdpa_plan(q, k, v, causal, params.backends) for causal in masks)
+    return Point(params, T, dtype, masks, device, seed, plans)
+
+
+def point_cases(point: Point) -> dict:
+    """One point's cases for ``workers.time_points``, built in the worker that times them:
+    both masks, each case paired with naive attention of its mask; readings (memory,
+    kernel) taken after the timings."""
+    params = point.params
+    q, k, v = _inputs(params, point.T, point.dtype, point.device, point.seed)
     cap = None if params.memory_cap_gib is None else math.ceil(params.memory_cap_gib * GIB)
     cases, meta, refused = {}, {}, []
-    for causal in params.causal:
-        more, more_meta, more_refused = _cases(params, q, k, v, causal)
-        cases.update({label: capped(fn, cap, ctx.device) for label, fn in more.items()})
+    for i, causal in enumerate(point.masks):
+        plan = point.sdpa[i] if point.sdpa else ((), [])
+        more, more_meta, more_refused = _cases(params, q, k, v, causal, plan)
+        cases.update({label: capped(fn, cap, point.device) for label, fn in more.items()})
         meta.update(more_meta)
         refused += more_refused
     pair_with = {label: [f"naive {label.rsplit(' ', 1)[1]}"] for label in cases
                  if f"naive {label.rsplit(' ', 1)[1]}" in cases}
-    timings = time_interleaved(cases, pair_with=pair_with, progress=progress,
-                               **params.timing.options(ctx)) if cases else {}
+
+    def read(label: str) -> dict:
+        return _memory_and_kernel(cases[label], meta[label].get("kernel"), point.device)
+
+    return {"cases": cases, "pair_with": pair_with, "meta": meta, "refused": refused,
+            "read": read}
+
+
+def _planned(params: Params, masks: tuple[bool, ...]) -> list[dict]:
+    """The rows a dropped point would have had (its backends not asked, so not known)."""
+    impls = [("naive", None)] if "naive" in params.implementations else []
+    impls += [(impl, b) for impl in TILED if impl in params.implementations
+              for b in params.blocks]
+    if "sdpa" in params.implementations:
+        impls += [(f"sdpa_{b}", None) for b in params.backends]
+    return [{"impl": impl, "fused_sdpa": impl.removeprefix("sdpa_") in FUSED_SDPA,
+             "block_q": b, "block_k": b, "causal": causal}
+            for causal in masks for impl, b in impls]
+
+
+def point_rows(params: Params, ctx, T: int, dtype: str, result,
+               matmul_gflops: float | None) -> list[dict]:
+    """All rows of one (T, dtype) point from its ``measure.PointResult``."""
+    base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
+            "dtype": dtype, "threads": ctx.threads}
+    if result.dropped:
+        masks = next(m for t, dt, m in params.points() if (t, dt) == (T, dtype))
+        return [{**base, **row, "status": result.dropped,
+                 "flops": prefill_flops(params.batch, params.heads, T, params.d,
+                                        row["causal"])} for row in _planned(params, masks)]
+    timings, meta = result.timings, result.meta
     rows = []
     for label, timing in timings.items():
         fields = meta[label]
         flops = prefill_flops(params.batch, params.heads, T, params.d, fields["causal"])
-        row = {**base, **fields, **timing.as_row(), "flops": flops, "status": timing.status}
+        row = {**base, **fields, **timing.as_row(), **timing.process_row(), "flops": flops,
+               "status": timing.status}
         if row["ratio_to"] is not None:
             row["ratio_to"] = meta[row["ratio_to"]]["impl"]
         full = timings.get(label.replace(" causal", " full"))
         if fields["causal"] and full is not None and "ok" == timing.status == full.status:
             row["causal_over_full"], row["causal_over_full_ci_low"], \
-                row["causal_over_full_ci_high"] = paired_ratio(timing.samples_ms,
-                                                               full.samples_ms)
+                row["causal_over_full_ci_high"] = timing.paired_with(full)
         if timing.status == "ok":
-            row.update(_memory_and_kernel(cases[label], fields.get("kernel"), ctx.device))
+            row.update(result.readings.get(label, {}))
             row["achieved_gflops"] = flops / (timing.median_ms * 1e-3) / 1e9
             row["frac_matmul_ceiling"] = ratio(row["achieved_gflops"], matmul_gflops)
         rows.append(row)
     return rows + [{**base, **row, "flops": prefill_flops(params.batch, params.heads, T,
                                                           params.d, row["causal"])}
-                   for row in refused]
+                   for row in result.refused]
 
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points = [(T, dtype) for dtype, lengths in params.sizes for T in lengths]
+    points, results, started = params.points(), [], time.perf_counter()
+    for workers, group in params.groups():
+        planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
+                   for T, dtype, masks in group]
+        results += time_points(
+            "inferlab.stages.prefill:point_cases", planned,
+            names=[f"T={T} {dtype}" for T, dtype, _ in group],
+            budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
+            **{**params.timing.point_options(ctx), "workers": workers})
     rows = []
-    for i, (T, dtype) in enumerate(points, start=1):
-        progress = harness_progress(ctx, i, len(points), f"T={T} {dtype}")
-        rows += point_rows(params, ctx, T, dtype, ceilings.get(dtype), progress)
+    for (T, dtype, _), result in zip(points, results, strict=True):
+        rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
     return rows
