@@ -120,7 +120,7 @@ class Timing:
     def paired_with(self, other: Timing) -> tuple[float, float, float]:
         """(centre, low, high) of this case's time over ``other``'s, paired round by round
         within each process (both were timed in the same rounds)."""
-        return process_interval(_ratio_groups(self.per_process, other.per_process))
+        return process_interval(ratio_groups(self.per_process, other.per_process))
 
     def as_row(self) -> dict:
         """The timing columns of prefill.csv / decode.csv (docs/contracts.md); None for
@@ -161,7 +161,7 @@ def _none_if_nan(value: float) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _ratio_groups(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list]:
+def ratio_groups(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> list[list]:
     return [[x / y for x, y in zip(ga, gb, strict=True)] for ga, gb in zip(a, b, strict=True)]
 
 
@@ -178,7 +178,7 @@ def _failure_status(exc: Exception) -> str:
     return f"error: {type(exc).__name__}: {first_line}"[:300]
 
 
-def _check_count(name: str, value: int, minimum: int) -> None:
+def check_count(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
 
@@ -196,10 +196,10 @@ def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_round
         if unknown or not refs:
             raise ValueError(f"pair_with[{label!r}]={list(refs)!r} must name cases; "
                              f"unknown: {unknown or 'none given'}")
-    _check_count("threads", threads, 1)
-    _check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
-    _check_count("min_rounds", min_rounds, MIN_ROUNDS)
-    _check_count("max_rounds", max_rounds, min_rounds)
+    check_count("threads", threads, 1)
+    check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
+    check_count("min_rounds", min_rounds, MIN_ROUNDS)
+    check_count("max_rounds", max_rounds, min_rounds)
     for name, value in (("target", target), ("noisy_threshold", noisy_threshold),
                         ("time_cap_s", time_cap_s)):
         if not (isinstance(value, int | float) and value > 0):
@@ -289,13 +289,13 @@ def time_interleaved(
     pair_with = dict(pair_with or {})
     _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
                 time_cap_s, noisy_threshold, min_run_s)
-    return _time_cases(cases, pair_with, device=device, threads=threads, warmup=warmup,
+    return time_cases(cases, pair_with, device=device, threads=threads, warmup=warmup,
                        min_rounds=min_rounds, max_rounds=max_rounds, target=target,
                        time_cap_s=time_cap_s, noisy_threshold=noisy_threshold,
                        min_run_s=min_run_s, progress=progress)
 
 
-def _time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rounds, target,
+def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rounds, target,
                 time_cap_s, noisy_threshold, min_run_s, progress) -> dict[str, Timing]:
     """``time_interleaved`` without the argument checks (a worker may take fewer rounds
     than a one-process interval needs: its interval is made over processes)."""

@@ -22,8 +22,9 @@ import json
 from pathlib import Path
 
 from inferlab import layout
+from inferlab.entries import results_fault
 from inferlab.files import relative
-from inferlab.register import Register, results_fault
+from inferlab.register import Register
 
 
 def doubt(root: Path | str, key: str, stage: str) -> str | None:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab import layout
+from inferlab.entries import Problem
 from inferlab.files import git_subfolders, split_lines
-from inferlab.register import Problem, Register
+from inferlab.register import Register
 
 
 def _preview(data: bytes, width: int = 60) -> str:

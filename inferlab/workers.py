@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inferlab.intervals import between_share, relative_halfwidth
-from inferlab.measure import Ratio, Timing, _check_count, _ratio_groups, _time_cases
+from inferlab.measure import Ratio, Timing, check_count, ratio_groups, time_cases
 
 # The worker's first lines: steady the process before torch loads, then time its points.
 _WORKER_BOOT = ("import sys; from inferlab.runner import steady_process; steady_process(); "
@@ -81,7 +81,7 @@ def _worker_job(job: dict, progress) -> list[dict]:
         began = time.perf_counter()
         built = factory(point)
         say = (lambda step, steps, label, i=i: progress(i, label)) if progress else None
-        timings = _time_cases(built["cases"], built.get("pair_with") or {}, device=job["device"],
+        timings = time_cases(built["cases"], built.get("pair_with") or {}, device=job["device"],
                               threads=job["threads"], warmup=job["warmup"],
                               min_rounds=job["rounds"], max_rounds=job["rounds"],
                               target=math.inf, time_cap_s=min(job["cap_s"], left),
@@ -195,8 +195,8 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
 
     Returns: one PointResult per point, in order.
     """
-    _check_count("workers", workers, 1)
-    _check_count("rounds", rounds, 1)
+    check_count("workers", workers, 1)
+    check_count("rounds", rounds, 1)
     if not (isinstance(budget_s, int | float) and budget_s >= 0):
         raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0")
     if not (isinstance(time_cap_s, int | float) and time_cap_s > 0):
@@ -251,7 +251,7 @@ def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointRe
         ratio = None
         if refs:
             ref = min(refs, key=lambda r: ok[r].median_ms)
-            pairs = _ratio_groups(timing.per_process, ok[ref].per_process)
+            pairs = ratio_groups(timing.per_process, ok[ref].per_process)
             share = between_share(pairs) if ref != label else None
             ratio = Ratio(ref, *timing.paired_with(ok[ref]), share)
         width = max(relative_halfwidth(*timing.ci_ms, timing.median_ms),
