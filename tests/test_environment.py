@@ -281,10 +281,14 @@ def test_fingerprint_records_triton(cpu_facts):
 
 
 def _gpu_check(tmp_path, path: str) -> subprocess.CompletedProcess:
-    """scripts/gpu-check.sh as a person starts it (no GPU_CHECK_* settings inherited)."""
+    """scripts/gpu-check.sh as a person starts it (no GPU_CHECK_* settings inherited), in
+    a copy of the repository: it writes its step logs into logs/gpu-check/ where it runs."""
+    from tests.pipeline_repo import copy_repo
+
+    repo = copy_repo(tmp_path / "repo")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
     env.update(PATH=path, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu-check.sh")], env=env,
+    return subprocess.run(["bash", str(repo / "scripts" / "gpu-check.sh")], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
