@@ -82,11 +82,15 @@ def single_thread():
 # marked `serial`, which `make test` runs alone after the parallel run (pytest -n 2) of the
 # rest, so no second worker shares the cores while they time.
 SERIAL_FILES = {"test_measure.py"}
+# Single tests that count page faults of a process: another worker's memory traffic beside
+# them made one fail once in a parallel run (it passes alone).
+SERIAL_TESTS = {"test_the_steady_process_keeps_freed_buffers_warm_and_records_it",
+                "test_the_steady_process_keeps_buffers_warm_past_two_gib"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SERIAL_FILES:
+        if item.path.name in SERIAL_FILES or item.originalname in SERIAL_TESTS:
             item.add_marker(pytest.mark.serial)
     # The files that run pipelines (a test marked `slow`, a minute or more each) first:
     # xdist's --dist loadfile hands files out in this order, so none of them starts last on
