@@ -74,6 +74,20 @@ class TimingParams:
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 
+def slow_path_drops(ceilings: dict) -> dict[str, str]:
+    """dtype -> the status of a point not timed in it: the probe found its matmul on a slow
+    path here (``matmul_slow_path``: below a quarter of fp32's rate, e.g. bf16 without
+    AVX512-BF16, where naive attention at 512 tokens took seconds a call). Its points are
+    dropped with that reason; the correctness sweep still checks the dtype."""
+    rates = {dtype: max((r for r in by_size.values() if r is not None), default=None)
+             for dtype, by_size in (ceilings.get("matmul_gflops_by_size") or {}).items()}
+    fp32 = rates.get("float32")
+    return {dtype: f"dropped: {dtype} matmul is a slow path here ({rates.get(dtype) or 0:.3g} "
+                   f"GFLOP/s against float32's {fp32 or 0:.3g}, probe.json "
+                   "matmul_slow_path): not timed"
+            for dtype, slow in (ceilings.get("matmul_slow_path") or {}).items() if slow}
+
+
 def budget_left(budget_s: float, started: float) -> float:
     """What is left of a stage's ``budget_s`` since ``started`` (time.perf_counter), or 0:
     the checks before the timings count against the budget too."""

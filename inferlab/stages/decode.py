@@ -77,6 +77,10 @@ def _cases(params: Params, q, k, v, plan) -> tuple[dict, dict, list]:
             if why is not None:
                 refused.append({**fields, "status": f"unavailable: {why}"})
                 continue
+            bad = kernels.inexact(kernels.flash_decode(q, k, v, splits), q, k, v)
+            if bad is not None:  # checked once at this point's sizes before it is timed
+                refused.append({**fields, "status": bad})
+                continue
             label = f"triton_decode splits={splits}"
             cases[label] = lambda s=splits: kernels.flash_decode(q, k, v, s)
             meta[label] = {**fields, "kernel": "_decode_split + _decode_merge (Triton)"}

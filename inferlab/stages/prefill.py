@@ -38,6 +38,7 @@ from inferlab.stages.common import (
     ratio,
     sdpa_plan,
     sdpa_timed,
+    slow_path_drops,
     tuples,
 )
 from inferlab.workers import time_points
@@ -116,6 +117,12 @@ def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, lis
                       "block_k": TRITON_BLOCK_N}
             if why is not None:
                 refused.append({**fields, "status": f"unavailable: {why}"})
+                continue
+            # checked once at this point's sizes before it is timed (kernels.inexact)
+            bad = kernels.inexact(kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N),
+                                  q, k, v, causal)
+            if bad is not None:
+                refused.append({**fields, "status": bad})
                 continue
             label = f"triton_flash block={b} {mask}"
             cases[label] = lambda b=b: kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N)
@@ -202,16 +209,23 @@ def _planned(params: Params, masks: tuple[bool, ...]) -> list[dict]:
             for causal in masks for impl, b in impls]
 
 
+def dropped_rows(params: Params, ctx, T: int, dtype: str, status: str) -> list[dict]:
+    """The rows of a point not timed: each planned case with ``status`` ('dropped: why')."""
+    base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
+            "dtype": dtype, "threads": ctx.threads}
+    masks = next(m for t, dt, m in params.points() if (t, dt) == (T, dtype))
+    return [{**base, **row, "status": status,
+             "flops": prefill_flops(params.batch, params.heads, T, params.d, row["causal"])}
+            for row in _planned(params, masks)]
+
+
 def point_rows(params: Params, ctx, T: int, dtype: str, result,
                matmul_gflops: float | None) -> list[dict]:
     """All rows of one (T, dtype) point from its ``measure.PointResult``."""
     base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "threads": ctx.threads}
     if result.dropped:
-        masks = next(m for t, dt, m in params.points() if (t, dt) == (T, dtype))
-        return [{**base, **row, "status": result.dropped,
-                 "flops": prefill_flops(params.batch, params.heads, T, params.d,
-                                        row["causal"])} for row in _planned(params, masks)]
+        return dropped_rows(params, ctx, T, dtype, result.dropped)
     timings, meta = result.timings, result.meta
     rows = []
     for label, timing in timings.items():
@@ -236,17 +250,23 @@ def point_rows(params: Params, ctx, T: int, dtype: str, result,
 
 
 def run(params: Params, ctx) -> list[dict]:
-    ceilings = ctx.inputs["probe"]["ceilings"]["matmul_gflops"]
-    points, results, started = params.points(), [], time.perf_counter()
+    ceilings = ctx.inputs["probe"]["ceilings"]
+    slow = slow_path_drops(ceilings)
+    rows, started = {}, time.perf_counter()
     for workers, group in params.groups():
+        timed = [(T, dtype, masks) for T, dtype, masks in group if dtype not in slow]
+        rows.update({(T, dtype): dropped_rows(params, ctx, T, dtype, slow[dtype])
+                     for T, dtype, _ in group if dtype in slow})
+        if not timed:
+            continue
         planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
-                   for T, dtype, masks in group]
-        results += time_points(
+                   for T, dtype, masks in timed]
+        results = time_points(
             "inferlab.stages.prefill:point_cases", planned,
-            names=[f"T={T} {dtype}" for T, dtype, _ in group],
+            names=[f"T={T} {dtype}" for T, dtype, _ in timed],
             budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
             **{**params.timing.point_options(ctx), "workers": workers})
-    rows = []
-    for (T, dtype, _), result in zip(points, results, strict=True):
-        rows += point_rows(params, ctx, T, dtype, result, ceilings.get(dtype))
-    return rows
+        for (T, dtype, _), result in zip(timed, results, strict=True):
+            rows[(T, dtype)] = point_rows(params, ctx, T, dtype, result,
+                                          ceilings["matmul_gflops"].get(dtype))
+    return [row for T, dtype, _ in params.points() for row in rows[(T, dtype)]]

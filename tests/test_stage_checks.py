@@ -1,0 +1,56 @@
+"""A timed Triton configuration is checked once at the stage's sizes (issue 19): a kernel
+whose output is wrong there is a row with that status, never a timing. CUDA is stood in
+for by letting the stage time the kernels on a CPU (under Triton's interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inferlab import kernels
+from inferlab.config import effective_config, load_config
+from inferlab.stages import decode, prefill
+
+
+def _params(module, stage: str, overrides: list[str]):
+    raw = load_config(overrides=["device=cpu", *overrides])
+    return module.Params.from_config(effective_config(raw, stage, "cpu"))
+
+
+@pytest.fixture
+def timeable_here(monkeypatch):
+    """The kernels timeable on this CPU, run by Triton's interpreter (which reads
+    TRITON_INTERPRET at run time too; conftest imported them with it set)."""
+    if not kernels.AVAILABLE:
+        pytest.skip(f"inferlab.kernels cannot run here: {kernels.triton_status()[1]}")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kernels, "not_timeable", lambda device: None)
+
+
+def test_prefill_refuses_an_inexact_triton_configuration(monkeypatch, timeable_here, make_qkv):
+    params = _params(prefill, "prefill", ["prefill.d=16", "prefill.implementations=[triton]",
+                                          "prefill.triton_blocks=[16, 32]"])
+    q, k, v = make_qkv((1, 2, 48, 16))
+    exact = kernels.flash_attention
+
+    def wrong_at_32(q, k, v, causal, block_m, block_n):
+        out = exact(q, k, v, causal, block_m, block_n)
+        return out * 1.01 if block_m == 32 else out
+
+    monkeypatch.setattr(kernels, "flash_attention", wrong_at_32)
+    cases, meta, refused = prefill._cases(params, q, k, v, True, ((), []))
+    assert list(cases) == ["triton_flash block=16 causal"]
+    assert [r["block_q"] for r in refused] == [32]
+    assert refused[0]["status"].startswith("error: inexact")
+
+
+def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_here, make_qkv):
+    params = _params(decode, "decode", ["decode.d=16", "decode.splits=[1, 4]"])
+    q, _, _ = make_qkv((1, 2, 1, 16))
+    _, k, v = make_qkv((1, 2, 64, 16))
+    exact = kernels.flash_decode
+    monkeypatch.setattr(kernels, "flash_decode", lambda q, k, v, s: exact(q, k, v, s)
+                        if s == 1 else torch.zeros_like(q))
+    cases, meta, refused = decode._cases(params, q, k, v, ((), []))
+    assert [c for c in cases if c.startswith("triton")] == ["triton_decode splits=1"]
+    assert [(r["splits"], r["status"][:14]) for r in refused] == [(4, "error: inexact")]
