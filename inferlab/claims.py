@@ -174,7 +174,8 @@ def _expect(spec: dict) -> Expect:
     if "between" in spec:
         return Expect("between", bounds=tuple(spec["between"]), printed=printed)
     if "approx_at" in spec:
-        return Expect("approx_at", rel=spec["rel"], points=tuple(map(tuple, spec["approx_at"])))
+        return Expect("approx_at", rel=spec.get("rel"), points=tuple(map(tuple, spec["approx_at"])),
+                      printed=printed)
     kind = next(k for k in ("max", "min", "approx", "equals", "direction") if k in spec)
     return Expect(kind, target=spec[kind], rel=spec.get("rel"), abs=spec.get("abs"),
                   printed=printed)

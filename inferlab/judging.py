@@ -199,10 +199,11 @@ def region(e: Expect, target: float | None = None) -> tuple[float, float, bool, 
         return -math.inf, widen(e.target, e.printed[1], +1), False, False
     if e.kind == "min":
         return widen(e.target, e.printed[0], -1), math.inf, False, False
-    if e.kind in ("approx", "approx_at"):
+    if e.kind in ("approx", "approx_at"):  # printed: the figure's own rounding is the width
         x = e.target if target is None else target
-        d = e.rel * abs(x) if e.rel is not None else e.abs
-        return x - d, x + d, False, False
+        d = (printed_rounding(x) if e.printed[0] else
+             e.rel * abs(x) if e.rel is not None else e.abs)
+        return round(x - d, 12), round(x + d, 12), False, False
     if e.kind == "equals":
         return e.target, e.target, False, False
     return (1.0, math.inf, True, False) if e.target == ">1" else (-math.inf, 1.0, False, True)
@@ -265,7 +266,8 @@ def _judge_at(e: Expect, items: list[Estimate]) -> tuple[str, str]:
     if not present:
         raise NotMeasurable(f"no rows at [{', '.join(describe(k) for k, _ in e.points)}]")
     verdict = worst([judge_one(e, here[str(k)], x) for k, x in present])
-    text = (f"within {e.rel:.0%} of {[x for _, x in present]} at "
+    width = "as printed" if e.printed[0] else f"within {e.rel:.0%} of"
+    text = (f"{width} {[x for _, x in present]} at "
             f"[{', '.join(describe(k) for k, _ in present)}]")
     if absent:
         text += f"; {', '.join(absent)} not measured here"
@@ -283,6 +285,8 @@ def describe_expect(e: Expect) -> str:
     if e.kind == "min":
         return f"at least {e.target:g}" + (f" (as printed: {lo:g})" if e.printed[0] else "")
     if e.kind == "approx":
+        if e.printed[0]:
+            return f"{e.target:g} as printed ({lo:g} to {hi:g})"
         spread = f"{e.rel:.0%}" if e.rel is not None else f"{e.abs:g}"
         return f"within {spread} of {e.target:g}"
     if e.kind == "equals":

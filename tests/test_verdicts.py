@@ -814,3 +814,24 @@ def test_an_open_question_is_answered_never_reproduced():
     plain_answer = verdict({"value": {"column": "ratio", "stat": "max"}}, rows, kind="question")
     assert plain_answer["verdict"] == "answered here" and plain_answer["value"] == 0.5
     assert "answered here: the value here" in plain_answer["reason"]
+
+
+def test_no_claim_rests_on_a_width_wider_than_the_rounding_of_its_figure():
+    """Issue 20: a tolerance may express only the rounding of the chapter's printed figure.
+    Every approx in claims.yaml is 'as printed'; no rel/abs width moves a bound."""
+    from inferlab.claims import load
+
+    widened = [c.id for c in load().claims if c.check is not None
+               and c.check.expect is not None
+               and c.check.expect.kind in ("approx", "approx_at")
+               and (c.check.expect.rel is not None or c.check.expect.abs is not None)]
+    assert widened == []
+
+
+@pytest.mark.parametrize(("figure", "inside", "outside"), [
+    (1.2, 1.25, 1.2501), (14, 13.5, 13.49), (29000, 29500, 29501), (0.67, 0.665, 0.6649),
+])
+def test_approx_as_printed_accepts_what_rounds_to_the_figure(figure, inside, outside):
+    e = claims.Expect("approx", target=figure, printed=(True, True))
+    low, high, _, _ = judging.region(e)
+    assert low <= inside <= high and not low <= outside <= high
