@@ -42,6 +42,19 @@ def steady_process() -> dict:
     return {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"], "glibc_mallopt": malloc}
 
 
+def release_freed_memory() -> bool:
+    """Give the heap's free memory back to the kernel now (glibc ``malloc_trim(0)``), in a
+    process that times nothing: the stage's own process, after it checked which SDPA
+    backends run at a point (the math backend at 8,192 tokens leaves ~7 GB free but held,
+    which steady_process never trims), before its timing worker needs the memory. A worker
+    at 8,192 tokens was killed by the out-of-memory killer (13.5 GB) while its parent held
+    that. False where glibc is not there."""
+    try:
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
 def seed_and_threads(threads: int, seed: int) -> None:
     """torch's intra-op threads and its global seed, as the stage's config says."""
     import torch

@@ -166,7 +166,11 @@ def _run_worker(job: dict, progress: Callable[[int, int, str], object],
                 progress(int(i) + 1, len(point_names), f"{point_names[int(i)]}: {worker}, {label}")
             elif line and not line.startswith("USDT:"):
                 tail = (tail + [line])[-20:]
-        if process.wait() != 0 or not result_path.is_file():
+        if process.wait() == -signal.SIGKILL:  # the kernel's out-of-memory killer, mostly
+            why = (f"its timing worker ({worker}) was killed (SIGKILL, most likely the "
+                   "out-of-memory killer: the point does not fit in this machine's memory)")
+            return [{"dropped": why} for _ in point_names]
+        if process.returncode != 0 or not result_path.is_file():
             raise RuntimeError(f"timing worker ({worker}) exited with {process.returncode}: "
                                + "\n".join(tail))
         return pickle.loads(result_path.read_bytes())
