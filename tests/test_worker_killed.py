@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 
-from inferlab.process import release_freed_memory
 from inferlab.workers import time_points
 
 
