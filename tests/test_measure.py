@@ -44,9 +44,11 @@ def test_cases_run_interleaved_a_b_c_after_their_warm_ups():
     steps: list[tuple[int, int, str]] = []
     result = time_interleaved(cases, threads=1, min_rounds=6, max_rounds=6, min_run_s=0.0,
                               progress=lambda *a: steps.append(a))
-    assert _collapse(calls) == list("ABC") * (1 + 6)  # warm-up A B C, then six rounds
-    assert [s[2] for s in steps[:3]] == ["warm-up A", "warm-up B", "warm-up C"]
-    assert [s[2] for s in steps[3:]] == [f"round {r}" for r in range(1, 7)]
+    # warm-up A B C, an untimed settling round A B C, then six rounds
+    assert _collapse(calls) == list("ABC") * (1 + 1 + 6)
+    assert [s[2] for s in steps[:4]] == ["warm-up A", "warm-up B", "warm-up C",
+                                         "settling round (untimed)"]
+    assert [s[2] for s in steps[4:]] == [f"round {r}" for r in range(1, 7)]
     assert all(t.rounds == 6 and t.status == "ok" for t in result.values())
 
 
@@ -143,7 +145,7 @@ class _ScheduledClock:
 def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
     """Every other round is twice as slow for both cases: the medians' intervals are
     wide, the paired ratio is exactly 2 with no width at all."""
-    drift = [1.0] + [1.0, 2.0] * 10
+    drift = [1.0, 1.0] + [1.0, 2.0] * 10  # warm-up, the settling round, then the rounds
     bases = {"a": 10.0, "b": 20.0}
     monkeypatch.setattr("inferlab.measure.make_clock",
                         lambda fn, device, threads, min_run_s: _ScheduledClock(fn(), drift))
@@ -555,7 +557,8 @@ def test_progress_counts_warm_ups_then_rounds(monkeypatch):
     cases = _scheduled(monkeypatch, {"a": [1.0] * 10, "b": [1.0] * 10})
     time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7,
                      progress=lambda *a: steps.append(a))
-    assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b")] + \
+    assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b"),
+                     (0, 1, "settling round (untimed)")] + \
         [(r, 7, f"round {r}") for r in range(1, 7)]
 
 
@@ -763,7 +766,8 @@ def _virtual_cases(point):
 
 def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
     """Three workers, a 14 s stage budget, a 6 s point cap (2 s a worker). Worker 1 has
-    4.67 s: the first point takes 1.8 s (five rounds of 0.3 s fit in 2 s), the second is
+    4.67 s: the first point takes 1.8 s (its warm-up, an untimed settling round and four
+    rounds of 0.3 s fit in 2 s), the second is
     a 4 s call over its share (one warm-up call, one timing: 8 s, flagged), so the third
     finds no time left. Workers 2 and 3 (2.1 s each) expect the second point's 8 s and
     skip it, and start the third (not timed before) with what is left. So the first point
@@ -776,7 +780,7 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
                                   time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
                                   run_worker=run_worker)
     first, slow, last = results
-    assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 15
+    assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 12
     assert first.timings["b"].ratio.ref == "a"
     assert first.timings["b"].ratio.median == pytest.approx(2.0)
     assert first.readings == {"a": {"kernel": "k-a"}, "b": {"kernel": "k-b"}}
@@ -869,3 +873,14 @@ def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
                         run_worker=run_worker_marked)
     first, second = "".join(e[0] for e in events).split("w")[1:]
     assert first == "t" * 6 + "rr" and second == "t" * 6  # 2 warm-ups + 2 points x 2 rounds
+
+
+def test_the_settling_round_runs_only_when_the_cap_has_room_for_it(monkeypatch):
+    """Two cases whose warm-up calls took 0.6 s each: a 1.0 s cap has no room for an
+    untimed round of 1.2 s, so the rounds start at once; with a 10 s cap it runs."""
+    for cap, settled in ((1.0, False), (10.0, True)):
+        steps: list[tuple] = []
+        cases = _scheduled(monkeypatch, {"a": [1.0] * 10, "b": [1.0] * 10}, base_ms=600.0)
+        time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7, time_cap_s=cap,
+                         progress=lambda *a, steps=steps: steps.append(a))
+        assert ((0, 1, "settling round (untimed)") in steps) is settled, cap
