@@ -271,8 +271,10 @@ def _run(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                 **options: Any) -> list[BackendStatus]:
-    """Check, then run, each SDPA backend on these inputs; one status per backend.
+                 backends: Iterable[str] = BACKENDS, **options: Any) -> list[BackendStatus]:
+    """Check, then run, each SDPA backend of ``backends`` (all four by default) on these
+    inputs; one status per backend. A stage asks only for the backends it times: running
+    the unfused math backend at 8,192 tokens only to leave it out cost 8 s a mask.
 
     q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v), all on one device;
     ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
@@ -285,7 +287,7 @@ def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                "mask": None if mask is None else str(mask.dtype).removeprefix("torch."),
                "dropout_p": kwargs["dropout_p"], "enable_gqa": kwargs["enable_gqa"]}
     rows = []
-    for backend in BACKENDS:
+    for backend in (b for b in BACKENDS if b in backends):
         check = _check(backend, q, k, v, kwargs)
         ran, op, error = _run(backend, q, k, v, kwargs)
         rows.append(BackendStatus(backend, check.can_run, ran, check.reason,
@@ -299,9 +301,7 @@ def sdpa_cases(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     {label: row fields with the ATen op that ran}, [a row for each that does not, with
     PyTorch's reason or "oom"]). Labels are "sdpa_<backend>", the rows' ``impl``."""
     cases, meta, refused = {}, {}, []
-    for status in availability(q, k, v, causal=causal):
-        if status.backend not in backends:
-            continue
+    for status in availability(q, k, v, causal=causal, backends=tuple(backends)):
         label = f"sdpa_{status.backend}"
         if status.ran:
             cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)

@@ -99,5 +99,10 @@ def kernel_that_ran(fn: Callable[[], Any]) -> str | None:
         fn()
         if cuda:
             torch.cuda.synchronize()  # kernels still in flight would be missed
-    events = prof.events()
-    return _attention_op(events) or _dominant_ops(prof, use_device_time=cuda)
+    return kernel_in(prof, use_device_time=cuda)
+
+
+def kernel_in(prof: profile, use_device_time: bool = False) -> str | None:
+    """The kernel that did the work in a finished profiler session (``kernel_that_ran``'s
+    rule), so a session that also traced memory names it without a second call."""
+    return _attention_op(prof.events()) or _dominant_ops(prof, use_device_time)

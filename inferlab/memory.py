@@ -76,7 +76,7 @@ def _reset_rss_high_water() -> bool:
     return True
 
 
-def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
+def _cpu_allocation_peak_bytes(fn: Callable[[], object], on_profile=None) -> int:
     """Max of the running sum of allocations minus frees during ``fn``, from the profiler.
 
     torch's own profiler parser reads these the same way: ``[memory]`` events of the kineto
@@ -89,6 +89,8 @@ def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
 
     with quiet_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
+    if on_profile is not None:
+        on_profile(prof)
     host = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
     events = [e for e in prof.profiler.kineto_results.events()
               if e.name() == "[memory]" and e.device_type() in host]
@@ -99,10 +101,10 @@ def _cpu_allocation_peak_bytes(fn: Callable[[], object]) -> int:
     return peak
 
 
-def _cpu_peak_extra(fn: Callable[[], object]) -> MemoryReading:
+def _cpu_peak_extra(fn: Callable[[], object], on_profile=None) -> MemoryReading:
     reset = _reset_rss_high_water()
     hwm_before = _proc_status_bytes("VmHWM")
-    peak = _cpu_allocation_peak_bytes(fn)
+    peak = _cpu_allocation_peak_bytes(fn, on_profile)
     hwm_after = _proc_status_bytes("VmHWM")
     delta = None if hwm_before is None or hwm_after is None else hwm_after - hwm_before
     suffix = "reset before the call" if reset else "not reset: 0 when below an earlier peak"
@@ -120,20 +122,22 @@ def _cuda_peak_extra(fn: Callable[[], object]) -> MemoryReading:
     return MemoryReading(int(peak), "torch.cuda.max_memory_allocated", None)
 
 
-def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu") -> MemoryReading:
+def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu",
+                     on_profile: Callable[[object], object] | None = None) -> MemoryReading:
     """Peak bytes allocated while ``fn()`` runs beyond what was allocated before it.
 
     The inputs ``fn`` closes over are allocated before, so they are not counted; what
     ``fn`` returns is counted (it was allocated during the call). Call it after a warm-up
     (e.g. after ``time_interleaved``) so one-time lazy allocations are not counted.
     Exceptions from ``fn`` (an out-of-memory included) propagate so the caller can record
-    the status.
+    the status. On a CPU the reading is a profiler session; ``on_profile(prof)`` is
+    handed it when it ends (the stage names the kernel from the same call).
     """
     if not callable(fn):
         raise ValueError(f"fn={fn!r} is not callable")
     if check_device(device) == "cuda":
         return _cuda_peak_extra(fn)
-    return _cpu_peak_extra(fn)
+    return _cpu_peak_extra(fn, on_profile)
 
 
 @contextlib.contextmanager

@@ -145,3 +145,16 @@ def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
         r"dropped: bfloat16 matmul is a slow path here \(1\.4 GFLOP/s against float32's 100, "
         r"probe\.json matmul_slow_path\): not timed").all()
     assert (fp32["status"] == "ok").any() and fp32["median_ms"].notna().any()
+
+
+def test_availability_runs_only_the_backends_asked_for(monkeypatch):
+    """The stages ask for the backends they time; the math backend is not run for them."""
+    from inferlab import backends
+
+    ran = []
+    real = backends._run
+    monkeypatch.setattr(backends, "_run", lambda b, *a: (ran.append(b), real(b, *a))[1])
+    q = k = v = torch.randn(1, 2, 16, 8)
+    rows = backends.availability(q, k, v, backends=("flash", "cudnn"))
+    assert [r.backend for r in rows] == ["flash", "cudnn"] and ran == ["flash", "cudnn"]
+    assert [r.backend for r in backends.availability(q, k, v)] == list(backends.BACKENDS)

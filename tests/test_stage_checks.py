@@ -54,3 +54,18 @@ def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_he
     cases, meta, refused = decode._cases(params, q, k, v, ((), []))
     assert [c for c in cases if c.startswith("triton")] == ["triton_decode splits=1"]
     assert [(r["splits"], r["status"][:14]) for r in refused] == [(4, "error: inexact")]
+
+
+def test_one_profiled_call_reads_both_memory_and_kernel_on_a_cpu(monkeypatch, make_qkv):
+    """The memory reading's profiler session names the kernel too: at 8,192 tokens each
+    extra profiled call of naive attention cost 11.7 s."""
+    from inferlab.attention import naive_attention
+
+    def second_call(fn):
+        raise AssertionError("kernel_that_ran profiled the case a second time")
+
+    monkeypatch.setattr(prefill, "kernel_that_ran", second_call)
+    q, k, v = make_qkv((1, 2, 64, 16))
+    reading = prefill._memory_and_kernel(lambda: naive_attention(q, k, v, True), None, "cpu")
+    assert reading["peak_extra_bytes"] > 0
+    assert reading["kernel"].startswith("aten::")  # named from the same session

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
 from inferlab.backends import FUSED_SDPA, kernel_that_ran
+from inferlab.kernel_names import kernel_in
 from inferlab.memory import capped, is_oom, peak_extra_bytes
 from inferlab.process import release_freed_memory
 from inferlab.stages.common import (
@@ -136,9 +137,11 @@ def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, lis
 
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
     """Peak extra memory and the kernel that ran; status 'oom' if either ran out."""
+    named: list = []  # on a CPU the memory's profiler session also names the kernel
     try:
-        reading = peak_extra_bytes(fn, device)
-        kernel = known_kernel or kernel_that_ran(fn)
+        reading = peak_extra_bytes(fn, device, on_profile=lambda prof: named.append(
+            kernel_in(prof)))
+        kernel = known_kernel or (named[0] if named else kernel_that_ran(fn))
     except Exception as exc:  # noqa: BLE001 - an out-of-memory here is a result
         if not is_oom(exc):
             raise
