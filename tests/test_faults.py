@@ -293,7 +293,8 @@ def test_outside_git_verify_says_nothing_is_anchored(root, capsys):
 
 def test_claims_mark_an_edited_claims_json(root, capsys):
     write_artifact(root, MACHINE, "claims",
-                   json.dumps({"machine": MACHINE, "grid": None, "claims": []}).encode(),
+                   json.dumps({"machine": MACHINE, "grid": None, "schema_version": 2,
+                               "claims": []}).encode(),
                    config={}, code_files=[root / "inferlab_code.py"], inputs=[], seed=0,
                    command="x", environment={})
     for stage in ("prefill", "decode"):  # leave only claims.json to doubt

@@ -345,23 +345,25 @@ def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):
         artifacts.read(bad, "prefill")
 
 
-def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(tmp_path):
-    """Another machine's evidence, made by older code (schema version 1), is read by the
-    stages that derive from it: traffic computes its rows, claims judges every claim."""
+@pytest.mark.parametrize("key", sorted(k for k in layout.keys(ROOT) if "@" not in k))
+def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key):
+    """Every machine's committed evidence, another machine's made by older code (schema
+    version 1: cpu-amd-epyc-avx2-2c at 04247cb) included, is read by the stages that
+    derive from it: traffic computes its rows, claims judges every claim."""
     from inferlab.evidence import load_evidence
     from inferlab.stages import claims
 
     reads = ("probe", "correctness", "prefill", "decode", "traffic", "model")
-    evidence = {name: load_evidence(ROOT, COMMITTED, name) for name in reads}
+    evidence = {name: load_evidence(ROOT, key, name) for name in reads}
     assert all(e.data is not None for e in evidence.values()), \
         {n: e.error for n, e in evidence.items()}
-    ctx = StageContext("traffic", ROOT, COMMITTED, "cpu", 1, SEED,
+    ctx = StageContext("traffic", ROOT, key, "cpu", 1, SEED,
                        {"prefill": evidence["prefill"]}, lambda line: None)
     rows = traffic.run(traffic.Params.from_config(effective_config(load_config(), "traffic",
                                                                    "cpu")), ctx)
     assert any(r.get("measured_ratio") is not None for r in rows)
-    ctx = StageContext("claims", ROOT, COMMITTED, "cpu", 1, SEED, evidence, lambda line: None)
-    result = claims.run(claims.Params(), ctx)
+    ctx = StageContext("claims", ROOT, key, "cpu", 1, SEED, evidence, lambda line: None)
+    result = claims.run(claims.Params.from_config({}), ctx)
     assert result["claims"] and all(c["verdict"] for c in result["claims"])
 
 
