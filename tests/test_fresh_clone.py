@@ -116,9 +116,12 @@ def _swap_sidecar(repo, key):
     rollback.write_bytes(git(repo, "show", f"HEAD:{rollback.relative_to(repo)}").encode())
 
 
+DOWNSTREAM_OF_TRAFFIC = ("traffic", "claims", "manuscript")  # their v2 close the register
+
+
 def _delete_tail_with_rollback(repo, key):
-    delete_tail(repo, key, 2)  # traffic v2, claims v2
-    for stage in ("traffic", "claims"):
+    delete_tail(repo, key, len(DOWNSTREAM_OF_TRAFFIC))
+    for stage in DOWNSTREAM_OF_TRAFFIC:
         rollback_results(repo, key, stage, 1)
 
 
@@ -131,9 +134,9 @@ def _forge_after_head(repo, key):
     (_edit_sidecar, "prefill", "prefill.csv.prov.json matches no registered version", 1),
     (_swap_sidecar, "traffic", "traffic.csv.prov.json is version 1 of traffic, but the "
                                "register's latest is version 2", 1),
-    # one entry per stage, then traffic v2 and claims v2: those two are deleted
+    # one entry per stage, then traffic v2, claims v2 and manuscript v2: those are deleted
     (_delete_tail_with_rollback, "probe",
-     f"entries {len(STAGES) + 1}-{len(STAGES) + 2} were deleted", 1),
+     f"entries {len(STAGES) + 1}-{len(STAGES) + len(DOWNSTREAM_OF_TRAFFIC)} were deleted", 1),
     # undetectable by verify (a run made here looks the same); adopt still will not trust it
     (_forge_after_head, "traffic", "version 3 was registered after the last commit", 0),
 ], ids=["sidecar edit", "sidecar swap", "tail deletion with rollback", "forged entry"])
