@@ -75,9 +75,11 @@ def traffic_table(traffic: pd.DataFrame, chapter: Chapter) -> dict:
         measured = group[group["dtype"] == chapter.dtype]
         if len(measured) and pd.notna(measured.iloc[0]["measured_ratio"]):
             m = measured.iloc[0]
-            ratio = (f"{format_value(float(m['measured_ratio']))}× "
-                     f"({format_value(float(m['measured_ratio_ci_low']))}–"
-                     f"{format_value(float(m['measured_ratio_ci_high']))})")
+            low, high = m["measured_ratio_ci_low"], m["measured_ratio_ci_high"]
+            interval = (f"({format_value(float(low))}–{format_value(float(high))})"
+                        if pd.notna(low) and pd.notna(high) else
+                        "(no interval: timed in too few rounds)")
+            ratio = f"{format_value(float(m['measured_ratio']))}× {interval}"
         else:
             note = next((n for n in group["note"].dropna()), None)
             ratio = f"{NOT_MEASURED}: {note}" if note else \
