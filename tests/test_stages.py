@@ -373,7 +373,7 @@ def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key
 def test_the_default_cpu_grid_has_the_chapters_8192_tokens_causal():
     params = _params("prefill", [])
     assert (8192, "float32", (True,)) in params.points()
-    assert params.groups()[-1] == (1, [(8192, "float32", (True,))])
+    assert params.groups()[-1] == (1, 1, [(8192, "float32", (True,))])
     assert params.budget_s > 0 and _params("decode", []).budget_s > 0
 
 

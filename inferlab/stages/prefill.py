@@ -55,8 +55,8 @@ class Params:
     heads: int
     d: int
     # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``,
-    # the worker processes: 0 for timing.workers)
-    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int], ...]
+    # the worker processes: 0 for timing.workers, the warm-up calls: 0 for timing.warmup)
+    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int, int], ...]
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
@@ -70,22 +70,24 @@ class Params:
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
         section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())),
-                                  s.get("workers", 0)) for s in cfg["prefill"]["sizes"])
+                                  s.get("workers", 0), s.get("warmup", 0))
+                                 for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
 
     def points(self) -> list[tuple[int, str, tuple[bool, ...]]]:
         """(T, dtype, masks) in the order of ``sizes``: the stage's priority."""
-        return [point for group in self.groups() for point in group[1]]
+        return [point for group in self.groups() for point in group[2]]
 
-    def groups(self) -> list[tuple[int, list[tuple[int, str, tuple[bool, ...]]]]]:
-        """(workers, points): consecutive size entries of the same worker count, each group
-        timed by one ``time_points`` call, in order, with the budget the ones before left."""
-        groups: list[tuple[int, list]] = []
-        for dtype, lengths, masks, workers in self.sizes:
-            workers = workers or self.timing.workers
-            if not groups or groups[-1][0] != workers:
-                groups.append((workers, []))
-            groups[-1][1].extend((T, dtype, masks or self.causal) for T in lengths)
+    def groups(self) -> list[tuple[int, int, list[tuple[int, str, tuple[bool, ...]]]]]:
+        """(workers, warm-up calls, points): consecutive size entries of the same worker
+        and warm-up counts, each group timed by one ``time_points`` call, in order, with
+        the budget the ones before left."""
+        groups: list[tuple[int, int, list]] = []
+        for dtype, lengths, masks, workers, warmup in self.sizes:
+            key = (workers or self.timing.workers, warmup or self.timing.warmup)
+            if not groups or groups[-1][:2] != key:
+                groups.append((*key, []))
+            groups[-1][2].extend((T, dtype, masks or self.causal) for T in lengths)
         return groups
 
 
@@ -257,7 +259,7 @@ def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]
     slow = slow_path_drops(ceilings)
     rows, started = {}, time.perf_counter()
-    for workers, group in params.groups():
+    for workers, warmup, group in params.groups():
         timed = [(T, dtype, masks) for T, dtype, masks in group if dtype not in slow]
         rows.update({(T, dtype): dropped_rows(params, ctx, T, dtype, slow[dtype])
                      for T, dtype, _ in group if dtype in slow})
@@ -270,7 +272,7 @@ def run(params: Params, ctx) -> list[dict]:
             "inferlab.stages.prefill:point_cases", planned,
             names=[f"T={T} {dtype}" for T, dtype, _ in timed],
             budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
-            **{**params.timing.point_options(ctx), "workers": workers})
+            **{**params.timing.point_options(ctx), "workers": workers, "warmup": warmup})
         for (T, dtype, _), result in zip(timed, results, strict=True):
             rows[(T, dtype)] = point_rows(params, ctx, T, dtype, result,
                                           ceilings["matmul_gflops"].get(dtype))
