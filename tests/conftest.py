@@ -81,7 +81,10 @@ def single_thread():
 # Files whose tests hold wall-clock bounds (sleeps read back, the timing harness's rounds):
 # marked `serial`, which `make test` runs alone after the parallel run (pytest -n 2) of the
 # rest, so no second worker shares the cores while they time.
-SERIAL_FILES = {"test_measure.py"}
+SERIAL_FILES = {"test_measure.py",
+                # one local Slurm cluster per session: two xdist workers would each find
+                # none running and start one on the same ports (tests/slurm_cluster.py)
+                "test_slurm_toy.py", "test_slurm_pipeline.py"}
 # Single tests that count page faults of a process: another worker's memory traffic beside
 # them made one fail once in a parallel run (it passes alone).
 SERIAL_TESTS = {"test_the_steady_process_keeps_freed_buffers_warm_and_records_it",

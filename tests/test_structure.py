@@ -423,3 +423,13 @@ def test_the_texts_that_list_the_stages_list_them_all():
     contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
     for declared in STAGES.values():
         assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact
+
+
+def test_the_slurm_profile_gives_every_rule_its_resources():
+    """profiles/slurm names each rule's partition and size; a stage added without them
+    would break the cluster test only where Slurm is installed (CI), so check it here."""
+    import yaml
+
+    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "slurm" / "config.yaml")
+                             .read_text(encoding="utf-8"))
+    assert set(profile["set-resources"]) == {*STAGES, "report"}
