@@ -76,6 +76,21 @@ def single_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the report's browser tests (tests/browser.py); skipped with
+    the reason where none can start, failed under INFERLAB_REQUIRE_BROWSER=1 (CI)."""
+    from browser import chromium, why_not
+
+    reason = why_not()
+    if reason and os.environ.get("INFERLAB_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"INFERLAB_REQUIRE_BROWSER=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+    with chromium() as b:
+        yield b
+
+
 # ---------------------------------------------------------------- serial tests
 
 # Files whose tests hold wall-clock bounds (sleeps read back, the timing harness's rounds):

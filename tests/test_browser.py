@@ -9,12 +9,11 @@ browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from browser import SCREEN_HEIGHT, chromium, measure, why_not
+from browser import SCREEN_HEIGHT, measure
 from report_evidence import two_machines
 
 from inferlab import artifacts, layout
@@ -26,17 +25,6 @@ MAX_HEIGHT_PX = 18_000
 MIN_FONT_PX = 12         # body text on a phone
 MIN_SVG_FONT_PX = 7      # figure labels on a phone
 REPORTS = ["synthetic", pytest.param("smoke", marks=pytest.mark.slow)]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = why_not()
-    if reason and os.environ.get("INFERLAB_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"INFERLAB_REQUIRE_BROWSER=1 but {reason}")
-    if reason:
-        pytest.skip(reason)
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,11 @@ browser, fails instead under INFERLAB_REQUIRE_BROWSER=1)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-from browser import SCREEN_HEIGHT, chromium, measure, why_not
+from browser import SCREEN_HEIGHT, measure
 from report_evidence import traffic_rows, two_machines
 from test_claims import CPU, GPU, write_stage
 from test_manuscript import make_manuscript
@@ -36,17 +35,6 @@ SECTION = """() => {
             sectionRight: box.right};
   });
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = why_not()
-    if reason and os.environ.get("INFERLAB_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"INFERLAB_REQUIRE_BROWSER=1 but {reason}")
-    if reason:
-        pytest.skip(reason)
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
