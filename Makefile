@@ -64,7 +64,7 @@ test-isa: $(STAMP)
 
 # Mutation testing (README, "Mutation testing"): slow, a periodic check, not part of CI.
 # MUTATE names the modules of inferlab/ to mutate; [tool.mutmut] in pyproject.toml the tests.
-MUTATE ?= claims selection verdicts formats measure traffic register provenance files trust verify
+MUTATE ?= claims selection verdicts numtext formats measure traffic register provenance files trust verify
 MUTMUT_JOBS ?= 2
 mutation: $(STAMP)
 	$(VPY) -m pip install -q 'mutmut>=3.8,<4'

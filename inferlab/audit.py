@@ -18,7 +18,7 @@ from inferlab import artifacts, layout
 from inferlab.claims import Claim, find, load
 from inferlab.evidence import Evidence, load_evidence
 from inferlab.files import relative, sha256_file
-from inferlab.formats import format_value
+from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 from inferlab.trust import doubt

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from inferlab.formats import format_value, with_unit
+from inferlab.formats import with_unit
+from inferlab.numtext import format_value
 from inferlab.traffic import naive_hbm_elements, tiled_hbm_elements
 
 NOT_MEASURED = "not measured here"

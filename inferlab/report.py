@@ -27,8 +27,9 @@ from markupsafe import Markup
 
 from inferlab import figures, layout, roofline
 from inferlab.artifacts import Table
-from inferlab.audit import integrity, load_evidence
+from inferlab.audit import integrity
 from inferlab.claims import Claim, load
+from inferlab.evidence import Evidence, load_evidence
 from inferlab.formats import plain_text, table_cell, with_unit
 from inferlab.manuscript import report_view
 from inferlab.pipeline import STAGES
@@ -48,7 +49,6 @@ from inferlab.report_tables import (
     raw_block,
     raw_table,
 )
-from inferlab.verdicts import Evidence
 
 TEMPLATE = "report.html.j2"
 SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),

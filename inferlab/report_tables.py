@@ -14,7 +14,8 @@ import pandas as pd
 from inferlab import artifacts, compare
 from inferlab.artifacts import Table
 from inferlab.backend_map import cell as map_cell
-from inferlab.formats import format_value, table_cell
+from inferlab.formats import table_cell
+from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 

@@ -41,7 +41,6 @@ from inferlab import artifacts, layout
 from inferlab.artifacts import Table
 from inferlab.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim
 from inferlab.evidence import Evidence, device_of
-from inferlab.formats import display_unit, format_value
 from inferlab.judging import (
     ANSWERED,
     INSIDE,
@@ -59,6 +58,7 @@ from inferlab.judging import (
     value_of,
     worst,
 )
+from inferlab.numtext import display_unit, format_value
 from inferlab.selection import (
     NONFINITE,
     SUMMARY_COLUMNS,
