@@ -13,8 +13,8 @@ legends below the data, a hollow marker for a timing flagged noisy (``plotting``
 * ``traffic_figure``: the traffic model, one line per mask at the assumed tile and one at
   each known tile, with the measured ratios.
 
-A figure with nothing to draw is ``None``; ``report_figures`` draws these for the page, and
-``roofline.roofline_figures`` the roofline per machine.
+A figure with nothing to draw is ``None``; the stages' views (``inferlab.views``) draw
+these for the page, and ``roofline.roofline_figures`` the roofline per machine.
 """
 
 from __future__ import annotations
@@ -224,19 +224,3 @@ def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
         ax.set(xlabel="tokens", ylabel="naive ÷ fused", title=name)
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
         return plotting.svg(fig, f"traffic-{name}")
-
-
-
-def report_figures(frames: dict[str, dict[str, pd.DataFrame]], copy_gbs: dict[str, float | None],
-                   bands: dict, results: dict[str, list[dict]] | None = None
-                   ) -> dict[str, list[str]]:
-    """The page's figures, one per results key that has rows: ``frames`` maps a stage
-    (prefill, decode, traffic) to {key: its rows}; ``copy_gbs`` each key's copy ceiling;
-    ``results`` each key's claims (claims.json), which the speed-up figure draws."""
-    drawn = {
-        "speedup": [speedup_figure(r, k, bands) for k, r in (results or {}).items()],
-        "memory": [memory_figure(f, k) for k, f in frames["prefill"].items()],
-        "decode": [decode_figure(f, k, copy_gbs.get(k)) for k, f in frames["decode"].items()],
-        "traffic": [traffic_figure(f, k) for k, f in frames["traffic"].items()]}
-    return {name: [svg for svg in svgs if svg] for name, svgs in drawn.items()}
-

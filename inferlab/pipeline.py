@@ -63,6 +63,11 @@ class Stage:
         return f"inferlab.stages.{self.name}"
 
     @property
+    def view(self) -> str:
+        """Its report view (``inferlab.views``), where it has one."""
+        return f"inferlab.views.{self.name}"
+
+    @property
     def artifact(self) -> str:
         """Its file name in results/{key}/."""
         return f"{self.name}.{'csv' if self.table else 'json'}"
@@ -118,6 +123,8 @@ STAGES: dict[str, Stage] = _declare(
           configured=False, also_reads_config=("traffic",), files=("claims.yaml",),
           derived=("tables.md", "tables.tex", "numbers.json", "numbers.tex")),
 )
+# The stage whose artifact (claims.json) holds every verdict: the report's spine.
+CLAIMS_STAGE = "claims"
 # What records, checks, stores or shows a stage's artifact, never what it computes: hashed
 # into every sidecar (bookkeeping_files), no rerun trigger. The package __init__ files
 # only route imports; config.py's effect on a stage is its effective config, hashed apart.
@@ -131,7 +138,8 @@ BOOKKEEPING = frozenset({
 # Text and pictures for people: bookkeeping for a stage, the report's own code.
 PRESENTATION = frozenset({
     "inferlab.formats", "inferlab.report", "inferlab.report_tables", "inferlab.figures",
-    "inferlab.roofline", "inferlab.plotting",
+    "inferlab.roofline", "inferlab.plotting", "inferlab.views",
+    *(s.view for s in STAGES.values()),
 })
 # How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
 # runs: it changes the numbers, so it is computing code of every stage.
@@ -141,9 +149,15 @@ STAGE_SCRIPT = "scripts/run_stage.py"
 REPORT_SCRIPT = "scripts/report.py"
 
 # The report is a rule, not a stage: it writes no register entry. Its code is the
-# closure of inferlab.report, the claims file and the page template.
+# closure of inferlab.report and of every stage's view (loaded by name, not imported:
+# report_modules), the claims file and the page template.
 REPORT_MODULE = "inferlab.report"
 REPORT_FILES = ("claims.yaml", "inferlab/templates/report.html.j2")
+
+
+def report_modules() -> tuple[str, ...]:
+    """The report's module and every stage view that exists (``inferlab/views/``)."""
+    return (REPORT_MODULE, *(s.view for s in STAGES.values() if _module_file(s.view)))
 
 
 def stage(name: str) -> Stage:
@@ -227,8 +241,8 @@ def code_files(name: str) -> list[str]:
     claims file and its template. The rule's glue script counts too, though it only hands
     over: Snakemake itself reruns a rule whose script is newer than its outputs."""
     if name == "report":
-        return sorted({*import_closure(REPORT_MODULE, BOOKKEEPING), REPORT_SCRIPT,
-                       *REPORT_FILES})
+        return sorted({*(f for m in report_modules() for f in import_closure(m, BOOKKEEPING)),
+                       REPORT_SCRIPT, *REPORT_FILES})
     declared, stop = stage(name), BOOKKEEPING | PRESENTATION
     return sorted({*import_closure(declared.module, stop), *import_closure(PROCESS_MODULE, stop),
                    STAGE_SCRIPT, *declared.files})
@@ -239,7 +253,8 @@ def bookkeeping_files(name: str) -> list[str]:
     every module of the full closure that ``code_files`` leaves out. Hashed into every
     sidecar, never a rerun trigger."""
     if name == "report":
-        loaded = {*import_closure(REPORT_MODULE), *_script_closure(REPORT_SCRIPT)}
+        loaded = {*(f for m in report_modules() for f in import_closure(m)),
+                  *_script_closure(REPORT_SCRIPT)}
     else:
         loaded = {*import_closure(stage(name).module), *import_closure(PROCESS_MODULE),
                   *_script_closure(STAGE_SCRIPT)}

@@ -5,8 +5,10 @@ It opens with what was found (per key: verdict counts, hardware, torch build, da
 commit, and what a verdict compares). The claims matrix is its spine: per claim the
 sentence (LaTeX as plain Unicode), the chapter's value and, per key, the verdict, the
 value with its unit, what it was judged on, and links to its figure and its provenance.
-Then the figures' sections with their raw rows one click away, and one collapsed
-provenance block per claim and key, its hashes re-checked when the page is written.
+Then one section per stage that has a view (``inferlab.views``: its title, caption,
+figures and tables, with the raw rows one click away), in the declaration's order, and one
+collapsed provenance block per claim and key, its hashes re-checked when the page is
+written. This module names no stage: a stage's content is its view's.
 
 The data is prepared here; the markup is ``templates/report.html.j2`` (Jinja2, autoescaped:
 an artifact's string is data, never markup; only matplotlib's SVG goes in as markup). The
@@ -19,105 +21,37 @@ from __future__ import annotations
 import json
 import traceback
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 from markupsafe import Markup
 
-from inferlab import figures, layout, roofline
-from inferlab.artifacts import Table
-from inferlab.audit import integrity
+from inferlab import layout, views
 from inferlab.claims import Claim, load
-from inferlab.evidence import Evidence, load_evidence
 from inferlab.formats import plain_text, table_cell, with_unit
-from inferlab.manuscript import report_view
-from inferlab.pipeline import STAGES
+from inferlab.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.register import Register
-from inferlab.report_tables import (
-    CORRECTNESS_COLUMNS,
-    DECODE_COLUMNS,
-    MODEL_COLUMNS,
-    PREFILL_COLUMNS,
-    PROBE_COLUMNS,
-    TRAFFIC_COLUMNS,
-    backend_map_table,
-    backends_table,
-    between_runs,
-    exactness_table,
-    previous_verdicts,
-    raw_block,
-    raw_table,
-)
+from inferlab.views import NOT_MEASURED, KeyData, Page, load_key
 
 TEMPLATE = "report.html.j2"
-SECTIONS = (("summary", "Summary"), ("claims", "Claims"), ("backends", "What ran where"),
-            ("exactness", "Exactness"), ("prefill", "Prefill"), ("decode", "Decode"),
-            ("traffic", "Traffic model"), ("model", "The chapter's arithmetic"),
-            ("manuscript", "For the manuscript"), ("provenance", "Provenance"))
 VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here",
             "not measurable here", "not comparable on this device", "not checkable")
-# the report figure that shows a stage's evidence (prefill memory claims: its memory figure)
-FIGURES = {"probe": "backends", "correctness": "exactness", "prefill": "prefill-speedup",
-           "decode": "decode", "traffic": "traffic", "model": "traffic"}
-NOT_MEASURED = "not measured here"
+# Each stage's view (inferlab/views/<stage>.py), in the declaration's order; None: no view
+VIEWS = {name: views.load(name) for name in STAGES}
+# The page's sections: the claims matrix, every view's, the provenance
+SECTIONS = (("summary", "Summary"), (CLAIMS_STAGE, "Claims"),
+            *((v.SECTION["id"], v.SECTION["title"]) for v in VIEWS.values() if v),
+            ("provenance", "Provenance"))
+__all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
 
 # ---------------------------------------------------------------- data
 
 
-@dataclass
-class KeyData:
-    """One results key: its artifacts (claims.json included) and what the page says."""
-
-    key: str
-    grid: str | None
-    evidence: dict[str, Evidence]
-    integrity: dict[str, dict]
-    previous: tuple[int | None, dict[str, str]] = (None, {})  # the run before, made alike
-
-    def was(self, claim_id: str, verdict: str) -> str | None:
-        """The verdict of the previous run made the same way, when it was another one."""
-        version, verdicts = self.previous
-        before = verdicts.get(claim_id)
-        return f"was {before} (version {version})" if before not in (None, verdict) else None
-
-    @property
-    def results(self) -> list[dict]:
-        return (self.evidence["claims"].data or {}).get("claims", [])
-
-    def result(self, claim_id: str) -> dict | None:
-        return next((r for r in self.results if r["id"] == claim_id), None)
-
-    def frame(self, stage: str) -> Table | None:
-        found = self.evidence[stage]
-        return found.table if found.data is not None and len(found.table) else None
-
-    @property
-    def no_verdict(self) -> str:
-        return "no verdict: " + ("see this machine's summary" if self.evidence["claims"].data
-                                 is None else "claims.json does not list this claim")
-
-    def missing(self, stage: str) -> str:
-        """Why a stage has nothing to show: not run, or unreadable (with the error)."""
-        found = self.evidence[stage]
-        if found.error:
-            return f"{STAGES[stage].artifact} cannot be read: {found.error}"
-        return (f"{NOT_MEASURED} ({STAGES[stage].artifact} is missing: the {stage} stage "
-                "did not run)")
-
-
-def load_key(root: Path, key: str) -> KeyData:
-    evidence = {stage: load_evidence(root, key, stage) for stage in STAGES}
-    return KeyData(key, layout.split_key(key)[1], evidence,
-                   {s: integrity(root, key, e) for s, e in evidence.items()},
-                   previous_verdicts(root, key))
-
-
 def _environment(data: KeyData) -> dict:
-    probe = data.evidence["probe"].data
-    if isinstance(probe, dict) and probe.get("environment"):
-        return probe["environment"]
-    return next((e.provenance.get("environment") for e in data.evidence.values()
+    """The environment a stage recorded in its artifact (the probe's), else in a sidecar."""
+    recorded = next((e.data["environment"] for e in data.evidence.values()
+                     if isinstance(e.data, dict) and e.data.get("environment")), None)
+    return recorded or next((e.provenance.get("environment") for e in data.evidence.values()
                  if e.provenance.get("environment")), {})
 
 
@@ -134,8 +68,8 @@ def summary_card(data: KeyData) -> dict:
     dates = sorted(p["created_at"] for p in provs if p.get("created_at"))
     counts = Counter(c["verdict"] for c in data.results)
     shown = [*VERDICTS, *(v for v in counts if v not in VERDICTS)]
-    check = data.integrity["claims"]
-    problem = data.missing("claims") if data.evidence["claims"].data is None else (
+    check = data.integrity[CLAIMS_STAGE]
+    problem = data.missing(CLAIMS_STAGE) if data.evidence[CLAIMS_STAGE].data is None else (
         f"claims.json MISMATCH: {check['detail']}" if check["status"] == "MISMATCH" else None)
     return {"key": data.key,
             "grid": "book grid (config.yaml)" if data.grid is None else f"grid “{data.grid}”",
@@ -145,7 +79,7 @@ def summary_card(data: KeyData) -> dict:
             "commit": ", ".join(commits) or "not recorded", "problem": problem,
             "mismatch": check["status"] == "MISMATCH",
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()
-                        if s != "claims" and c["status"] == "MISMATCH"],
+                        if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
             "counts": [{"verdict": v, "count": counts[v]} for v in shown],
             "flipped": [c["id"] for c in data.results if data.was(c["id"], c["verdict"])],
             "previous_version": data.previous[0]}
@@ -154,11 +88,8 @@ def summary_card(data: KeyData) -> dict:
 def figure_of(claim: Claim) -> str | None:
     """The id of the report figure that shows a claim's evidence (None: no check)."""
     check = claim.check
-    if check is None:
-        return None
-    if check.stage == "prefill" and check.measure.column.endswith("_bytes"):
-        return "prefill-memory"
-    return FIGURES[check.stage]
+    view = VIEWS[check.stage] if check is not None else None
+    return view.figure_of(check) if view else None
 
 
 def value_text(result: dict) -> str:
@@ -260,50 +191,24 @@ def artifact_rows(k: KeyData) -> dict:
 # ---------------------------------------------------------------- page
 
 
+def section(stage: str, view, page: Page) -> dict:
+    """Stage ``stage``'s section, from its view, for the template's generic loop."""
+    return {**view.SECTION, "title": Markup(view.SECTION["title"]), "missing": page.missing(stage)
+            if view.SECTION.get("missing", True) else [],
+            "figures": view.figures(page), "tables": view.tables(page)}
+
+
 def page_data(root: Path, keys: list[KeyData]) -> dict:
     claims_file = load()
     claims = list(claims_file.claims)
-    bands = figures.speedup_bands(claims)
-
-    def present(stage):
-        return [k for k in keys if k.frame(stage) is not None]
-
-    def missing(stage):
-        return [(k.key, k.missing(stage)) for k in keys if k.frame(stage) is None]
-
-    stages = {s: {"missing": missing(s)} for s in STAGES if s != "claims"}
-    stages["probe"]["tables"] = [
-        (k.key, backends_table(k.evidence["probe"].data, k.frame("probe")),
-         raw_block(k.key, "probe", k.frame("probe"), PROBE_COLUMNS),
-         backend_map_table(k.evidence["probe"].data)) for k in present("probe")]
-    stages["correctness"]["tables"] = [
-        (k.key, exactness_table(k.frame("correctness")),
-         raw_block(k.key, "correctness", k.frame("correctness"), CORRECTNESS_COLUMNS))
-        for k in present("correctness")]
-    stages["model"]["raw"] = [(k.key, raw_table(k.frame("model"), MODEL_COLUMNS))
-                              for k in present("model")]
-    for stage, spec in (("prefill", PREFILL_COLUMNS), ("decode", DECODE_COLUMNS),
-                        ("traffic", TRAFFIC_COLUMNS)):
-        stages[stage]["raw"] = [raw_block(k.key, stage, k.frame(stage), spec)
-                                for k in present(stage)]
-        if STAGES[stage].timed:
-            stages[stage]["between"] = [between_runs(root, k.key, stage)
-                                        for k in present(stage)]
-    frames = {s: {k.key: k.frame(s).frame for k in present(s)}
-              for s in ("prefill", "decode", "traffic")}
-    ceilings = {k.key: (k.evidence["probe"].data or {}).get("ceilings") or {} for k in keys}
-    copy = {key: c.get("copy_gbs") for key, c in ceilings.items()}
-    results = {k.key: k.results for k in keys}
-    figs = {name: [Markup(svg) for svg in drawn]
-            for name, drawn in figures.report_figures(frames, copy, bands, results).items()}
-    figs["roofline"] = [Markup(svg) for svg in roofline.roofline_figures(frames, ceilings)]
-    return {"sections": SECTIONS, "cards": [summary_card(k) for k in keys],
+    page = Page(root, keys, claims)
+    return {"cards": [summary_card(k) for k in keys],
             "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
-            "hardware": claims_file.hardware, "stages": stages, "figures": figs,
-            "bands": bands, "provenance": provenance_blocks(claims, keys, root,
-                                                            claims_file.hardware),
-            "artifacts": [(k.key, artifact_rows(k)) for k in keys],
-            "manuscript": [report_view(root, k.key, k.evidence["manuscript"]) for k in keys]}
+            "hardware": claims_file.hardware,
+            "sections": SECTIONS,
+            "views": [section(stage, v, page) for stage, v in VIEWS.items() if v],
+            "provenance": provenance_blocks(claims, keys, root, claims_file.hardware),
+            "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
 
 
 def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:

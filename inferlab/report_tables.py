@@ -1,8 +1,7 @@
-"""The report's tables: an artifact's rows as formatted cells (units in the headers,
-"—" where a column does not apply, nan/inf where a number was computed so), and the
-summaries built from them: the backends that ran, the backend map's grid, the exactness
-checks, and the between-run spread of a timing stage (``compare``). ``report`` lays them
-out on the page.
+"""The report's tables that every stage's view shares: an artifact's rows as formatted
+cells (units in the headers, "—" where a column does not apply, nan/inf where a number
+was computed so), the between-run spread of a timing stage (``compare``) and the
+previous run's verdicts. A stage's own summaries are in its view (``inferlab.views``).
 """
 
 from __future__ import annotations
@@ -13,49 +12,14 @@ import pandas as pd
 
 from inferlab import artifacts, compare
 from inferlab.artifacts import Table
-from inferlab.backend_map import cell as map_cell
 from inferlab.formats import table_cell
 from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 
-# Raw tables: column -> header (units in the header); a column's format follows from its
-# type and name (_cell_kind). Columns an artifact lacks are left out.
-PREFILL_COLUMNS = {
-    "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "median_ms": "median (ms)", "ci_low_ms": "95% CI low (ms)", "ci_high_ms": "95% CI high (ms)",
-    "rounds": "rounds", "converged": "converged", "noisy": "noisy",
-    "ratio": "÷ naive", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
-    "causal_over_full": "causal ÷ full",
-    "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
-    "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
-DECODE_COLUMNS = {
-    "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
-    "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
-    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
-    "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
-    "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
-    "status": "status"}
-TRAFFIC_COLUMNS = {
-    "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "tile": "tile",
-    "block_q_model": "model B_q",
-    "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
-    "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
-    "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",
-    "implied_block_q": "implied B_q", "note": "note"}
-PROBE_COLUMNS = {
-    "backend": "backend", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "can_run": "can run", "ran": "ran", "reason": "reason", "reason_source": "reason source",
-    "limit_kind": "limit kind"}
-CORRECTNESS_COLUMNS = {
-    "check": "check", "impl": "implementation", "dtype": "dtype", "causal": "mask",
-    "T": "tokens", "block_q": "B_q", "block_k": "B_k", "score_scale": "score scale",
-    "splits": "splits", "max_abs_err": "error vs float64",
-    "naive_same_dtype_err": "naive, same dtype", "pair_fraction": "pair fraction",
-    "status": "status"}
-MODEL_COLUMNS = {
-    "quantity": "quantity", "dtype": "dtype", "value": "value", "unit": "unit",
-    "source": "source", "inputs": "computed from", "status": "status"}
+# Raw tables: column -> header (units in the header), each stage's in its view
+# (inferlab/views/); a column's format follows from its type and name (_cell_kind).
+# Columns an artifact lacks are left out.
 
 
 def _cell_kind(column: str, dtype) -> str:
@@ -96,50 +60,6 @@ def raw_block(key: str, stage: str, table: Table, spec) -> dict:
     keep, notes = _unavailable(table) if {"impl", "status"} <= set(columns) else (None, [])
     return {"key": key, "artifact": STAGES[stage].artifact, "count": len(table),
             "table": raw_table(table, spec, keep), "notes": notes}
-
-
-def backends_table(probe: dict, table: Table) -> dict:
-    """Per backend: in how many probed cases it ran, and why not where it did not."""
-    frame = table.frame
-    rows = []
-    for backend, group in frame.groupby("backend", sort=False):
-        ran = int(group["ran"].fillna(False).astype(bool).sum())
-        reasons = sorted({str(r) for r in group["reason"].dropna()})
-        sources = sorted({str(r) for r in group.loc[group["reason"].notna(), "reason_source"]
-                          .dropna()})
-        rows.append({"cells": [backend, f"{ran} of {len(group)}", "; ".join(reasons) or "—",
-                               ", ".join(sources) or "—"], "noisy": False})
-    ceilings = probe.get("ceilings") or {}
-    matmul = ceilings.get("matmul_gflops") or {}
-    return {"columns": ["backend", "cases it ran", "why not", "reason from"], "rows": rows,
-            "ceilings": f"copy {format_value(ceilings.get('copy_gbs'))} GB/s; matmul "
-                        + (", ".join(f"{k} {format_value(v)}" for k, v in matmul.items())
-                           or "—") + " GFLOP/s"}
-
-
-def backend_map_table(probe: dict) -> dict | None:
-    """probe.json's backend map as a grid: a row per case and dtype, a column per backend,
-    a cell "ran" or "refused (limit kind)"; PyTorch's reasons listed once per backend and
-    reason, with the cases they refused. None when the probe predates the map."""
-    rows = probe.get("backend_map") or []
-    if not rows:
-        return None
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
-    grid: dict[tuple, dict] = {}
-    refusals: dict[tuple, list[str]] = {}
-    for r in rows:
-        grid.setdefault((r["case"], r["dtype"]), {})[r["backend"]] = map_cell(r)
-        if not r["ran"]:
-            why = r["reason"] or r["error"] or "no reason given"
-            refusals.setdefault((r["backend"], why), []).append(f"{r['case']} {r['dtype']}")
-    ran = sum(bool(r["ran"]) for r in rows)
-    return {"columns": ["case", "dtype", *backends], "noisy": False,
-            "rows": [{"cells": [case, dtype, *(cells.get(b, "—") for b in backends)],
-                      "noisy": False} for (case, dtype), cells in grid.items()],
-            "summary": f"{len(grid)} inputs (case × dtype) × {len(backends)} backends: {ran} ran, "
-                       f"{len(rows) - ran} refused",
-            "reasons": [f"{backend} refused {', '.join(cases)}: {why}"
-                        for (backend, why), cases in refusals.items()]}
 
 
 def previous_verdicts(root: Path, key: str) -> tuple[int | None, dict[str, str]]:
@@ -202,19 +122,3 @@ def _with_interval(r: pd.Series, c: str, low: str, high: str, which: str) -> str
     if pd.isna(lo) or pd.isna(hi):
         return value
     return f"{value} [{table_cell(lo, 'num')}, {table_cell(hi, 'num')}]"
-
-
-def exactness_table(table: Table) -> dict:
-    """Per check, implementation and dtype: the largest error, against float64 and
-    against naive attention in the same dtype (the 2× criterion)."""
-    frame = table.frame
-    rows = []
-    for (check, impl, dtype), g in frame.groupby(["check", "impl", "dtype"], dropna=False):
-        ratio = (g["max_abs_err"] / g["naive_same_dtype_err"]).max()
-        pairs = g["pair_fraction"].dropna()
-        cells = [check, impl, "—" if pd.isna(dtype) else dtype, f"{len(g):,}",
-                 table_cell(g["max_abs_err"].max(), "num"), table_cell(ratio, "num"),
-                 format_value([float(pairs.min()), float(pairs.max())]) if len(pairs) else "—"]
-        rows.append({"cells": cells, "noisy": False})
-    return {"columns": ["check", "implementation", "dtype", "rows", "largest error vs "
-                        "float64", "÷ naive's error, same dtype", "pair fraction"], "rows": rows}

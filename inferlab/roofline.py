@@ -127,8 +127,9 @@ def roofline_figure(prefill: pd.DataFrame, traffic: pd.DataFrame | None, ceiling
 
 def roofline_figures(frames: dict[str, dict[str, pd.DataFrame]],
                      ceilings: dict[str, dict]) -> list[str]:
-    """One roofline per key with prefill rows: ``frames`` as for ``report_figures``,
-    ``ceilings`` each key's probe.json ceilings (copy_gbs, matmul_gflops per dtype)."""
+    """One roofline per key with prefill rows: ``frames`` maps a stage (prefill,
+    traffic) to {key: its rows}; ``ceilings`` each key's probe.json ceilings (copy_gbs,
+    matmul_gflops per dtype)."""
     traffic = frames.get("traffic", {})
     drawn = [roofline_figure(frame, traffic.get(key), ceilings.get(key) or {}, key)
              for key, frame in frames["prefill"].items()]

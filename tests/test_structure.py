@@ -172,7 +172,9 @@ LAYERS = {
     # the manuscript stage comes after claims: it lays the claims out for the text
     "report": ["inferlab.formats", "inferlab.audit", "inferlab.plotting", "inferlab.figures",
                "inferlab.roofline", "inferlab.manuscript", "inferlab.manuscript_check",
-               "inferlab.stages.manuscript", "inferlab.report_tables", "inferlab.report"],
+               "inferlab.stages.manuscript", "inferlab.report_tables", "inferlab.views",
+               *(s.view for s in STAGES.values() if pipeline._module_file(s.view)),
+               "inferlab.report"],
     "cli": ["inferlab.cli", "inferlab.__main__"],
 }
 # Known exceptions, owned by other modules' maintainers: the lead removes each one once
@@ -295,7 +297,7 @@ def imported_by_rule() -> dict[str, list[str]]:
     module (the runner, which steadies the process and reads and writes the artifacts)
     and the stage's module; for the report, the report module."""
     modules = {name: ["inferlab.runner", STAGES[name].module] for name in STAGES}
-    modules["report"] = [pipeline.REPORT_MODULE]
+    modules["report"] = list(pipeline.report_modules())
     out = subprocess.run([sys.executable, "-c", _IMPORTED_BY_RULE, json.dumps(modules)],
                          cwd=layout.REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -347,6 +349,7 @@ DIRECT_USERS = {
     "claims.yaml": {"claims"},
     "inferlab/figures.py": set(),  # presentation: the report only
     "inferlab/formats.py": set(),
+    "inferlab/views/prefill.py": set(),  # a stage's view: the report only
     "inferlab/numtext.py": {"claims", "manuscript"},  # claims.json's reasons, the tables
     "scripts/run_stage.py": set(STAGES),  # Snakemake reruns a rule whose script is newer
 }
@@ -398,6 +401,31 @@ def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_pa
         os.utime(repo / rel)  # now: newer than the outputs
         assert jobs(run(repo, *args)) == _rerun_by(direct), rel
         os.utime(repo / rel, (old, old))
+
+
+def test_every_stage_has_a_view_or_says_why_not():
+    """The report's per-stage hook (inferlab/views/): a stage shows what it has through its
+    view, beside it, or is declared to have none (``views.NO_VIEW``), never both."""
+    from inferlab import views
+
+    for name, declared in STAGES.items():
+        view = views.load(name)
+        assert (view is None) == (name in views.NO_VIEW), name
+        if view is not None:
+            assert {"id", "title", "caption"} <= set(view.SECTION), name
+            assert all(callable(getattr(view, f)) for f in ("figures", "tables", "figure_of"))
+            assert f"inferlab/views/{name}.py" in pipeline.code_files("report")
+            assert declared.view in pipeline.PRESENTATION
+    assert set(views.NO_VIEW) <= set(STAGES)
+
+
+def test_the_report_module_names_no_stage():
+    """Adding a stage adds lines to its view, never to report.py: no string in it is a
+    stage's name (its sections, tables and figures come from the views)."""
+    tree = ast.parse((PACKAGE / "report.py").read_text(encoding="utf-8"))
+    named = sorted({node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                    and isinstance(node.value, str) and node.value in STAGES})
+    assert named == [], f"report.py names the stages {named}: move that into their views"
 
 
 def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
