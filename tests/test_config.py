@@ -149,9 +149,21 @@ def test_params_are_frozen_and_built_from_the_effective_config(stage):
             setattr(params, fields[0].name, None)
 
 
+def _resolved(sub: dict) -> dict:
+    """A property schema with its local ``$ref`` (one ``$defs`` block shared by cpu and
+    cuda) read in, its own keywords (the description) kept over the definition's."""
+    if "$ref" not in sub:
+        return sub
+    target = _schema()
+    for part in sub["$ref"].removeprefix("#/").split("/"):
+        target = target[part]
+    return {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
+
+
 def _leaves(schema: dict, path: str = ""):
     """Every property schema under ``schema`` (and each oneOf alternative), with its path."""
     for name, sub in schema.get("properties", {}).items():
+        sub = _resolved(sub)
         alternatives = sub.get("oneOf", [sub])
         for i, alt in enumerate(alternatives):
             yield f"{path}{name}" + (f"|{i}" if len(alternatives) > 1 else ""), alt
