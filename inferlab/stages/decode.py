@@ -19,7 +19,7 @@ first); when the stage's ``budget_s`` runs out the last (longest) are dropped, e
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from inferlab import kernels
 from inferlab.backends import FUSED_SDPA, kernel_that_ran
@@ -38,6 +38,10 @@ from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.workers import time_points
 
 
+# timing keys the decode section may set for itself
+HARNESS_OVERRIDES = ("worker_rounds", "min_run_ms")
+
+
 @dataclass(frozen=True)
 class Params:
     heads: int
@@ -53,8 +57,12 @@ class Params:
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
+        """The decode section over the timing section; its ``worker_rounds`` and
+        ``min_run_ms``, where set, override the timing's for decode (many short rounds:
+        see config.yaml)."""
         section = {k: tuples(v) for k, v in cfg["decode"].items()}
-        return cls(**section, timing=TimingParams(**cfg["timing"]))
+        own = {k: section.pop(k) for k in HARNESS_OVERRIDES if k in section}
+        return cls(**section, timing=replace(TimingParams(**cfg["timing"]), **own))
 
 
 def _cases(params: Params, q, k, v, plan) -> tuple[dict, dict, list]:
