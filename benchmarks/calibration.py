@@ -10,11 +10,30 @@ Runs a small set of the pipeline's own points (prefill and decode, built by the 
 * the between-run difference |r_j / r_i - 1| of each ratio: its median and largest;
 * the median interval half-width (goal: <= 5 %) and the median between-process share.
 
-``--workers 1 --rounds 12`` gives the old one-process intervals for comparison. Nothing is
-written to results/ (a developer's benchmark, not pipeline evidence; not a timed test).
-Timings on a shared machine are noisy: say how loaded it was beside the figures.
+Each stage's points run with the stage's own harness settings from config.yaml (workers,
+rounds a worker, timing length, warm-up), one thread as under `snakemake --cores 1`; the
+command line overrides them to compare others (``--workers 1 --rounds 12``: the old
+one-process intervals). Nothing is written to results/ (a developer's benchmark, not
+pipeline evidence; not a timed test). Timings on a shared machine are noisy: say how
+loaded it was beside the figures.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --runs 4 --workers 3 --rounds 4
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --runs 4
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --stage decode --grid full \
+        --rounds 3 --min-run-ms 50     # decode as it was timed before: 3 rounds of 50 ms
+
+What it found on the 2-vCPU EPYC (cpu-amd-epyc-avx512bf16-2c), decode's whole grid, four
+runs of each setting alternated run by run (load average 0.4-1.1), 3 workers:
+
+    3 rounds of 50 ms timings:   coverage 85 %, |diff| median 5.0 %, largest 21 %, half-width 12 %
+    12 rounds of 10 ms timings*: coverage 92 %, |diff| median 2.6 %, largest 15 %, half-width 10 %
+
+(* the first 12 of 15 rounds a worker), the same time per point; so decode now takes 12
+rounds of 10 ms (config.yaml). More processes narrow the interval but do not make it hold: with 6 workers x 8 rounds of 10 ms
+the half-width was 5.5 % and the coverage 76 %, and over 8 workers x 3 rounds, subsampled
+to 3, 4, 6 and 8 workers, the coverage fell from 85 % to 77 % as the half-width fell from
+12 % to 5 %. Part of the variance between runs is between runs themselves (what the other
+tenants of the host do for minutes, not seconds), which no number of processes inside one
+run samples; the report sets each run beside the previous one for that reason.
 """
 
 from __future__ import annotations
@@ -30,38 +49,47 @@ from inferlab.stages import decode, prefill
 from inferlab.workers import time_points
 
 
-def _points(heads: int) -> list[tuple[str, object, str]]:
-    """(stage factory, point, name): prefill at 1,024 and 2,048 tokens, both masks (naive,
-    tiled_fast, flash), decode at 4,096 and 16,384 keys, batch 1 (split 1 and 16, flash)."""
-    raw = load_config(overrides=["device=cpu", f"prefill.cpu.heads={heads}",
-                                 "prefill.implementations=[naive, tiled_fast, sdpa]",
-                                 "prefill.cpu.backends=[flash]", "decode.splits=[1, 16]",
-                                 "decode.backends=[flash]", "decode.triton=false"])
+def _stages(args) -> list[tuple[str, object, list[tuple[object, str]]]]:
+    """(stage factory, its harness settings, [(point, name)]) per stage asked for. small:
+    prefill at 1,024 and 2,048 tokens, both masks (naive, tiled_fast, flash), decode at
+    4,096 and 16,384 keys, batch 1 (split 1 and 16, flash); full: prefill at those lengths
+    with every implementation, decode's whole grid (config.yaml's cpu block)."""
+    small = ["prefill.implementations=[naive, tiled_fast, sdpa]", "prefill.cpu.backends=[flash]",
+             "decode.splits=[1, 16]", "decode.backends=[flash]", "decode.triton=false"]
+    raw = load_config(overrides=["device=cpu", f"prefill.cpu.heads={args.heads}",
+                                 *(small if args.grid == "small" else [])])
     pre = prefill.Params.from_config(effective_config(raw, "prefill", "cpu"))
     dec = decode.Params.from_config(effective_config(raw, "decode", "cpu"))
-    points = [("inferlab.stages.prefill:point_cases",
-               prefill.plan_point(pre, T, "float32", (False, True), "cpu", 0), f"prefill T={T}")
-              for T in (1024, 2048)]
-    points += [("inferlab.stages.decode:point_cases",
-                decode.plan_point(dec, n, 1, "float32", "cpu", 0), f"decode cache={n}")
-               for n in (4096, 16384)]
-    return points
+    found = []
+    if args.stage in ("prefill", "both"):
+        found.append(("inferlab.stages.prefill:point_cases", pre.timing,
+                      [(prefill.plan_point(pre, T, "float32", (False, True), "cpu", 0),
+                        f"prefill T={T}") for T in (1024, 2048)]))
+    if args.stage in ("decode", "both"):
+        grid = ([(n, 1) for n in (4096, 16384)] if args.grid == "small" else
+                [(n, b) for n in dec.cache_lens for b in dec.batches])
+        found.append(("inferlab.stages.decode:point_cases", dec.timing,
+                      [(decode.plan_point(dec, n, b, "float32", "cpu", 0),
+                        f"decode cache={n} batch={b}") for n, b in grid]))
+    return found
 
 
-def _one_run(points, args) -> dict[tuple[str, str], tuple[float, float, float, float | None]]:
+def _one_run(stages, args) -> dict[tuple[str, str], tuple[float, float, float, float | None]]:
     """(point, case) -> (ratio, low, high, between share) for every paired ratio != 1;
-    each stage's points in one ``time_points`` call, as the stage does."""
+    each stage's points in one ``time_points`` call, as the stage does, with the stage's
+    own settings (config.yaml) unless the command line sets them."""
     found = {}
-    for factory in dict.fromkeys(f for f, _, _ in points):
-        mine = [(point, name) for f, point, name in points if f == factory]
-        results = time_points(factory, [p for p, _ in mine], workers=args.workers,
-                              rounds=args.rounds, budget_s=1e7, time_cap_s=1e6,
-                              threads=args.threads, warmup=2, min_run_s=0.05,
-                              names=[n for _, n in mine])
+    for factory, timing, mine in stages:
+        min_run_ms = timing.min_run_ms if args.min_run_ms is None else args.min_run_ms
+        results = time_points(factory, [p for p, _ in mine],
+                              workers=args.workers or timing.workers,
+                              rounds=args.rounds or timing.worker_rounds, budget_s=1e7,
+                              time_cap_s=1e6, threads=args.threads, warmup=timing.warmup,
+                              min_run_s=min_run_ms / 1e3, names=[n for _, n in mine])
         for (_, name), result in zip(mine, results, strict=True):
-            for label, timing in result.timings.items():
-                ratio = timing.ratio
-                if timing.status == "ok" and ratio is not None and ratio.ref != label:
+            for label, timing_ in result.timings.items():
+                ratio = timing_.ratio
+                if timing_.status == "ok" and ratio is not None and ratio.ref != label:
                     found[(name, label)] = (ratio.median, ratio.ci_low, ratio.ci_high,
                                             ratio.between_share)
     return found
@@ -85,18 +113,24 @@ def _summary(runs: list[dict]) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=4)
-    p.add_argument("--workers", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--stage", choices=("prefill", "decode", "both"), default="both")
+    p.add_argument("--grid", choices=("small", "full"), default="small")
+    p.add_argument("--workers", type=int, help="default: the stage's (config.yaml)")
+    p.add_argument("--rounds", type=int, help="rounds a worker; default: the stage's")
+    p.add_argument("--min-run-ms", type=float, help="default: the stage's")
     p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--threads", type=int, default=1,
+                   help="1, as `snakemake --cores 1` runs the stages")
     args = p.parse_args()
-    points = _points(args.heads)
-    print(f"{args.runs} runs x {len(points)} points, {args.workers} workers x {args.rounds} "
-          f"rounds, {args.threads} threads; load average {os.getloadavg()[0]:.2f}")
+    stages = _stages(args)
+    print(f"{args.runs} runs x {sum(len(m) for *_, m in stages)} points "
+          f"({args.stage}, {args.grid}); workers {args.workers or 'as configured'}, rounds "
+          f"{args.rounds or 'as configured'}, {args.threads} thread(s); load average "
+          f"{os.getloadavg()[0]:.2f}")
     runs = []
     for i in range(args.runs):
         started = time.perf_counter()
-        runs.append(_one_run(points, args))
+        runs.append(_one_run(stages, args))
         print(f"run {i + 1}: {len(runs[-1])} ratios in {time.perf_counter() - started:.0f} s; "
               f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for key in runs[0]:

@@ -396,3 +396,26 @@ def test_a_budget_that_covers_nothing_drops_every_point_with_rows_saying_why(sta
     expected = {"prefill": {"naive", "tiled", "sdpa_flash"},
                 "decode": {"splitkv", "sdpa_flash"}}[stage]
     assert set(rows["impl"]) == expected
+
+
+def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
+    base = [TIMING, "decode.cpu={heads: 2, cache_lens: [64], batches: [1], dtypes: [float32], "
+                    "budget_s: 5, worker_rounds: 11, min_run_ms: 7}"]
+    options = _params("decode", base).timing.point_options(_ctx_stub())
+    assert (options["rounds"], options["min_run_s"]) == (11, 0.007)
+    # the other stages keep the timing section's
+    assert _params("prefill", base).timing.worker_rounds == 3
+    # config.yaml: decode's own, the timing section's for the others
+    book = {s: _params(s, []).timing for s in ("decode", "prefill")}
+    assert (book["decode"].worker_rounds, book["decode"].min_run_ms) == (12, 10)
+    assert (book["prefill"].worker_rounds, book["prefill"].min_run_ms) == (3, 50)
+
+
+def test_a_bad_decode_round_count_is_named():
+    with pytest.raises(Exception, match=r"decode\.cpu\.worker_rounds"):
+        _params("decode", ["decode.cpu.worker_rounds=0"])
+
+
+def _ctx_stub():
+    from types import SimpleNamespace
+    return SimpleNamespace(device="cpu", threads=1)
