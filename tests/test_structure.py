@@ -180,12 +180,7 @@ LAYERS = {
 # Known exceptions, owned by other modules' maintainers: the lead removes each one once
 # its move is merged. (importer, imported): the move that removes it.
 KNOWN_UPWARD: set[tuple[str, str]] = set()
-KNOWN_REEXPORTS = {
-    # the stages take kernel_that_ran through backends: import it from kernel_names. Left
-    # for the next change to these two timing stages: editing their modules reruns them
-    ("inferlab.stages.prefill", "inferlab.backends", "kernel_that_ran"),
-    ("inferlab.stages.decode", "inferlab.backends", "kernel_that_ran"),
-}
+KNOWN_REEXPORTS: set[tuple[str, str, str]] = set()
 
 
 def _layer_of() -> dict[str, int]:

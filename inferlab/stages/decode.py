@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass, replace
 
 from inferlab import kernels
-from inferlab.backends import FUSED_SDPA, kernel_that_ran
+from inferlab.backends import FUSED_SDPA
+from inferlab.kernel_names import kernel_that_ran
 from inferlab.partials import splitkv_decode
 from inferlab.stages.common import (
     TimingParams,
@@ -36,7 +37,6 @@ from inferlab.stages.common import (
 )
 from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.workers import time_points
-
 
 # timing keys the decode section may set for itself
 HARNESS_OVERRIDES = ("worker_rounds", "min_run_ms")

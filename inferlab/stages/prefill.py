@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from inferlab import kernels
 from inferlab.attention import TILED, naive_attention
-from inferlab.backends import FUSED_SDPA, kernel_that_ran
-from inferlab.kernel_names import kernel_in
+from inferlab.backends import FUSED_SDPA
+from inferlab.kernel_names import kernel_in, kernel_that_ran
 from inferlab.memory import capped, is_oom, peak_extra_bytes
 from inferlab.process import release_freed_memory
 from inferlab.stages.common import (
