@@ -26,11 +26,20 @@ def steady_process() -> dict:
       trim the heap whenever naive attention at 4,096 tokens freed its two 805 MB
       buffers, so each call faulted on 393,216 pages and took 1.1-3.1 s, not 0.75;
     * OpenMP threads that spin-wait on a shared 2-vCPU VM made two threads up to 8x
-      slower than one; passive waiting (unless the caller chose) stops the spinning.
+      slower than one; passive waiting (unless the caller chose) stops the spinning;
+    * torch's CPU allocator asks for transparent huge pages for its buffers of 2 MiB and
+      more (``THP_MEM_ALLOC_ENABLE``, unless the caller chose; where the kernel offers
+      them on request, ``madvise``): a decode step reads its whole cache once, and with
+      4 KiB pages a 25-400 MB cache misses the TLB on every page, in a pattern that
+      varied process to process. Decode's grid, three runs each, alternated run by run
+      (12 rounds of 10 ms, 3 workers): with huge pages the ratios moved a median 1.4 %
+      between runs (3.3 % without), at most 6.6 % (13.1 %), half-width 5.3 % (8.4 %),
+      and the DRAM-bound points ran 6-10 % faster.
 
     Must run before torch loads OpenMP. Returns what was set, for the provenance.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     malloc = None
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -39,7 +48,19 @@ def steady_process() -> dict:
             malloc = {"mmap_max": 0, "trim_threshold": _NEVER, "top_pad": _TOP_PAD}
     except OSError:  # not glibc: nothing to set
         pass
-    return {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"], "glibc_mallopt": malloc}
+    return {"OMP_WAIT_POLICY": os.environ["OMP_WAIT_POLICY"],
+            "THP_MEM_ALLOC_ENABLE": os.environ["THP_MEM_ALLOC_ENABLE"],
+            "transparent_hugepage": _thp_mode(), "glibc_mallopt": malloc}
+
+
+def _thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (always, madvise or never), None where
+    it does not say."""
+    try:
+        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+    except OSError:
+        return None
+    return text[text.find("[") + 1:text.find("]")] if "[" in text else None
 
 
 def release_freed_memory() -> bool:

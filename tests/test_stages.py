@@ -277,6 +277,7 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
                                 text=True, check=True, cwd=Path(__file__).parent.parent
                                 ).stdout.split(maxsplit=1) for mode in ("steady",)}
     assert int(out["steady"][0]) <= 2 * 4096
+    assert "'THP_MEM_ALLOC_ENABLE': '1'" in out["steady"][1]
     assert "'OMP_WAIT_POLICY': 'PASSIVE'" in out["steady"][1] and "trim_threshold" in \
         out["steady"][1]
 
