@@ -28,8 +28,9 @@ runs of each setting alternated run by run (load average 0.4-1.1), 3 workers:
     12 rounds of 10 ms timings*: coverage 92 %, |diff| median 2.6 %, largest 15 %, half-width 10 %
 
 (* the first 12 of 15 rounds a worker), the same time per point; so decode now takes 12
-rounds of 10 ms (config.yaml). More processes narrow the interval but do not make it hold: with 6 workers x 8 rounds of 10 ms
-the half-width was 5.5 % and the coverage 76 %, and over 8 workers x 3 rounds, subsampled
+rounds of 10 ms (config.yaml). More processes narrow the interval but do not make it
+hold: with 6 workers x 8 rounds of 10 ms the half-width was 5.5 % and the coverage 76 %,
+and over 8 workers x 3 rounds, subsampled
 to 3, 4, 6 and 8 workers, the coverage fell from 85 % to 77 % as the half-width fell from
 12 % to 5 %. Part of the variance between runs is between runs themselves (what the other
 tenants of the host do for minutes, not seconds), which no number of processes inside one
