@@ -250,17 +250,23 @@ def test_interrupted_forced_rerun_is_rerun_next_time(smoke_copy):
                              "prefill", *SMOKE], cwd=smoke_copy, env=env(smoke_copy),
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
     try:
-        for line in proc.stdout:  # Ctrl-C once it is measuring
-            if line.startswith("[prefill] 1/"):
+        # Ctrl-C once the prefill job runs and Snakemake has removed its old output: not on
+        # the stage's first progress line, which a loaded machine may never print (its
+        # points dropped for the budget) before the whole run ends with 0
+        for line in proc.stdout:
+            if "rule prefill:" in line:
                 break
+        deadline = time.monotonic() + 60
+        while artifact.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole group
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode != 0
-    artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
     assert not artifact.exists()  # the state the issue found
     assert "prefill" in jobs(run(smoke_copy, "--dry-run", *SMOKE))
     check = run(smoke_copy, "verify", module="inferlab")
