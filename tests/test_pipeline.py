@@ -255,18 +255,20 @@ def test_interrupted_forced_rerun_is_rerun_next_time(smoke_copy):
         # Ctrl-C once the prefill job runs and Snakemake has removed its old output: not on
         # the stage's first progress line, which a loaded machine may never print (its
         # points dropped for the budget) before the whole run ends with 0
+        seen = []
         for line in proc.stdout:
-            if "rule prefill:" in line:
+            seen.append(line)
+            if "rule prefill:" in line or (line.startswith("[prefill] ") and " wrote " not in line):
                 break
         deadline = time.monotonic() + 60
         while artifact.exists() and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole group
-        proc.communicate(timeout=120)
+        seen.append(proc.communicate(timeout=120)[0])
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode != 0
+    assert proc.returncode != 0, "".join(seen)[-4000:]
     assert not artifact.exists()  # the state the issue found
     assert "prefill" in jobs(run(smoke_copy, "--dry-run", *SMOKE))
     check = run(smoke_copy, "verify", module="inferlab")
