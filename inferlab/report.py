@@ -89,7 +89,7 @@ def figure_of(claim: Claim) -> str | None:
     """The id of the report figure that shows a claim's evidence (None: no check)."""
     check = claim.check
     view = VIEWS[check.stage] if check is not None else None
-    return view.figure_of(check) if view else None
+    return views.figure_of(view, check) if view else None
 
 
 def value_text(result: dict) -> str:
@@ -195,7 +195,7 @@ def section(stage: str, view, page: Page) -> dict:
     """Stage ``stage``'s section, from its view, for the template's generic loop."""
     return {**view.SECTION, "title": Markup(view.SECTION["title"]), "missing": page.missing(stage)
             if view.SECTION.get("missing", True) else [],
-            "figures": view.figures(page), "tables": view.tables(page)}
+            "figures": views.figures(view, page), "tables": view.tables(page)}
 
 
 def page_data(root: Path, keys: list[KeyData]) -> dict:

@@ -7,11 +7,11 @@ A stage ``name`` with report content has a view, ``inferlab/views/<name>.py``
 * ``SECTION``: ``{"id", "title", "caption"}`` (the caption is markup written here, never
   an artifact's text; ``"missing": False`` when the view says per key itself that a key
   has nothing to show);
-* ``figures(page) -> list[dict]`` (``figure``: an anchor, a heading, one SVG per key, a
-  caption) and ``tables(page) -> list[dict]`` (the blocks below: tables, raw rows, the
-  between-run spread, per-key columns);
-* ``figure_of(check) -> str | None``: the anchor on the page that shows a claim's
-  evidence, for the claims of its stage.
+* ``tables(page) -> list[dict]``, and optionally ``figures(page) -> list[dict]`` (none
+  by default; ``figure``: an anchor, a heading, one SVG per key, a caption); the tables
+  are the blocks below: tables, raw rows, the between-run spread, per-key columns;
+* optionally ``figure_of(check) -> str | None`` (by default its section's id): the
+  anchor on the page that shows a claim's evidence, for the claims of its stage.
 
 ``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims and the
 repository root. A stage without a view is declared in ``NO_VIEW`` with the reason;
@@ -113,6 +113,16 @@ class Page:
 
     def missing(self, stage: str) -> list[tuple[str, str]]:
         return [(k.key, k.missing(stage)) for k in self.keys if k.frame(stage) is None]
+
+
+def figure_of(view: ModuleType, check) -> str | None:
+    """The anchor of a claim's evidence: the view's ``figure_of``, else its section."""
+    return view.figure_of(check) if hasattr(view, "figure_of") else view.SECTION["id"]
+
+
+def figures(view: ModuleType, page: Page) -> list[dict]:
+    """The view's figures (``figures(page)``), none where it defines none."""
+    return view.figures(page) if hasattr(view, "figures") else []
 
 
 def load(stage: str) -> ModuleType | None:

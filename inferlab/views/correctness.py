@@ -23,14 +23,6 @@ COLUMNS = {
     "status": "status"}
 
 
-def figure_of(check) -> str:
-    return SECTION["id"]
-
-
-def figures(page: views.Page) -> list[dict]:
-    return []
-
-
 def tables(page: views.Page) -> list[dict]:
     return [views.per_key([
         (k.key, [views.table(exactness_table(k.frame("correctness"))),

@@ -19,10 +19,6 @@ COLUMNS = {
     "status": "status"}
 
 
-def figure_of(check) -> str:
-    return SECTION["id"]
-
-
 def figures(page: views.Page) -> list[dict]:
     copy = {k.key: ((k.evidence["probe"].data or {}).get("ceilings") or {}).get("copy_gbs")
             for k in page.keys}

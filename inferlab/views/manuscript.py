@@ -24,10 +24,6 @@ def figure_of(check) -> None:
     return None  # no claim judges the manuscript's artifact
 
 
-def figures(page: views.Page) -> list[dict]:
-    return []
-
-
 def tables(page: views.Page) -> list[dict]:
     blocks = []
     for k in page.keys:

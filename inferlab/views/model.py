@@ -22,10 +22,6 @@ def figure_of(check) -> str:
     return FIGURE
 
 
-def figures(page: views.Page) -> list[dict]:
-    return []
-
-
 def tables(page: views.Page) -> list[dict]:
     return [views.per_key([(k.key, [views.table(raw_table(k.frame("model"), COLUMNS))])
                            for k in page.present("model")])]

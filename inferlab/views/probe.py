@@ -25,14 +25,6 @@ MAP_CAPTION = Markup(
     "PyTorch build lacks the kernel; “(hardware)”: this device cannot run it.")
 
 
-def figure_of(check) -> str:
-    return SECTION["id"]
-
-
-def figures(page: views.Page) -> list[dict]:
-    return []
-
-
 def tables(page: views.Page) -> list[dict]:
     columns = []
     for k in page.present("probe"):

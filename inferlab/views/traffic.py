@@ -41,10 +41,6 @@ ROOFLINE_CAPTION = (
     "scores that\npass through main memory. {}")
 
 
-def figure_of(check) -> str:
-    return SECTION["id"]
-
-
 def figures(page: views.Page) -> list[dict]:
     frames = {stage: page.frames(stage) for stage in ("prefill", "traffic")}
     ceilings = {k.key: (k.evidence["probe"].data or {}).get("ceilings") or {}
