@@ -22,19 +22,37 @@ loaded it was beside the figures.
         --rounds 3 --min-run-ms 50     # decode as it was timed before: 3 rounds of 50 ms
 
 What it found on the 2-vCPU EPYC (cpu-amd-epyc-avx512bf16-2c), decode's whole grid, four
-runs of each setting alternated run by run (load average 0.4-1.1), 3 workers:
+runs of each setting alternated run by run (load average 0.4-1.1), 3 workers, with the
+confidence interval of the mean (± t·s/√W) the harness then used:
 
     3 rounds of 50 ms timings:   coverage 85 %, |diff| median 5.0 %, largest 21 %, half-width 12 %
     12 rounds of 10 ms timings*: coverage 92 %, |diff| median 2.6 %, largest 15 %, half-width 10 %
 
-(* the first 12 of 15 rounds a worker), the same time per point; so decode now takes 12
-rounds of 10 ms (config.yaml). More processes narrow the interval but do not make it
-hold: with 6 workers x 8 rounds of 10 ms the half-width was 5.5 % and the coverage 76 %,
-and over 8 workers x 3 rounds, subsampled
-to 3, 4, 6 and 8 workers, the coverage fell from 85 % to 77 % as the half-width fell from
-12 % to 5 %. Part of the variance between runs is between runs themselves (what the other
-tenants of the host do for minutes, not seconds), which no number of processes inside one
-run samples; the report sets each run beside the previous one for that reason.
+(* the first 12 of 15 rounds a worker), the same time per point; so decode takes rounds of
+10 ms (config.yaml). More processes narrowed that interval but made it hold less: over 8
+workers x 3 rounds, subsampled to 3, 4, 6 and 8 workers, the coverage fell from 85 % to
+77 % as the half-width fell from 12 % to 5 %. That is what a confidence interval of the
+mean does: the next run's mean is as uncertain as this one, so it holds it 83-91 % of the
+time (W large to 3), and less as W grows. The same data with the *prediction* interval
+(± t·s·√(2/W), what the harness uses now): 90 %, 91 %, 86 %, 87 % for 3, 4, 6, 8 workers.
+
+With the prediction interval, four runs per setting, one after the other (load 0.2-1.1):
+
+    (coverage, |diff| median and largest, median half-width)
+    decode, 3 workers x 12 rounds:   83 %, 1.9 %, 16 %,  5.5 %
+    decode, 4 workers x  9 rounds:   94 %, 1.4 %, 15 %,  5.1 %
+    prefill (small), 3 x 3 rounds:   82 %, 1.5 %, 6.1 %, 3.6 %
+    prefill (small), 4 x 2 rounds:   83 %, 1.9 %, 14 %,  5.3 %
+
+so decode takes 4 workers x 9 rounds and prefill keeps 3 x 3. With 3 processes the
+sample deviation itself is uncertain (2 degrees of freedom): where the processes agree by
+chance the interval is narrow (e.g. ±0.4 %) and the next run falls outside it; t(2) pays
+for that on average, not point by point. A variance pooled over the stage's points
+(empirical Bayes, limma's moderated variance, its prior fitted to the points) narrowed the
+intervals but held less often (77-93 % over the data sets above), so it is not used. What no
+process inside one run samples is the variance of the run itself (what the host's other
+tenants do for minutes, not seconds); the report sets each run beside the previous one
+for that reason.
 """
 
 from __future__ import annotations

@@ -7,9 +7,15 @@ Why over processes: an interval built from the rounds of one process measures th
 process; most of the variance between runs is between processes (memory layout, where
 the allocator and the kernel put things, the other tenant of a shared VM), which
 pyperf answers with many worker processes per benchmark. Each process gives the log of
-its median; their mean ± t(W-1) standard errors is the interval, back on the linear
-scale: the spread of the process medians already holds the spread of the rounds within
-them, so no model of the two is needed for the interval itself.
+its median; the spread of the process medians already holds the spread of the rounds
+within them, so no model of the two is needed for the interval itself.
+
+What the interval is for: the next run. Its 95 % is the chance that another run made the
+same way (W processes) gives a value inside it, so it is a *prediction* interval: mean ±
+t(W-1) · s · sqrt(1/W + 1/W), back on the linear scale, where s is the standard deviation
+of the log medians. A confidence interval of the mean (± t · s / sqrt(W)) holds the next
+run's mean only 83-91 % of the time (with W = 30 down to 3), since that mean is as
+uncertain as this one.
 """
 
 from __future__ import annotations
@@ -57,16 +63,18 @@ def t975(df: int) -> float:
 
 def process_interval(groups: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     """(centre, low, high) of positive values measured in several processes: each
-    process's median on the log scale, their mean ± t(W-1) standard errors (random
-    effects: the spread of the process medians already holds the spread of the rounds),
-    back on the linear scale. With one process: its median and order-statistics CI."""
+    process's median on the log scale, their mean ± t(W-1) · s · sqrt(2/W), the 95 %
+    prediction interval of another run's mean over W processes (random effects: the spread
+    of the process medians already holds the spread of the rounds), back on the linear
+    scale. With one process: its median and the order-statistics CI of its rounds (which
+    says nothing of other processes; ``interval_method`` says so)."""
     groups = [g for g in groups if g]
     if len(groups) < 2:
         xs = groups[0] if groups else []
         return (statistics.median(xs) if xs else math.nan, *median_ci(xs))
     logs = [math.log(statistics.median(g)) for g in groups]
     centre = statistics.fmean(logs)
-    half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t975(len(logs) - 1) * statistics.stdev(logs) * math.sqrt(2 / len(logs))
     return math.exp(centre), math.exp(centre - half), math.exp(centre + half)
 
 
@@ -91,5 +99,5 @@ def interval_method(groups: Sequence[Sequence[float]]) -> str:
     rounds = "-".join(str(n) for n in sorted(set(sizes)))
     if len(sizes) < 2:
         return f"order statistics of {sum(sizes)} rounds in one process"
-    return (f"random effects over {len(sizes)} processes x {rounds} rounds "
-            f"(mean of log medians, t with {len(sizes) - 1} df)")
+    return (f"prediction for another run: random effects over {len(sizes)} processes x "
+            f"{rounds} rounds (mean of log medians ± t({len(sizes) - 1})·s·√(2/{len(sizes)}))")

@@ -90,7 +90,8 @@ def traffic_table(traffic: pd.DataFrame, chapter: Chapter) -> dict:
                     f"{format_value(float(row['model_ratio']))}×", ratio])
     return _table("traffic", "Traffic of the direct and block-wise implementations",
                   ["Tokens", "Direct (elements)", f"Block-wise, B_q={chapter.block_q} "
-                   "(elements)", "Model ratio", "Measured time ratio naive / fused (95 % CI)"],
+                   "(elements)", "Model ratio",
+                   "Measured time ratio naive / fused (95 % interval)"],
                   out, [f"Per head and sequence, causal, d={d if out else '?'}; measured in "
                         f"{chapter.dtype} (the chapter's fp16 on this device)."])
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
@@ -57,7 +58,7 @@ def _thp_mode() -> str | None:
     """The kernel's transparent huge page mode (always, madvise or never), None where
     it does not say."""
     try:
-        text = open("/sys/kernel/mm/transparent_hugepage/enabled").read()
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
     except OSError:
         return None
     return text[text.find("[") + 1:text.find("]")] if "[" in text else None

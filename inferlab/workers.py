@@ -8,8 +8,9 @@ and the kernel put things, the other tenant of a shared VM), so each point is me
 (so drift between processes hits all points alike), each steadied like the stage's own
 process (``runner.steady_process`` before torch loads). The interval is then a
 random-effects one over processes: each process gives the log of its median (or of its
-median paired ratio), and the 95 % interval is their mean ± t(W-1) standard errors, back
-on the linear scale; a row records the workers, the rounds and the between-process share
+median paired ratio), and the 95 % interval, the prediction interval of another run of
+as many processes, is their mean ± t(W-1) · s · sqrt(2/W), back on the linear scale
+(``inferlab.intervals``); a row records the workers, the rounds and the between-process share
 of the variance. With one process it is the order-statistics interval of its rounds.
 
 A stage's budget ``budget_s`` is shared by its workers (each gets the budget left over the

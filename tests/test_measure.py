@@ -694,11 +694,12 @@ def test_t975(df, t):
     assert measure.t975(df) == t
 
 
-def test_the_interval_over_processes_is_the_t_interval_of_log_medians():
+def test_the_interval_over_processes_predicts_another_run_of_as_many_processes():
     groups = [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [4.0, 4.0, 4.0]]  # medians 2, 4, 4
     centre, low, high = measure.process_interval(groups)
     logs = [math.log(2), math.log(4), math.log(4)]
-    half = 4.303 * statistics.stdev(logs) / math.sqrt(3)
+    # the next run's mean of 3 log medians is as uncertain as this one's: sqrt(1/3 + 1/3)
+    half = 4.303 * statistics.stdev(logs) * math.sqrt(1 / 3 + 1 / 3)
     assert centre == pytest.approx(math.exp(statistics.fmean(logs)))
     assert (low, high) == pytest.approx((centre * math.exp(-half), centre * math.exp(half)))
     assert measure.process_interval([[5.0, 1.0, 3.0]]) == (3.0, math.nan, math.nan) or \
@@ -724,8 +725,9 @@ def test_a_timing_over_processes_takes_its_interval_from_them():
     assert t.workers == 3 and t.rounds == 9
     assert (t.median_ms, *t.ci_ms) == measure.process_interval(groups)
     row = t.process_row()
-    assert row["interval_method"] == ("random effects over 3 processes x 3 rounds "
-                                      "(mean of log medians, t with 2 df)")
+    assert row["interval_method"] == ("prediction for another run: random effects over 3 "
+                                      "processes x 3 rounds (mean of log medians "
+                                      "± t(2)·s·√(2/3))")
     assert 0 < row["between_share"] <= 1
 
 

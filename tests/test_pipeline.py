@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -251,20 +252,19 @@ def test_interrupted_forced_rerun_is_rerun_next_time(smoke_copy):
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(proc.stdout), daemon=True)
+    reader.start()
     try:
-        # Ctrl-C once the prefill job runs and Snakemake has removed its old output: not on
-        # the stage's first progress line, which a loaded machine may never print (its
-        # points dropped for the budget) before the whole run ends with 0
-        seen = []
-        for line in proc.stdout:
-            seen.append(line)
-            if "rule prefill:" in line or (line.startswith("[prefill] ") and " wrote " not in line):
-                break
-        deadline = time.monotonic() + 60
+        # Ctrl-C the moment Snakemake has removed the old output (the prefill job then runs
+        # for seconds: a fresh interpreter imports torch). Watched from the start, not from
+        # a line of output: a pipe may deliver "rule prefill:" only after the job is done
+        deadline = time.monotonic() + 300
         while artifact.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.01)
         os.killpg(proc.pid, signal.SIGINT)  # the terminal sends it to the whole group
-        seen.append(proc.communicate(timeout=120)[0])
+        proc.wait(timeout=120)
+        reader.join(timeout=10)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -401,20 +401,25 @@ def test_a_budget_that_covers_nothing_drops_every_point_with_rows_saying_why(sta
 
 def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
     base = [TIMING, "decode.cpu={heads: 2, cache_lens: [64], batches: [1], dtypes: [float32], "
-                    "budget_s: 5, worker_rounds: 11, min_run_ms: 7}"]
-    options = _params("decode", base).timing.point_options(_ctx_stub())
-    assert (options["rounds"], options["min_run_s"]) == (11, 0.007)
+                    "budget_s: 5, workers: 5, worker_rounds: 11, min_run_ms: 7}"]
+    timing = _params("decode", base).timing
+    options = timing.point_options(_ctx_stub())
+    assert (timing.workers, options["rounds"], options["min_run_s"]) == (5, 11, 0.007)
     # the other stages keep the timing section's
-    assert _params("prefill", base).timing.worker_rounds == 3
+    assert (_params("prefill", base).timing.workers,
+            _params("prefill", base).timing.worker_rounds) == (2, 3)
     # config.yaml: decode's own, the timing section's for the others
     book = {s: _params(s, []).timing for s in ("decode", "prefill")}
-    assert (book["decode"].worker_rounds, book["decode"].min_run_ms) == (12, 10)
-    assert (book["prefill"].worker_rounds, book["prefill"].min_run_ms) == (3, 50)
+    assert (book["decode"].workers, book["decode"].worker_rounds,
+            book["decode"].min_run_ms) == (4, 9, 10)
+    assert (book["prefill"].workers, book["prefill"].worker_rounds,
+            book["prefill"].min_run_ms) == (3, 3, 50)
 
 
-def test_a_bad_decode_round_count_is_named():
-    with pytest.raises(Exception, match=r"decode\.cpu\.worker_rounds"):
-        _params("decode", ["decode.cpu.worker_rounds=0"])
+@pytest.mark.parametrize("key", ["worker_rounds", "workers"])
+def test_a_bad_decode_harness_count_is_named(key):
+    with pytest.raises(Exception, match=rf"decode\.cpu\.{key}"):
+        _params("decode", [f"decode.cpu.{key}=0"])
 
 
 def _ctx_stub():

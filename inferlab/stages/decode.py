@@ -39,7 +39,7 @@ from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.workers import time_points
 
 # timing keys the decode section may set for itself
-HARNESS_OVERRIDES = ("worker_rounds", "min_run_ms")
+HARNESS_OVERRIDES = ("workers", "worker_rounds", "min_run_ms")
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,9 @@ class Params:
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
-        """The decode section over the timing section; its ``worker_rounds`` and
-        ``min_run_ms``, where set, override the timing's for decode (many short rounds:
-        see config.yaml)."""
+        """The decode section over the timing section; its ``workers``, ``worker_rounds``
+        and ``min_run_ms``, where set, override the timing's for decode (more processes of
+        many short rounds: see config.yaml)."""
         section = {k: tuples(v) for k, v in cfg["decode"].items()}
         own = {k: section.pop(k) for k in HARNESS_OVERRIDES if k in section}
         return cls(**section, timing=replace(TimingParams(**cfg["timing"]), **own))

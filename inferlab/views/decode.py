@@ -13,7 +13,7 @@ SECTION = {"id": "decode", "title": "Decode", "caption": None}
 COLUMNS = {
     "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
     "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
-    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "95% low", "ratio_ci_high": "95% high",
     "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
     "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
     "status": "status"}

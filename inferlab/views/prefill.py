@@ -12,9 +12,9 @@ from inferlab.report_tables import between_runs, raw_block
 SECTION = {"id": "prefill", "title": "Prefill", "caption": None}
 COLUMNS = {
     "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
-    "median_ms": "median (ms)", "ci_low_ms": "95% CI low (ms)", "ci_high_ms": "95% CI high (ms)",
+    "median_ms": "median (ms)", "ci_low_ms": "95% low (ms)", "ci_high_ms": "95% high (ms)",
     "rounds": "rounds", "converged": "converged", "noisy": "noisy",
-    "ratio": "÷ naive", "ratio_ci_low": "CI low", "ratio_ci_high": "CI high",
+    "ratio": "÷ naive", "ratio_ci_low": "95% low", "ratio_ci_high": "95% high",
     "causal_over_full": "causal ÷ full",
     "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
     "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}

@@ -16,7 +16,7 @@ COLUMNS = {
     "block_q_model": "model B_q",
     "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
     "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
-    "measured_ratio_ci_low": "CI low", "measured_ratio_ci_high": "CI high",
+    "measured_ratio_ci_low": "95% low", "measured_ratio_ci_high": "95% high",
     "implied_block_q": "implied B_q", "note": "note"}
 ROOFLINE = "traffic-roofline"
 TRAFFIC_CAPTION = Markup(
