@@ -294,15 +294,15 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
         except (OSError, subprocess.SubprocessError) as exc:
             raise CannotCheck(f"git did not run ({exc})") from None
 
-    def said(out: subprocess.CompletedProcess) -> str:
+    def said(out: subprocess.CompletedProcess) -> str:  # git's first line, whole
         text = out.stderr.decode(errors="replace").strip()
-        return (text.splitlines() or [f"exit status {out.returncode}"])[0][:300]
+        return (text.splitlines() or [f"exit status {out.returncode}"])[0]
 
     where = ask("rev-parse", "--git-dir")
     if where.returncode != 0:
         if "not a git repository" in said(where):
             return None
-        raise CannotCheck(f"git refuses the repository: {said(where)}")
+        raise CannotCheck(f"git refuses the repository: {said(where)[:300]}")
     if ask("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
         return None  # no commit yet
     out = ask("show", f"{rev}:{path}")
@@ -310,4 +310,4 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
         return out.stdout
     if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
         return None
-    raise CannotCheck(f"git show {rev}:{path} failed: {said(out)}")
+    raise CannotCheck(f"git show {rev}:{path} failed: {said(out)[:300]}")

@@ -236,6 +236,90 @@ def test_git_file_reads_a_committed_file_none_where_git_has_none_and_says_why_no
         files.git_file(tmp_path / "nowhere", "HEAD", "a.txt")
 
 
+def test_git_file_none_for_a_file_on_disk_but_not_committed_and_for_a_long_path(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_bytes(b"committed\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    (tmp_path / "b.txt").write_bytes(b"untracked\n")  # git: "exists on disk, but not in"
+    assert files.git_file(tmp_path, "HEAD", "b.txt") is None
+    # git's answer names the path: with a path of 401 characters "does not exist in" comes
+    # after character 300 (once cut there, such a path raised CannotCheck)
+    assert files.git_file(tmp_path, "HEAD", "a" * 200 + "/" + "b" * 200) is None
+
+
+def test_git_file_says_what_git_said_when_it_fails(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_bytes(b"x\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "c")
+    with pytest.raises(files.CannotCheck) as caught:
+        files.git_file(tmp_path, "HEAD", "../outside.txt")
+    message = str(caught.value)
+    assert message.startswith("git show HEAD:../outside.txt failed: fatal: ")
+    assert "outside repository" in message
+
+
+def test_git_file_when_git_cannot_start(tmp_path, monkeypatch):
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files.subprocess, "run", refused)
+    with pytest.raises(files.CannotCheck, match=r"^git did not run \(.*Permission denied"):
+        files.git_file(tmp_path, "HEAD", "a")
+
+
+def test_git_env_drops_redirects_keeps_the_rest_and_ignores_replacements(monkeypatch):
+    for name in files._GIT_REDIRECTS:
+        monkeypatch.setenv(name, "/elsewhere")
+    monkeypatch.setenv("INFERLAB_KEPT", "yes")
+    env = files.git_env()
+    assert not set(files._GIT_REDIRECTS) & set(env)
+    assert env["INFERLAB_KEPT"] == "yes" and env["GIT_NO_REPLACE_OBJECTS"] == "1"
+
+
+def test_git_reads_the_folder_asked_about_whatever_GIT_DIR_says(tmp_path, monkeypatch):
+    """A hook or a shell that exports GIT_DIR (git does, for its hooks) must not make the
+    register read another repository."""
+    other, mine = tmp_path / "other", tmp_path / "mine"
+    for repo, text in ((other, b"other\n"), (mine, b"mine\n")):
+        repo.mkdir()
+        git(repo, "init", "-q")
+        (repo / "a.txt").write_bytes(text)
+        git(repo, "add", "a.txt")
+        git(repo, "commit", "-q", "-m", "c")
+    monkeypatch.setenv("GIT_DIR", str(other / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(other))
+    assert files.git_file(mine, "HEAD", "a.txt") == b"mine\n"
+    head = subprocess.run(["git", "-C", str(mine), "--git-dir", str(mine / ".git"),
+                           "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    assert files.git_state(mine)["commit"] == head.stdout.strip()
+    (mine / "a.txt").write_bytes(b"changed\n")
+    assert files.git_state(mine)["dirty"] is True
+
+
+def test_git_file_reads_the_commit_not_its_replacement(tmp_path):
+    """``git replace`` can stand another commit in for HEAD; the register reads what was
+    committed (GIT_NO_REPLACE_OBJECTS)."""
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.txt").write_bytes(b"first\n")
+    git(tmp_path, "add", "a.txt")
+    git(tmp_path, "commit", "-q", "-m", "first")
+    first = git(tmp_path, "rev-parse", "HEAD").strip()
+    (tmp_path / "a.txt").write_bytes(b"second\n")
+    git(tmp_path, "commit", "-q", "-am", "second")
+    second = git(tmp_path, "rev-parse", "HEAD").strip()
+    git(tmp_path, "replace", second, first)
+    assert files.git_file(tmp_path, "HEAD", "a.txt") == b"second\n"
+
+
+def test_debris_is_a_dot_file_with_a_temp_or_backup_suffix_only(tmp_path):
+    for name in (".a.1.x.tmp", ".b.2.bak", "c.tmp", "d.bak", ".e.txt"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / ".f.tmp").mkdir()  # a folder is never debris
+    assert files.debris(tmp_path) == [tmp_path / ".a.1.x.tmp", tmp_path / ".b.2.bak"]
+
+
 def test_git_state_of_a_root_inside_a_repository_sees_only_the_root(tmp_path):
     root = tmp_path / "project"
     root.mkdir()
@@ -327,6 +411,29 @@ def test_build_provenance_has_every_field(tmp_path):
     book = build_provenance(tmp_path, "cpu-x-2t", "probe", config={}, code_files=[],
                             inputs=[], seed=0, command="c", environment={})
     assert (book["machine"], book["grid"]) == ("cpu-x-2t", None)
+
+
+def test_bookkeeping_files_are_recorded_beside_the_code_not_in_it(tmp_path):
+    """What ran but cannot change a number (register, provenance ...): its hashes are in
+    the sidecar, apart from code_sha256, which alone decides whether the artifact is
+    current."""
+    (tmp_path / "code.py").write_bytes(b"x = 1\n")
+    (tmp_path / "book.py").write_bytes(b"y = 2\n")
+    args = {"config": {}, "inputs": [], "seed": 0, "command": "c", "environment": {}}
+    plain = build_provenance(tmp_path, MACHINE, "probe", code_files=[tmp_path / "code.py"],
+                             **args)
+    assert "bookkeeping_sha256" not in plain and "bookkeeping_files" not in plain
+    book = build_provenance(tmp_path, MACHINE, "probe", code_files=[tmp_path / "code.py"],
+                            bookkeeping_files=[tmp_path / "book.py"], **args)
+    assert book["bookkeeping_files"] == file_hashes([tmp_path / "book.py"], tmp_path) == {
+        "book.py": hashlib.sha256(b"y = 2\n").hexdigest()}
+    assert book["bookkeeping_sha256"] == code_hash([tmp_path / "book.py"], tmp_path)
+    assert book["code_sha256"] == plain["code_sha256"]
+    write_artifact(tmp_path, MACHINE, "decode", b"T\n1\n", code_files=[],
+                   bookkeeping_files=[tmp_path / "book.py"], **args)
+    sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, MACHINE, "decode"))
+    assert json.loads(sidecar.read_text())["provenance"]["bookkeeping_files"] == {
+        "book.py": hashlib.sha256(b"y = 2\n").hexdigest()}
 
 
 def test_build_provenance_records_the_git_commit(tmp_path):

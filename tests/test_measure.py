@@ -369,7 +369,8 @@ def test_a_failed_timing_reports_nothing_measured():
                    "rounds": 0, "converged": None, "noisy": None, "timing_method": "scheduled",
                    "ratio_to": None, "ratio": None, "ratio_ci_low": None,
                    "ratio_ci_high": None}
-    assert set(t.process_row().values()) == {None}
+    assert t.process_row() == {"workers": None, "between_share": None,
+                               "interval_method": None, "over_budget": None}
 
 
 def test_the_row_of_a_paired_timing():
@@ -660,6 +661,8 @@ def _virtual(monkeypatch, seconds: dict[str, float | list[float]], calls: list |
             if isinstance(each, list):
                 each = each[min(self.timed, len(each) - 1)]
             self.timed += 1
+            if isinstance(each, Exception):  # this call fails
+                raise each
             now.now += each * number
             return each
 
@@ -886,3 +889,54 @@ def test_the_settling_round_runs_only_when_the_cap_has_room_for_it(monkeypatch):
         time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7, time_cap_s=cap,
                          progress=lambda *a, steps=steps: steps.append(a))
         assert ((0, 1, "settling round (untimed)") in steps) is settled, cap
+
+
+def test_a_case_failing_in_the_settling_round_is_a_status_and_the_others_go_on(monkeypatch):
+    """Warm-up calls 1 and 2 of b run, its untimed settling call fails: b is a failed
+    timing (no samples, its clock's method, the calls per timing its warm-up chose), a is
+    timed as if b had never been there."""
+    _virtual(monkeypatch, {"a": 0.01, "b": [0.01, 0.01, RuntimeError("boom\nmore")]})
+    result = time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
+                              min_run_s=0.05, min_rounds=6, max_rounds=6, time_cap_s=100.0,
+                              pair_with={"a": ["b"]})
+    a, b = result["a"], result["b"]
+    assert (b.samples_ms, b.method, b.status, b.calls_per_timing) == \
+        ((), "virtual", "error: RuntimeError: boom", 5)
+    assert a.status == "ok" and a.rounds == 6 and a.ratio is None
+
+
+def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_timed(monkeypatch):
+    _virtual(monkeypatch, {"a": [RuntimeError("no")], "b": 0.01, "c": 0.02})
+    result = time_interleaved({"a": lambda: None, "b": lambda: None, "c": lambda: None},
+                              threads=1, min_run_s=0.0, min_rounds=6, max_rounds=6,
+                              time_cap_s=100.0)
+    assert result["a"].status == "error: RuntimeError: no" and result["a"].samples_ms == ()
+    assert [result[x].rounds for x in "bc"] == [6, 6]
+
+
+def test_the_settling_round_counts_the_warm_up_against_the_cap(monkeypatch):
+    """Warm-ups of 2 x 0.3 s per case take 1.2 s of a 1.5 s cap: 0.3 s is left, less than
+    an untimed round of the two (0.6 s), so no settling round."""
+    steps: list[tuple] = []
+    _virtual(monkeypatch, {"a": 0.3, "b": 0.3})
+    time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
+                     min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.5,
+                     progress=lambda *a: steps.append(a))
+    assert (0, 1, "settling round (untimed)") not in steps
+
+
+def test_the_row_takes_the_paired_ratios_between_process_share_where_there_is_one():
+    groups = ((10.0, 11.0, 10.0), (12.0, 12.0, 13.0), (11.0, 11.0, 11.0))
+    samples = tuple(x for g in groups for x in g)
+    paired = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1, 0.42))
+    assert paired.process_row()["between_share"] == 0.42
+    unshared = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1))
+    assert unshared.process_row()["between_share"] == measure.between_share(groups) != 0.42
+
+
+def test_ratio_groups_pair_process_by_process_and_round_by_round():
+    assert measure.ratio_groups([[2.0, 6.0], [3.0]], [[1.0, 2.0], [3.0]]) == [[2.0, 3.0], [1.0]]
+    with pytest.raises(ValueError):
+        measure.ratio_groups([[2.0, 6.0]], [[1.0]])  # a round missing
+    with pytest.raises(ValueError):
+        measure.ratio_groups([[2.0], [1.0]], [[1.0]])  # a process missing

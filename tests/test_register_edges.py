@@ -213,3 +213,25 @@ def test_the_register_reads_the_same_under_an_ascii_locale(tmp_path):
         repo=str(REPO), root=str(root), key=MACHINE)], env=env, capture_output=True,
         text=True, check=False)
     assert (child.returncode, child.stdout.strip()) == (0, "[] None"), child.stderr
+
+
+def test_a_register_git_cannot_read_is_unchecked_and_verify_fails_closed(tmp_path,
+                                                                         monkeypatch):
+    """No git (or git refusing the repository): the anchor says why it is unchecked, and
+    verify reports it as a problem of that key's register, never as anchored."""
+    from inferlab import register as register_module
+    from inferlab.files import CannotCheck
+    from inferlab.verify import _anchor_problems
+
+    three_versions(tmp_path)
+    register = Register(tmp_path, MACHINE)
+
+    def no_git(*args):
+        raise CannotCheck("git is not on the PATH")
+
+    monkeypatch.setattr(register_module, "git_file", no_git)
+    assert register.anchor() == Anchor(None, 3, [], unchecked="git is not on the PATH")
+    assert _anchor_problems(register) == [Problem(
+        MACHINE, layout.REGISTER_FILE, "could not check its anchor in git: git is not on the "
+        "PATH; a deleted tail or a rollback cannot be ruled out (run verify where git runs "
+        "on this repository)")]

@@ -835,3 +835,16 @@ def test_approx_as_printed_accepts_what_rounds_to_the_figure(figure, inside, out
     e = claims.Expect("approx", target=figure, printed=(True, True))
     low, high, _, _ = judging.region(e)
     assert low <= inside <= high and not low <= outside <= high
+
+
+def test_tensor_bytes_of_each_row_and_a_dtype_it_cannot_size():
+    rows = pd.DataFrame({"batch": [1, 2], "heads": [2, 2], "T": ["4", "8"], "d": [16, 16],
+                         "dtype": ["float32", "bfloat16"]})  # a shape read as text still counts
+    assert verdicts.tensor_bytes(rows, "score_matrix").tolist() == [1 * 2 * 4 * 4 * 4,
+                                                                    2 * 2 * 8 * 8 * 2]
+    assert verdicts.tensor_bytes(rows, "output").tolist() == [1 * 2 * 4 * 16 * 4,
+                                                              2 * 2 * 8 * 16 * 2]
+    odd = rows.assign(dtype=["float32", "int8"])
+    with pytest.raises(NotMeasurable, match=r"^per='output' needs a dtype of \['bfloat16', "
+                       r"'float16', 'float32', 'float64'\]; rows have \['int8'\]$"):
+        verdicts.tensor_bytes(odd, "output")
