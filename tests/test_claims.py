@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -828,3 +829,42 @@ def test_a_probe_without_a_backend_map_is_not_probed(tmp_path, evidence):
     with pytest.raises(ValueError, match="names column 'bogus'"):
         claims.load(write_claims(tmp_path, claim("C13-01", {
             **check, "where": {"bogus": 1}})))
+
+
+@pytest.mark.parametrize(("check", "kind", "message"), [
+    ({"stage": "prefill", "table": "backend_map",
+      "value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 1}}, "measured",
+     "claim C13-04, field check.table: table='backend_map' names a list of probe.json; stage "
+     "is 'prefill'"),
+    ({"stage": "prefill", "value": {"column": "median_ms", "per": "output", "stat": "max"},
+      "expect": {"max": 1}}, "measured",
+     "claim C13-04, field check.value.per: per='output' counts a *_bytes column in tensors "
+     "(no unit), not 'median_ms' with unit None"),
+    ({"stage": "prefill", "value": {"column": "peak_extra_bytes", "unit": "MiB",
+                                    "per": "output", "stat": "max"},
+      "expect": {"max": 1}}, "measured",
+     "claim C13-04, field check.value.per: per='output' counts a *_bytes column in tensors "
+     "(no unit), not 'peak_extra_bytes' with unit 'MiB'"),
+])
+def test_a_check_that_cannot_be_judged_fails_to_load_saying_why(tmp_path, check, kind,
+                                                                message):
+    """Each message matched whole, after the file's name."""
+    path = write_claims(tmp_path, claim("C13-04", check, kind))
+    with pytest.raises(ValueError, match=f": {re.escape(message)}$"):
+        claims.load(path)
+
+
+def test_only_a_question_goes_without_an_expectation(tmp_path):
+    """The schema asks every other kind for check.expect; the loader's own check says so
+    too, for a Claim made in code."""
+    import dataclasses
+
+    check = {"stage": "prefill", "value": {"column": "median_ms", "stat": "max"},
+             "expect": {"max": 1}}
+    loaded = claims.load(write_claims(tmp_path, claim("C13-04", check))).claims[0]
+    bare = dataclasses.replace(loaded, check=dataclasses.replace(loaded.check, expect=None))
+    with pytest.raises(ValueError, match=re.escape(
+            "claims.yaml: claim C13-04 has no check.expect; only a question (kind: question) "
+            "may be answered without one") + "$"):
+        claims._check_claim(bare, "claims.yaml")
+    claims._check_claim(dataclasses.replace(bare, kind="question"), "claims.yaml")

@@ -235,3 +235,17 @@ def test_a_register_git_cannot_read_is_unchecked_and_verify_fails_closed(tmp_pat
         MACHINE, layout.REGISTER_FILE, "could not check its anchor in git: git is not on the "
         "PATH; a deleted tail or a rollback cannot be ruled out (run verify where git runs "
         "on this repository)")]
+
+
+def test_a_line_that_is_not_utf8_is_one_problem_and_the_lines_after_it_are_checked(tmp_path):
+    three_versions(tmp_path)
+    path = layout.register_path(tmp_path, MACHINE)
+    lines = path.read_bytes().split(b"\n")
+    lines[0] = lines[0][:30] + b"\xff" + lines[0][31:]
+    path.write_bytes(b"\n".join(lines))
+    entries, problems = Register(tmp_path, MACHINE).check_chain()
+    assert problems[0] == Problem(MACHINE, f"{layout.REGISTER_FILE} line 1",
+                                  "not UTF-8 (byte 0xff at column 31): a corrupt line")
+    # line 2 was read: it links to a line that could not be, so it is a problem of its own
+    assert [lineno for lineno, _ in entries] == [2, 3]
+    assert any(p.location == f"{layout.REGISTER_FILE} line 2" for p in problems[1:])

@@ -848,3 +848,19 @@ def test_tensor_bytes_of_each_row_and_a_dtype_it_cannot_size():
     with pytest.raises(NotMeasurable, match=r"^per='output' needs a dtype of \['bfloat16', "
                        r"'float16', 'float32', 'float64'\]; rows have \['int8'\]$"):
         verdicts.tensor_bytes(odd, "output")
+
+
+def test_the_reason_gives_the_interval_where_there_is_one_and_a_question_its_answer():
+    rows = [decode_row(median_ms=1.0, ci_low_ms=0.9, ci_high_ms=1.2)]
+    wide = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
+                   rows)
+    assert wide["interval"] == [0.9, 1.2]
+    assert wide["reason"] == ("value 1 (95 % interval 0.900–1.20) over 1 row(s) "
+                              "(impl=splitkv; cache_len=1024; batch=1; dtype=float32; "
+                              f"splits=4); needs the value at most 3; judged on {CPU_KEY}")
+    asked = verdict({"value": {"column": "median_ms", "stat": "max"}},
+                    [decode_row(median_ms=1.0)], kind="question")
+    assert asked["verdict"] == "answered here"
+    assert asked["reason"].startswith("value 1 over 1 row(s) (impl=splitkv; cache_len=1024; "
+                                      "batch=1; dtype=float32; splits=4); needs no test: the "
+                                      "value is the answer; answered here: the value here")
