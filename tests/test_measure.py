@@ -940,3 +940,12 @@ def test_ratio_groups_pair_process_by_process_and_round_by_round():
         measure.ratio_groups([[2.0, 6.0]], [[1.0]])  # a round missing
     with pytest.raises(ValueError):
         measure.ratio_groups([[2.0], [1.0]], [[1.0]])  # a process missing
+
+
+def test_the_cap_counts_the_warm_up_calls_too(monkeypatch):
+    """One case of 1 s a call, two warm-up calls, a 3.5 s cap: the warm-up leaves room for
+    the first round only (2 s + 1 s, and a second would end at 4 s)."""
+    _virtual(monkeypatch, {"a": 1.0})
+    timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=0.0,
+                              min_rounds=6, max_rounds=20, time_cap_s=3.5)["a"]
+    assert timing.rounds == 1

@@ -249,3 +249,21 @@ def test_a_line_that_is_not_utf8_is_one_problem_and_the_lines_after_it_are_check
     # line 2 was read: it links to a line that could not be, so it is a problem of its own
     assert [lineno for lineno, _ in entries] == [2, 3]
     assert any(p.location == f"{layout.REGISTER_FILE} line 2" for p in problems[1:])
+
+
+def test_verify_names_debris_and_repair_removes_it_saying_so(tmp_path, capsys):
+    """A temp file a killed write left: verify warns (naming it and the fix), --repair
+    removes it and says what it removed."""
+    from inferlab.verify import cli_verify
+
+    three_versions(tmp_path)
+    left = layout.results_dir(tmp_path, MACHINE) / ".prefill.csv.123.ab.tmp"
+    left.write_bytes(b"half")
+    rel = left.relative_to(tmp_path).as_posix()
+    cli_verify(tmp_path)
+    assert (f"WARN {MACHINE}: {rel}: left by an interrupted write; `inferlab verify "
+            "--repair` removes it") in capsys.readouterr().out.splitlines()
+    cli_verify(tmp_path, fix=True)
+    out = capsys.readouterr().out.splitlines()
+    assert f"REPAIR {MACHINE}: removed {rel} (left by an interrupted write)" in out
+    assert not left.exists() and not any(line.startswith("WARN") for line in out)

@@ -864,3 +864,14 @@ def test_the_reason_gives_the_interval_where_there_is_one_and_a_question_its_ans
     assert asked["reason"].startswith("value 1 over 1 row(s) (impl=splitkv; cache_len=1024; "
                                       "batch=1; dtype=float32; splits=4); needs no test: the "
                                       "value is the answer; answered here: the value here")
+
+
+@pytest.mark.parametrize(("cells", "answer"), [
+    ({"median_ms": 1.0}, "yes"), ({"median_ms": 5.0}, "no"),
+    ({"median_ms": 3.0, "ci_low_ms": 2.0, "ci_high_ms": 4.0}, "undecided (within noise)")])
+def test_a_question_with_a_test_is_answered_from_where_its_interval_sits(cells, answer):
+    asked = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
+                    [decode_row(**cells)], kind="question")
+    assert asked["verdict"] == "answered here"
+    assert asked["reason"].endswith(f"; needs the value at most 3; answered here: {answer}; "
+                                    f"judged on {CPU_KEY}")
