@@ -504,6 +504,8 @@ def test_a_ratio_joins_numerator_and_denominator_rows():
     # the numerator's rows, each with its quotient, its interval and the denominator's value
     assert [(r["value"], r["ci_low"], r["ci_high"], r["denominator_median_ms"])
             for r in result["rows"]] == [(3.0, 3.0, 3.0, 2.0), (0.5, 0.5, 0.5, 8.0)]
+    # the rest of the denominator's row is not kept (only its value, named as such)
+    assert not [k for r in result["rows"] for k in r if k.endswith("_den")]
 
 
 def test_a_ratio_without_one_side_or_without_shared_rows_is_not_measurable():
@@ -570,6 +572,16 @@ def test_a_boolean_value_is_recorded_as_itself():
                       "expect": {"equals": True}}, rows)
     assert result["value"] is True and result["verdict"] == "reproduced"
     assert value_text(result) == "True"
+
+
+def test_a_boolean_value_has_no_interval_and_its_empty_cells_are_named():
+    rows = [decode_row(noisy=False), decode_row(noisy=True, cache_len=2048),
+            decode_row(noisy=None, cache_len=4096)]
+    result = verdict({"value": {"column": "noisy", "stat": "max"},
+                      "expect": {"equals": True}}, rows)
+    assert "; 1 row(s) have no noisy (not applicable); needs" in result["reason"]
+    assert [(r["value"], r["ci_low"], r["ci_high"]) for r in result["rows"]] == [
+        (False, None, None), (True, None, None)]
 
 
 def test_a_non_finite_value_under_a_loglog_slope_is_not_dropped():
