@@ -949,3 +949,25 @@ def test_the_cap_counts_the_warm_up_calls_too(monkeypatch):
     timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=0.0,
                               min_rounds=6, max_rounds=20, time_cap_s=3.5)["a"]
     assert timing.rounds == 1
+
+
+def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
+    """The cap is a limit, not a strict one: a call of exactly the cap still gets all its
+    warm-up calls and is not over budget."""
+    calls: list = []
+    _virtual(monkeypatch, {"a": 1.0}, calls)
+    timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=2.0,
+                              min_rounds=6, max_rounds=6, time_cap_s=1.0)["a"]
+    # two warm-up calls, then the rounds' timings of two calls each
+    assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget
+
+
+def test_the_settling_round_runs_when_it_fits_the_cap_exactly(monkeypatch):
+    """Two cases of 0.25 s, one warm-up call each: 0.5 s of a 1.0 s cap is left, exactly
+    an untimed round of the two."""
+    steps: list[tuple] = []
+    _virtual(monkeypatch, {"a": 0.25, "b": 0.25})
+    time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=1,
+                     min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0,
+                     progress=lambda *a: steps.append(a))
+    assert (0, 1, "settling round (untimed)") in steps
