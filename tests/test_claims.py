@@ -868,3 +868,17 @@ def test_only_a_question_goes_without_an_expectation(tmp_path):
             "may be answered without one") + "$"):
         claims._check_claim(bare, "claims.yaml")
     claims._check_claim(dataclasses.replace(bare, kind="question"), "claims.yaml")
+
+
+def test_an_approx_at_expectation_keeps_its_printed_flags():
+    parsed = claims._expect({"approx_at": [[1024, 2.0]], "rel": 0.1, "printed": [True, False]})
+    assert parsed == claims.Expect("approx_at", rel=0.1, points=((1024, 2.0),),
+                                   printed=(True, False))
+
+
+def test_a_per_tensor_check_names_the_tensors_shape_columns_and_its_own():
+    check = claims._check({"stage": "prefill", "scope": {"T": [1024]},
+                           "value": {"column": "peak_extra_bytes", "per": "score_matrix",
+                                     "stat": "max"}, "expect": {"max": 1}})
+    assert claims.columns_named(check) == {"T", "peak_extra_bytes", "batch", "heads",
+                                           "dtype"}

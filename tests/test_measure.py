@@ -971,3 +971,8 @@ def test_the_settling_round_runs_when_it_fits_the_cap_exactly(monkeypatch):
                      min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0,
                      progress=lambda *a: steps.append(a))
     assert (0, 1, "settling round (untimed)") in steps
+
+
+def test_a_row_gives_no_interval_where_too_few_rounds_make_none():
+    row = Timing((1.0, 2.0, 3.0), "m", "ok").as_row()  # three rounds: no 95 % interval
+    assert row["ci_low_ms"] is None and row["ci_high_ms"] is None and row["median_ms"] == 2.0

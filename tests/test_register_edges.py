@@ -267,3 +267,13 @@ def test_verify_names_debris_and_repair_removes_it_saying_so(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert f"REPAIR {MACHINE}: removed {rel} (left by an interrupted write)" in out
     assert not left.exists() and not any(line.startswith("WARN") for line in out)
+
+
+def test_reading_entries_past_a_line_that_is_not_utf8_names_it(tmp_path):
+    three_versions(tmp_path)
+    path = layout.register_path(tmp_path, MACHINE)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1][:30] + b"\xff" + lines[1][31:]
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=r"line 2 is not UTF-8 \(byte 0xff at column 31"):
+        Register(tmp_path, MACHINE).entries()
