@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -236,11 +237,18 @@ def test_git_file_reads_a_committed_file_none_where_git_has_none_and_says_why_no
         files.git_file(tmp_path / "nowhere", "HEAD", "a.txt")
 
 
+def _committed(repo: Path, text: bytes = b"committed\n") -> Path:
+    """A new git repository at ``repo`` with one commit of a.txt holding ``text``."""
+    repo.mkdir(exist_ok=True)
+    git(repo, "init", "-q")
+    (repo / "a.txt").write_bytes(text)
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "c")
+    return repo
+
+
 def test_git_file_none_for_a_file_on_disk_but_not_committed_and_for_a_long_path(tmp_path):
-    git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_bytes(b"committed\n")
-    git(tmp_path, "add", "a.txt")
-    git(tmp_path, "commit", "-q", "-m", "c")
+    _committed(tmp_path)
     (tmp_path / "b.txt").write_bytes(b"untracked\n")  # git: "exists on disk, but not in"
     assert files.git_file(tmp_path, "HEAD", "b.txt") is None
     # git's answer names the path: with a path of 401 characters "does not exist in" comes
@@ -249,10 +257,7 @@ def test_git_file_none_for_a_file_on_disk_but_not_committed_and_for_a_long_path(
 
 
 def test_git_file_says_what_git_said_when_it_fails(tmp_path):
-    git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_bytes(b"x\n")
-    git(tmp_path, "add", "a.txt")
-    git(tmp_path, "commit", "-q", "-m", "c")
+    _committed(tmp_path)
     with pytest.raises(files.CannotCheck) as caught:
         files.git_file(tmp_path, "HEAD", "../outside.txt")
     message = str(caught.value)
@@ -281,13 +286,8 @@ def test_git_env_drops_redirects_keeps_the_rest_and_ignores_replacements(monkeyp
 def test_git_reads_the_folder_asked_about_whatever_GIT_DIR_says(tmp_path, monkeypatch):
     """A hook or a shell that exports GIT_DIR (git does, for its hooks) must not make the
     register read another repository."""
-    other, mine = tmp_path / "other", tmp_path / "mine"
-    for repo, text in ((other, b"other\n"), (mine, b"mine\n")):
-        repo.mkdir()
-        git(repo, "init", "-q")
-        (repo / "a.txt").write_bytes(text)
-        git(repo, "add", "a.txt")
-        git(repo, "commit", "-q", "-m", "c")
+    other = _committed(tmp_path / "other", b"other\n")
+    mine = _committed(tmp_path / "mine", b"mine\n")
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))
     monkeypatch.setenv("GIT_WORK_TREE", str(other))
     assert files.git_file(mine, "HEAD", "a.txt") == b"mine\n"
@@ -301,10 +301,7 @@ def test_git_reads_the_folder_asked_about_whatever_GIT_DIR_says(tmp_path, monkey
 def test_git_file_reads_the_commit_not_its_replacement(tmp_path):
     """``git replace`` can stand another commit in for HEAD; the register reads what was
     committed (GIT_NO_REPLACE_OBJECTS)."""
-    git(tmp_path, "init", "-q")
-    (tmp_path / "a.txt").write_bytes(b"first\n")
-    git(tmp_path, "add", "a.txt")
-    git(tmp_path, "commit", "-q", "-m", "first")
+    _committed(tmp_path, b"first\n")
     first = git(tmp_path, "rev-parse", "HEAD").strip()
     (tmp_path / "a.txt").write_bytes(b"second\n")
     git(tmp_path, "commit", "-q", "-am", "second")

@@ -237,12 +237,17 @@ def test_a_register_git_cannot_read_is_unchecked_and_verify_fails_closed(tmp_pat
         "on this repository)")]
 
 
-def test_a_line_that_is_not_utf8_is_one_problem_and_the_lines_after_it_are_checked(tmp_path):
-    three_versions(tmp_path)
-    path = layout.register_path(tmp_path, MACHINE)
+def _not_utf8(root: Path, line: int) -> None:
+    """Three versions registered, then byte 31 of register line ``line`` (1-based) 0xff."""
+    three_versions(root)
+    path = layout.register_path(root, MACHINE)
     lines = path.read_bytes().split(b"\n")
-    lines[0] = lines[0][:30] + b"\xff" + lines[0][31:]
+    lines[line - 1] = lines[line - 1][:30] + b"\xff" + lines[line - 1][31:]
     path.write_bytes(b"\n".join(lines))
+
+
+def test_a_line_that_is_not_utf8_is_one_problem_and_the_lines_after_it_are_checked(tmp_path):
+    _not_utf8(tmp_path, 1)
     entries, problems = Register(tmp_path, MACHINE).check_chain()
     assert problems[0] == Problem(MACHINE, f"{layout.REGISTER_FILE} line 1",
                                   "not UTF-8 (byte 0xff at column 31): a corrupt line")
@@ -270,10 +275,6 @@ def test_verify_names_debris_and_repair_removes_it_saying_so(tmp_path, capsys):
 
 
 def test_reading_entries_past_a_line_that_is_not_utf8_names_it(tmp_path):
-    three_versions(tmp_path)
-    path = layout.register_path(tmp_path, MACHINE)
-    lines = path.read_bytes().split(b"\n")
-    lines[1] = lines[1][:30] + b"\xff" + lines[1][31:]
-    path.write_bytes(b"\n".join(lines))
+    _not_utf8(tmp_path, 2)
     with pytest.raises(ValueError, match=r"line 2 is not UTF-8 \(byte 0xff at column 31"):
         Register(tmp_path, MACHINE).entries()
