@@ -18,6 +18,10 @@ pipeline evidence; not a timed test). Timings on a shared machine are noisy: say
 loaded it was beside the figures.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --runs 4
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --runs 4 --workers 8 \
+        --save benchmarks/out/raw.json   # each run's per-process paired ratios
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py \
+        --load benchmarks/out/raw.json --workers 3   # the same runs, as 3 workers would be
     PYTHONPATH=$PWD .venv/bin/python benchmarks/calibration.py --stage decode --grid full \
         --rounds 3 --min-run-ms 50     # decode as it was timed before: 3 rounds of 50 ms
 
@@ -44,7 +48,13 @@ With the prediction interval, four runs per setting, one after the other (load 0
     prefill (small), 3 x 3 rounds:   82 %, 1.5 %, 6.1 %, 3.6 %
     prefill (small), 4 x 2 rounds:   83 %, 1.9 %, 14 %,  5.3 %
 
-so decode takes 4 workers x 9 rounds and prefill keeps 3 x 3. With 3 processes the
+so decode takes 4 workers x 9 rounds and prefill then kept 3 x 3. Since then the warm-up
+calls are interleaved as the rounds are, so the untimed settling round that followed them
+went: three runs of the small prefill grid, alternated with the code before, took 31-36 s
+against 35-38 s (load 0.8-1.1), with coverage 98 % against 96 % (half-width 14 % against
+12 %: a noisy afternoon). That pays for a fourth prefill worker; the 8 x 3 data above,
+reanalysed (``--load``) as 3 and as 4 workers of 3 rounds, give coverage 90 % / 91 %,
+between-run median 4.1 % / 2.9 %, half-width 16 % / 12 %. With 3 processes the
 sample deviation itself is uncertain (2 degrees of freedom): where the processes agree by
 chance the interval is narrow (e.g. ±0.4 %) and the next run falls outside it; t(2) pays
 for that on average, not point by point. A variance pooled over the stage's points
@@ -59,11 +69,15 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 from inferlab.config import effective_config, load_config
+from inferlab.intervals import between_share, process_interval
+from inferlab.measure import ratio_groups
 from inferlab.stages import decode, prefill
 from inferlab.workers import time_points
 
@@ -93,10 +107,11 @@ def _stages(args) -> list[tuple[str, object, list[tuple[object, str]]]]:
     return found
 
 
-def _one_run(stages, args) -> dict[tuple[str, str], tuple[float, float, float, float | None]]:
-    """(point, case) -> (ratio, low, high, between share) for every paired ratio != 1;
-    each stage's points in one ``time_points`` call, as the stage does, with the stage's
-    own settings (config.yaml) unless the command line sets them."""
+def _one_run(stages, args) -> dict[str, list[list[float]]]:
+    """"point|case" -> the case's per-round ratios to its reference, one list per process,
+    for every paired ratio != 1; each stage's points in one ``time_points`` call, as the
+    stage does, with the stage's own settings (config.yaml) unless the command line sets
+    them."""
     found = {}
     for factory, timing, mine in stages:
         min_run_ms = timing.min_run_ms if args.min_run_ms is None else args.min_run_ms
@@ -106,15 +121,31 @@ def _one_run(stages, args) -> dict[tuple[str, str], tuple[float, float, float, f
                               time_cap_s=1e6, threads=args.threads, warmup=timing.warmup,
                               min_run_s=min_run_ms / 1e3, names=[n for _, n in mine])
         for (_, name), result in zip(mine, results, strict=True):
-            for label, timing_ in result.timings.items():
+            ok = {label: t for label, t in result.timings.items() if t.status == "ok"}
+            for label, timing_ in ok.items():
                 ratio = timing_.ratio
-                if timing_.status == "ok" and ratio is not None and ratio.ref != label:
-                    found[(name, label)] = (ratio.median, ratio.ci_low, ratio.ci_high,
-                                            ratio.between_share)
+                if ratio is not None and ratio.ref != label:
+                    found[f"{name}|{label}"] = ratio_groups(timing_.per_process,
+                                                            ok[ratio.ref].per_process)
+    return found
+
+
+def intervals_of(run: dict[str, list[list[float]]], workers: int | None = None,
+                 rounds: int | None = None) -> dict[str, tuple[float, float, float, float | None]]:
+    """"point|case" -> (ratio, low, high, between-process share), made as the harness
+    makes them (``inferlab.intervals``) from the first ``workers`` processes and their
+    first ``rounds`` rounds (default: all): a saved run reanalysed as a smaller one."""
+    found = {}
+    for key, groups in run.items():
+        groups = [g[:rounds] for g in groups[:workers] if g]
+        if groups:
+            found[key] = (*process_interval(groups), between_share(groups))
     return found
 
 
 def _summary(runs: list[dict]) -> dict:
+    """Coverage (each ordered pair of runs: the second's ratio inside the first's
+    interval), the between-run differences and the median half-width and share."""
     inside, diffs = [], []
     for a, b in itertools.permutations(runs, 2):
         for key, (_, low, high, _) in a.items():
@@ -129,6 +160,35 @@ def _summary(runs: list[dict]) -> dict:
             "median_between_share": statistics.median(shares) if shares else None}
 
 
+def _report(runs: list[dict]) -> None:
+    for key in runs[0]:
+        cells = "  ".join(f"{r[key][0]:.3f} [{r[key][1]:.3f}, {r[key][2]:.3f}]"
+                          for r in runs if key in r)
+        print(f"{key:>48}  {cells}")
+    s = _summary(runs)
+    share = "n/a" if s["median_between_share"] is None else f"{s['median_between_share']:.2f}"
+    print(f"coverage {s['coverage']:.0%} of {s['pairs']} (run, other run) pairs; between runs: "
+          f"median |diff| {s['median_diff']:.1%}, largest {s['max_diff']:.1%}; median "
+          f"half-width {s['median_halfwidth']:.1%}; median between-process share {share}")
+
+
+def _measure(args) -> list[dict]:
+    stages = _stages(args)
+    print(f"{args.runs} runs x {sum(len(m) for *_, m in stages)} points "
+          f"({args.stage}, {args.grid}); workers {args.workers or 'as configured'}, rounds "
+          f"{args.rounds or 'as configured'}, {args.threads} thread(s); load average "
+          f"{os.getloadavg()[0]:.2f}")
+    raw = []
+    for i in range(args.runs):
+        started = time.perf_counter()
+        raw.append(_one_run(stages, args))
+        print(f"run {i + 1}: {len(raw[-1])} ratios in {time.perf_counter() - started:.0f} s; "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        if args.save:  # after every run: an interrupted benchmark keeps the runs it made
+            Path(args.save).write_text(json.dumps({"args": vars(args), "runs": raw}))
+    return raw
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=4)
@@ -140,27 +200,33 @@ def main() -> None:
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--threads", type=int, default=1,
                    help="1, as `snakemake --cores 1` runs the stages")
+    p.add_argument("--save", metavar="FILE",
+                   help="write each run's per-process paired ratios to FILE (JSON), after "
+                        "every run")
+    p.add_argument("--load", metavar="FILE",
+                   help="measure nothing: reanalyse the runs a --save wrote, with at most "
+                        "--workers processes of --rounds rounds each")
     args = p.parse_args()
-    stages = _stages(args)
-    print(f"{args.runs} runs x {sum(len(m) for *_, m in stages)} points "
-          f"({args.stage}, {args.grid}); workers {args.workers or 'as configured'}, rounds "
-          f"{args.rounds or 'as configured'}, {args.threads} thread(s); load average "
-          f"{os.getloadavg()[0]:.2f}")
-    runs = []
-    for i in range(args.runs):
-        started = time.perf_counter()
-        runs.append(_one_run(stages, args))
-        print(f"run {i + 1}: {len(runs[-1])} ratios in {time.perf_counter() - started:.0f} s; "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    for key in runs[0]:
-        cells = "  ".join(f"{r[key][0]:.3f} [{r[key][1]:.3f}, {r[key][2]:.3f}]"
-                          for r in runs if key in r)
-        print(f"{key[0]:>20} {key[1]:>24}  {cells}")
-    s = _summary(runs)
-    share = "n/a" if s["median_between_share"] is None else f"{s['median_between_share']:.2f}"
-    print(f"coverage {s['coverage']:.0%} of {s['pairs']} (run, other run) pairs; between runs: "
-          f"median |diff| {s['median_diff']:.1%}, largest {s['max_diff']:.1%}; median "
-          f"half-width {s['median_halfwidth']:.1%}; median between-process share {share}")
+    for name in ("runs", "workers", "rounds"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    if args.load:
+        try:
+            saved = json.loads(Path(args.load).read_text())
+            raw = saved["runs"]
+            if not (isinstance(raw, list) and all(isinstance(r, dict) for r in raw)):
+                raise TypeError("'runs' is not a list of runs")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            p.error(f"--load {args.load}: not a file --save wrote ({exc!r})")
+        print(f"{len(raw)} runs from {args.load} (made with {saved['args']}); reanalysed with "
+              f"workers {args.workers or 'all'}, rounds {args.rounds or 'all'}")
+    else:
+        if args.runs < 2:
+            p.error(f"--runs {args.runs}: coverage needs at least 2 runs to compare")
+        raw = _measure(args)
+    if len(raw) < 2:
+        raise SystemExit(f"{len(raw)} run(s): coverage needs at least 2 runs to compare")
+    _report([intervals_of(run, args.workers, args.rounds) for run in raw])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The one timing harness; every timing stage uses it.
 
 The chapter's claims are ratios (naive/fused, tiled/naive, split/fused), so they are
-measured as ratios. Every case is warmed up, then the cases are timed in rounds,
-interleaved (A B C, A B C, ...), one timing of each per round, so that drift (frequency,
+measured as ratios. The cases are warmed up and then timed in rounds, both interleaved
+(A B C, A B C, ...), one call or timing of each per round, so that drift (frequency,
 another tenant, the page cache) hits all alike. A case paired with a reference gets,
 besides its own median time, the median of its *per-round* ratio to that reference: both
 were timed in the same round, seconds apart, so what slows a round slows both.
@@ -208,24 +208,43 @@ def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_round
         raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
 
 
-def _warm_up(clock, warmup: int, min_run_s: float,
-             cap_s: float = math.inf) -> tuple[int | None, str, float]:
-    """Run the warm-up calls; return (calls per timing, status, fastest call in s), None
-    calls when it failed. A call alone longer than ``cap_s`` ends the warm-up.
+def _warm_up(clocks, warmup: int, min_run_s: float, cap_s: float, failed: dict,
+             progress: Progress) -> tuple[dict[str, int], set[str]]:
+    """``warmup`` untimed rounds, interleaved as the timed rounds will be (A B C, A B C):
+    returns (label -> calls per timing, the labels over budget); a case whose call fails
+    moves to ``failed`` and is called no more. A case whose call alone is longer than
+    ``cap_s`` is over budget and gets no further warm-up call.
 
-    Calls per timing follow the fastest warm-up call: the first pays for first touches
-    (the heap growing), and any can be preempted on a shared machine, which would leave a
-    microsecond case at one call per timing, its timings dominated by the disturbance."""
-    try:
-        seconds = math.inf
-        for _ in range(warmup):
-            seconds = min(seconds, clock.seconds_per_call(1))
-            if seconds > cap_s:
-                break
-    except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
-        return None, _failure_status(exc), math.nan
-    wanted = math.ceil(min_run_s / max(seconds, 1e-9))
-    return max(1, min(wanted, _MAX_CALLS_PER_TIMING)), "ok", seconds
+    Interleaved, not each case's calls back to back: in the rounds the other cases run in
+    between and the heap takes that layout, so warm-ups back to back left the first timed
+    round unsettled (naive attention at 8,192 tokens took 11.7 s in it against 2-3 s
+    after: its score matrices found no free block and the heap grew onto fresh pages),
+    which took an extra untimed round to settle, and a worker short of time skipped it.
+
+    Calls per timing follow each case's fastest warm-up call: the first pays for first
+    touches (the heap growing), and any can be preempted on a shared machine, which would
+    leave a microsecond case at one call per timing, its timings dominated by the
+    disturbance."""
+    fastest = {label: math.inf for label in clocks}
+    over: set[str] = set()
+    for w in range(1, warmup + 1):
+        for i, (label, clock) in enumerate(clocks.items(), start=1):
+            if label in failed or label in over:
+                continue
+            if progress:
+                progress(i, len(clocks), f"warm-up {label}" if warmup == 1
+                         else f"warm-up {w}/{warmup} {label}")
+            try:
+                fastest[label] = min(fastest[label], clock.seconds_per_call(1))
+            except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
+                failed[label] = Timing((), clock.method, _failure_status(exc))
+                continue
+            if fastest[label] > cap_s:
+                over.add(label)
+    numbers = {label: max(1, min(math.ceil(min_run_s / max(seconds, 1e-9)),
+                                 _MAX_CALLS_PER_TIMING))
+               for label, seconds in fastest.items() if label not in failed}
+    return numbers, over
 
 
 def _reference(label: str, samples: dict, pair_with: Mapping) -> str | None:
@@ -271,8 +290,9 @@ def time_interleaved(
         device: "cpu" or "cuda".
         pair_with: label -> candidate reference labels; the case's ``ratio`` is paired
             with the fastest of them that timed ok (itself included gives ratio 1).
-        warmup: untimed calls per case before any timing; a case whose warm-up fails is
-            reported "oom"/"error: ..." and left out of the rounds, the others go on.
+        warmup: untimed rounds before any timing, interleaved as the timed ones (one call
+            of each case a round); a case whose warm-up fails is reported
+            "oom"/"error: ..." and left out of the rounds, the others go on.
         min_rounds, max_rounds: rounds taken at least / at most (one timing per case each).
         target: stop once every CI half-width (median and ratio) is within this fraction.
         time_cap_s: the point's seconds, warm-up included: a round starts only if the time
@@ -281,8 +301,9 @@ def time_interleaved(
         noisy_threshold: a case whose CI half-width exceeds this fraction is ``noisy``.
         min_run_s: calls per timing are chosen in the warm-up so that one timing lasts at
             least this long; the time reported is per call.
-        progress: called as progress(i, n, label): first for each warm-up (n = the number
-            of cases, label "warm-up <case>"), then once per round (label "round r").
+        progress: called as progress(i, n, label): first for each warm-up call (n = the
+            number of cases, label "warm-up <case>", or "warm-up w/W <case>" when there
+            are W warm-up rounds), then once per round (label "round r").
 
     Returns: label -> Timing, in the order of ``cases``.
     """
@@ -302,22 +323,7 @@ def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rou
     started = time.perf_counter()
     clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
     failed: dict[str, Timing] = {}
-    numbers: dict[str, int] = {}
-    over: set[str] = set()
-    warm: dict[str, float] = {}
-    for i, (label, clock) in enumerate(clocks.items(), start=1):
-        if progress:
-            progress(i, len(clocks), f"warm-up {label}")
-        number, status, seconds = _warm_up(clock, warmup, min_run_s, time_cap_s)
-        if number is None:
-            failed[label] = Timing((), clock.method, status)
-            continue
-        numbers[label] = number
-        if seconds > time_cap_s:
-            over.add(label)
-        warm[label] = seconds
-    _settle(clocks, numbers, failed, warm, over, time_cap_s - (time.perf_counter() - started),
-            progress)
+    numbers, over = _warm_up(clocks, warmup, min_run_s, time_cap_s, failed, progress)
     samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,
                       time_cap_s, progress, started)
     widths = _widths(samples, pair_with)
@@ -329,25 +335,6 @@ def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rou
                                 widths[label] <= target, widths[label] > noisy_threshold,
                                 ratio, over_budget=label in over)
     return {label: results[label] for label in cases}
-
-
-def _settle(clocks, numbers, failed, warm, over, left_s, progress) -> None:
-    """One untimed call of each case, interleaved as the rounds will be, when the cap has
-    room for it. Each case's warm-up calls ran back to back, reusing one another's buffers;
-    in the rounds the other cases run in between and the heap takes another layout: naive
-    attention at 8,192 tokens took 11.7 s in the first timed round against 2-3 s after
-    (its score matrices found no free block and the heap grew onto fresh pages)."""
-    todo = [label for label in numbers if label not in over]
-    if len(todo) < 2 or sum(warm[label] for label in todo) > left_s:
-        return
-    if progress:
-        progress(0, 1, "settling round (untimed)")
-    for label in todo:
-        try:
-            clocks[label].seconds_per_call(1)
-        except Exception as exc:  # noqa: BLE001 - becomes the case's status, as in a round
-            failed[label] = Timing((), clocks[label].method, _failure_status(exc),
-                                   numbers.pop(label))
 
 
 def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, time_cap_s,

@@ -38,17 +38,16 @@ def _naive_attention(q, k, v):
     return torch.softmax(scores, dim=-1) @ v
 
 
-def test_cases_run_interleaved_a_b_c_after_their_warm_ups():
+def test_cases_run_interleaved_a_b_c_in_their_warm_ups_and_rounds():
     calls: list[str] = []
     cases = {name: (lambda n=name: calls.append(n)) for name in "ABC"}
     steps: list[tuple[int, int, str]] = []
-    result = time_interleaved(cases, threads=1, min_rounds=6, max_rounds=6, min_run_s=0.0,
-                              progress=lambda *a: steps.append(a))
-    # warm-up A B C, an untimed settling round A B C, then six rounds
-    assert _collapse(calls) == list("ABC") * (1 + 1 + 6)
-    assert [s[2] for s in steps[:4]] == ["warm-up A", "warm-up B", "warm-up C",
-                                         "settling round (untimed)"]
-    assert [s[2] for s in steps[4:]] == [f"round {r}" for r in range(1, 7)]
+    result = time_interleaved(cases, threads=1, warmup=2, min_rounds=6, max_rounds=6,
+                              min_run_s=0.0, progress=lambda *a: steps.append(a))
+    # two warm-up rounds A B C, A B C (never A A B B C C), then six timed rounds
+    assert _collapse(calls) == list("ABC") * (2 + 6)
+    assert [s[2] for s in steps[:6]] == [f"warm-up {w}/2 {c}" for w in (1, 2) for c in "ABC"]
+    assert [s[2] for s in steps[6:]] == [f"round {r}" for r in range(1, 7)]
     assert all(t.rounds == 6 and t.status == "ok" for t in result.values())
 
 
@@ -145,7 +144,7 @@ class _ScheduledClock:
 def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
     """Every other round is twice as slow for both cases: the medians' intervals are
     wide, the paired ratio is exactly 2 with no width at all."""
-    drift = [1.0, 1.0] + [1.0, 2.0] * 10  # warm-up, the settling round, then the rounds
+    drift = [1.0] + [1.0, 2.0] * 10  # the warm-up, then the rounds
     bases = {"a": 10.0, "b": 20.0}
     monkeypatch.setattr("inferlab.measure.make_clock",
                         lambda fn, device, threads, min_run_s: _ScheduledClock(fn(), drift))
@@ -558,8 +557,7 @@ def test_progress_counts_warm_ups_then_rounds(monkeypatch):
     cases = _scheduled(monkeypatch, {"a": [1.0] * 10, "b": [1.0] * 10})
     time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7,
                      progress=lambda *a: steps.append(a))
-    assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b"),
-                     (0, 1, "settling round (untimed)")] + \
+    assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b")] + \
         [(r, 7, f"round {r}") for r in range(1, 7)]
 
 
@@ -771,8 +769,8 @@ def _virtual_cases(point):
 
 def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
     """Three workers, a 14 s stage budget, a 6 s point cap (2 s a worker). Worker 1 has
-    4.67 s: the first point takes 1.8 s (its warm-up, an untimed settling round and four
-    rounds of 0.3 s fit in 2 s), the second is
+    4.67 s: the first point takes 1.8 s (its warm-up round and five timed rounds of 0.3 s,
+    the rounds' maximum, fit in 2 s), the second is
     a 4 s call over its share (one warm-up call, one timing: 8 s, flagged), so the third
     finds no time left. Workers 2 and 3 (2.1 s each) expect the second point's 8 s and
     skip it, and start the third (not timed before) with what is left. So the first point
@@ -785,7 +783,7 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
                                   time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
                                   run_worker=run_worker)
     first, slow, last = results
-    assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 12
+    assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 15
     assert first.timings["b"].ratio.ref == "a"
     assert first.timings["b"].ratio.median == pytest.approx(2.0)
     assert first.readings == {"a": {"kernel": "k-a"}, "b": {"kernel": "k-b"}}
@@ -880,29 +878,33 @@ def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
     assert first == "t" * 6 + "rr" and second == "t" * 6  # 2 warm-ups + 2 points x 2 rounds
 
 
-def test_the_settling_round_runs_only_when_the_cap_has_room_for_it(monkeypatch):
-    """Two cases whose warm-up calls took 0.6 s each: a 1.0 s cap has no room for an
-    untimed round of 1.2 s, so the rounds start at once; with a 10 s cap it runs."""
-    for cap, settled in ((1.0, False), (10.0, True)):
-        steps: list[tuple] = []
-        cases = _scheduled(monkeypatch, {"a": [1.0] * 10, "b": [1.0] * 10}, base_ms=600.0)
-        time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7, time_cap_s=cap,
-                         progress=lambda *a, steps=steps: steps.append(a))
-        assert ((0, 1, "settling round (untimed)") in steps) is settled, cap
+def test_every_warm_up_round_runs_in_a_worker_short_of_time(monkeypatch):
+    """Two cases of 0.6 s a call, two warm-up rounds, a 1.0 s cap: both warm-up rounds
+    run (interleaved: a b a b), then the first timed round, which always runs: a worker
+    short of time still times a heap laid out as the rounds lay it out, like the others."""
+    calls: list = []
+    _virtual(monkeypatch, {"a": 0.6, "b": 0.6}, calls)
+    result = time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
+                              min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0)
+    assert [c[0] for c in calls] == list("abab") + list("ab")
+    assert [result[x].rounds for x in "ab"] == [1, 1]
+    assert not any(result[x].over_budget for x in "ab")
 
 
-def test_a_case_failing_in_the_settling_round_is_a_status_and_the_others_go_on(monkeypatch):
-    """Warm-up calls 1 and 2 of b run, its untimed settling call fails (the calls after it
-    would not): b is a failed timing (no samples, its clock's method, the calls per timing
-    its warm-up chose) and is not timed again; a is timed as if b had never been there."""
-    _virtual(monkeypatch, {"a": 0.01, "b": [0.01, 0.01, RuntimeError("boom\nmore"), 0.01]})
+def test_a_case_failing_in_its_second_warm_up_call_is_a_status_and_the_others_go_on(
+        monkeypatch):
+    """b's first warm-up call runs, its second fails (the calls after it would not): b is
+    a failed timing (no samples, its clock's method) and is not called again; a is timed
+    as if b had never been there."""
+    calls: list = []
+    _virtual(monkeypatch, {"a": 0.01, "b": [0.01, RuntimeError("boom\nmore"), 0.01]}, calls)
     result = time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
                               min_run_s=0.05, min_rounds=6, max_rounds=6, time_cap_s=100.0,
                               pair_with={"a": ["b"]})
     a, b = result["a"], result["b"]
-    assert (b.samples_ms, b.method, b.status, b.calls_per_timing) == \
-        ((), "virtual", "error: RuntimeError: boom", 5)
-    assert a.status == "ok" and a.rounds == 6 and a.ratio is None
+    assert (b.samples_ms, b.method, b.status) == ((), "virtual", "error: RuntimeError: boom")
+    assert [c[0] for c in calls].count("b") == 2
+    assert a.status == "ok" and a.rounds == 6 and a.ratio is None and a.calls_per_timing == 5
 
 
 def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_timed(monkeypatch):
@@ -912,17 +914,6 @@ def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_timed(monkeypatch):
                               time_cap_s=100.0)
     assert result["a"].status == "error: RuntimeError: no" and result["a"].samples_ms == ()
     assert [result[x].rounds for x in "bc"] == [6, 6]
-
-
-def test_the_settling_round_counts_the_warm_up_against_the_cap(monkeypatch):
-    """Warm-ups of 2 x 0.3 s per case take 1.2 s of a 1.5 s cap: 0.3 s is left, less than
-    an untimed round of the two (0.6 s), so no settling round."""
-    steps: list[tuple] = []
-    _virtual(monkeypatch, {"a": 0.3, "b": 0.3})
-    time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
-                     min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.5,
-                     progress=lambda *a: steps.append(a))
-    assert (0, 1, "settling round (untimed)") not in steps
 
 
 def test_the_row_takes_the_paired_ratios_between_process_share_where_there_is_one():
@@ -962,15 +953,16 @@ def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
     assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget
 
 
-def test_the_settling_round_runs_when_it_fits_the_cap_exactly(monkeypatch):
-    """Two cases of 0.25 s, one warm-up call each: 0.5 s of a 1.0 s cap is left, exactly
-    an untimed round of the two."""
-    steps: list[tuple] = []
-    _virtual(monkeypatch, {"a": 0.25, "b": 0.25})
-    time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=1,
-                     min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0,
-                     progress=lambda *a: steps.append(a))
-    assert (0, 1, "settling round (untimed)") in steps
+def test_a_call_over_the_cap_ends_its_warm_up_and_the_others_warm_up_on(monkeypatch):
+    """Two warm-up rounds, a 1.0 s cap: the slow case (2 s a call) gets one warm-up call
+    and is over budget; the quick one gets both."""
+    calls: list = []
+    _virtual(monkeypatch, {"slow": 2.0, "quick": 0.1}, calls)
+    result = time_interleaved({"slow": lambda: None, "quick": lambda: None}, threads=1,
+                              warmup=2, min_run_s=0.0, min_rounds=6, max_rounds=6,
+                              time_cap_s=1.0)
+    assert [c[0] for c in calls][:3] == ["slow", "quick", "quick"]
+    assert result["slow"].over_budget and not result["quick"].over_budget
 
 
 def test_a_row_gives_no_interval_where_too_few_rounds_make_none():
