@@ -52,7 +52,9 @@ so decode takes 4 workers x 9 rounds and prefill then kept 3 x 3. Since then the
 calls are interleaved as the rounds are, so the untimed settling round that followed them
 went: three runs of the small prefill grid, alternated with the code before, took 31-36 s
 against 35-38 s (load 0.8-1.1), with coverage 98 % against 96 % (half-width 14 % against
-12 %: a noisy afternoon). That pays for a fourth prefill worker; the 8 x 3 data above,
+12 %: a noisy afternoon); decode's whole grid, four runs each, alternated: 32-34 s against
+33-35 s, coverage 89 % against 85 %, |diff| median 1.9 % / 1.5 %, largest 12.5 % / 16.9 %,
+half-width 4.9 % / 4.7 %, so no change beyond the noise. That pays for a fourth prefill worker; the 8 x 3 data above,
 reanalysed (``--load``) as 3 and as 4 workers of 3 rounds, give coverage 90 % / 91 %,
 between-run median 4.1 % / 2.9 %, half-width 16 % / 12 %. With 3 processes the
 sample deviation itself is uncertain (2 degrees of freedom): where the processes agree by
