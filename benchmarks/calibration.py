@@ -54,9 +54,10 @@ went: three runs of the small prefill grid, alternated with the code before, too
 against 35-38 s (load 0.8-1.1), with coverage 98 % against 96 % (half-width 14 % against
 12 %: a noisy afternoon); decode's whole grid, four runs each, alternated: 32-34 s against
 33-35 s, coverage 89 % against 85 %, |diff| median 1.9 % / 1.5 %, largest 12.5 % / 16.9 %,
-half-width 4.9 % / 4.7 %, so no change beyond the noise. That pays for a fourth prefill worker; the 8 x 3 data above,
-reanalysed (``--load``) as 3 and as 4 workers of 3 rounds, give coverage 90 % / 91 %,
-between-run median 4.1 % / 2.9 %, half-width 16 % / 12 %. With 3 processes the
+half-width 4.9 % / 4.7 %, so no change beyond the noise. The time saved pays for a fourth
+prefill worker; the 8 x 3 data above, reanalysed (``--load``) as 3 and as 4 workers of 3
+rounds, give coverage 90 % / 91 %, between-run median 4.1 % / 2.9 %, half-width 16 % / 12 %.
+With 3 processes the
 sample deviation itself is uncertain (2 degrees of freedom): where the processes agree by
 chance the interval is narrow (e.g. ±0.4 %) and the next run falls outside it; t(2) pays
 for that on average, not point by point. A variance pooled over the stage's points
