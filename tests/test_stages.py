@@ -413,7 +413,7 @@ def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
     assert (book["decode"].workers, book["decode"].worker_rounds,
             book["decode"].min_run_ms) == (4, 9, 10)
     assert (book["prefill"].workers, book["prefill"].worker_rounds,
-            book["prefill"].min_run_ms) == (3, 3, 50)
+            book["prefill"].min_run_ms) == (4, 3, 50)
 
 
 @pytest.mark.parametrize("key", ["worker_rounds", "workers"])
