@@ -907,13 +907,18 @@ def test_a_case_failing_in_its_second_warm_up_call_is_a_status_and_the_others_go
     assert a.status == "ok" and a.rounds == 6 and a.ratio is None and a.calls_per_timing == 5
 
 
-def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_timed(monkeypatch):
-    _virtual(monkeypatch, {"a": [RuntimeError("no")], "b": 0.01, "c": 0.02})
+def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_warmed_up_and_timed(monkeypatch):
+    """a fails its one warm-up call: b and c still get theirs in that warm-up round, which
+    sizes their calls per timing (50 ms of 10 and 20 ms calls: 5 and 3)."""
+    calls: list = []
+    _virtual(monkeypatch, {"a": [RuntimeError("no")], "b": 0.01, "c": 0.02}, calls)
     result = time_interleaved({"a": lambda: None, "b": lambda: None, "c": lambda: None},
-                              threads=1, min_run_s=0.0, min_rounds=6, max_rounds=6,
+                              threads=1, min_run_s=0.05, min_rounds=6, max_rounds=6,
                               time_cap_s=100.0)
     assert result["a"].status == "error: RuntimeError: no" and result["a"].samples_ms == ()
+    assert calls[:3] == [("a", 1), ("b", 1), ("c", 1)] and calls[3] == ("b", 5)
     assert [result[x].rounds for x in "bc"] == [6, 6]
+    assert [result[x].calls_per_timing for x in "bc"] == [5, 3]
 
 
 def test_the_row_takes_the_paired_ratios_between_process_share_where_there_is_one():
