@@ -67,20 +67,46 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from inferlab.pipeline import stage
+    from inferlab.pipeline import STAGES, stage
     from inferlab.verify import cli_history
 
     if args.stage is not None:
         stage(args.stage)
-    if args.compare:
+    if args.compare or args.record:
         from inferlab.compare import compare_latest, format_differences
+        from inferlab.report_tables import pair_summary, record_table, track_record
 
+        flag = "--compare" if args.compare else "--record"
         if args.stage is None:
-            raise ValueError("--compare needs a timing stage, e.g. history prefill --compare")
-        previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
-        print(format_differences(previous, latest, diffs, args.stage))
+            raise ValueError(f"{flag} needs a timing stage, e.g. history prefill {flag}")
+        if args.compare:
+            previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
+            print(format_differences(previous, latest, diffs, args.stage))
+            print(_record_text(record_table([{"old": previous["version"],
+                                              "new": latest["version"],
+                                              **pair_summary(diffs)}])))
+            return 0
+        if not STAGES[args.stage].timed:
+            raise ValueError(f"stage {args.stage!r} times nothing; --record needs a timing "
+                             f"stage ({', '.join(s for s in STAGES if STAGES[s].timed)})")
+        record = track_record(Path(args.root), _key(args), args.stage)
+        if not record:
+            print(f"{args.stage}: no two versions of {_key(args)!r} were made with the same "
+                  "code, config and hardware")
+            return 1
+        print(f"{args.stage}: every version against the previous one made with the same code, "
+              "config and hardware (paired ratios, ratio != 1)")
+        print(_record_text(record_table(record)))
         return 0
     return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
+
+
+def _record_text(table: dict) -> str:
+    """A ``report_tables.record_table`` as aligned text."""
+    rows = [table["columns"]] + [row["cells"] for row in table["rows"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                     for r in rows)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
@@ -157,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compare", action="store_true",
                    help="the latest version against the previous one made with the same "
                         "code, config and hardware: the relative difference per point")
+    s.add_argument("--record", action="store_true",
+                   help="every version against the previous one made alike: how often "
+                        "each run's paired ratios fell inside the other's 95 %% interval")
     s.set_defaults(func=_cmd_history)
 
     s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")

@@ -110,9 +110,72 @@ def between_runs(root: Path, key: str, stage: str) -> dict:
     columns = keys + [f"{labels[c]}, {w}" for c in compared
                       for w in ("before [95 %]", "now [95 %]", "difference")]
     table = {"rows": rows, "columns": columns + ["ratios inside each other's interval"]}
+    record = track_record(Path(root), key, stage)
     return {"key": key, "table": table,
+            "record": record_table(record) if len(record) > 1 else None,
             "summary": f"version {latest['version']} against version {previous['version']} "
                        f"over {len(diffs)} points; " + "; ".join(parts)}
+
+
+def pair_summary(diffs: pd.DataFrame) -> dict:
+    """The paired ratios (ratio != 1 in either run) of two versions (``compare.differences``):
+    how many points, at how many each run lies inside the other's 95 % interval (of those
+    with both intervals), the median and largest |relative difference|, and the median
+    relative half-width of both runs' intervals (None where no row has one)."""
+    if "ratio_diff" not in diffs:
+        return {"points": 0, "judged": 0, "inside": 0, "median_diff": None, "max_diff": None,
+                "median_halfwidth": None}
+    paired = diffs[(diffs["ratio_old"] != 1) & (diffs["ratio_new"] != 1)]
+    agree = paired["ratio_agree"].dropna() if "ratio_agree" in paired else pd.Series([])
+    moved = paired["ratio_diff"].abs().dropna()
+    halves = []
+    for which in ("old", "new"):
+        low, high = (paired.get(f"{b}_{which}") for b in compare.INTERVALS["ratio"])
+        if low is not None and high is not None:
+            half = ((high - low) / 2 / paired[f"ratio_{which}"]).astype(float)
+            halves += [h for h in half if pd.notna(h) and h != float("inf")]
+    return {"points": len(paired), "judged": len(agree), "inside": int(agree.sum()),
+            "median_diff": float(moved.median()) if len(moved) else None,
+            "max_diff": float(moved.max()) if len(moved) else None,
+            "median_halfwidth": float(pd.Series(halves).median()) if halves else None}
+
+
+def track_record(root: Path, key: str, stage: str) -> list[dict]:
+    """Every version of a timing stage that has an earlier one made with the same code,
+    config and hardware (``compare.comparable``), oldest first: {"old", "new"} versions
+    and their ``pair_summary``. How often the intervals held on the next run, each time
+    the register can tell; a pair whose retained copy cannot be read is left out
+    (``inferlab verify`` names it)."""
+    register = Register(root, key)
+    found = []
+    for entry in register.history(stage):
+        previous = compare.comparable(register, stage, entry)
+        if previous is None:
+            continue
+        try:
+            old, new = (compare.table_of(register, stage, e) for e in (previous, entry))
+        except (OSError, ValueError):
+            continue
+        found.append({"old": previous["version"], "new": entry["version"],
+                      **pair_summary(compare.differences(stage, old, new))})
+    return found
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{format_value(x * 100)} %"
+
+
+def record_table(record: list[dict]) -> dict:
+    """``track_record`` as the report's (and ``inferlab history --record``'s) table."""
+    rows = []
+    for r in record:
+        inside = (f"{r['inside']} of {r['judged']} ({r['inside'] / r['judged']:.0%})"
+                  if r["judged"] else "—")
+        rows.append({"noisy": False, "cells": [
+            f"{r['old']} → {r['new']}", str(r["points"]), inside, _pct(r["median_diff"]),
+            _pct(r["max_diff"]), _pct(r["median_halfwidth"])]})
+    return {"columns": ["versions", "paired ratios", "each inside the other's 95 % interval",
+                        "median |difference|", "largest", "median half-width"], "rows": rows}
 
 
 def _with_interval(r: pd.Series, c: str, low: str, high: str, which: str) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from inferlab import artifacts
@@ -66,3 +68,78 @@ def test_a_version_made_otherwise_is_not_comparable(tmp_path, change):
 def test_compare_is_for_timing_stages():
     with pytest.raises(ValueError, match="times nothing"):
         compare_latest(".", KEY, "traffic")
+
+
+def _with_intervals(rows: list[dict], half: float) -> list[dict]:
+    """Rows whose ratio has a 95 % interval of ± ``half`` (none for the reference)."""
+    return [{**r, "ratio": 1.0 if r["impl"] == "naive" else r["ratio"],
+             "ratio_ci_low": None if r["impl"] == "naive" else r["ratio"] * (1 - half),
+             "ratio_ci_high": None if r["impl"] == "naive" else r["ratio"] * (1 + half)}
+            for r in rows]
+
+
+def _moved(rows: list[dict], factor: float, half: float) -> list[dict]:
+    return _with_intervals([{**r, "ratio": r["ratio"] * factor} for r in rows], half)
+
+
+def test_the_track_record_pairs_each_version_with_the_previous_one_made_alike(tmp_path):
+    from inferlab.report_tables import record_table, track_record
+
+    base = _with_intervals(_rows(random.Random(5), 1.0), 0.05)
+    _write(tmp_path, base)                                         # 1
+    _write(tmp_path, base, config={"seed": 1})                     # 2: made otherwise
+    _write(tmp_path, _moved(base, 1.02, 0.01))                     # 3: against 1
+    _write(tmp_path, _moved(base, 1.10, 0.05))                     # 4: against 3
+    record = track_record(tmp_path, KEY, "prefill")
+    assert [(r["old"], r["new"]) for r in record] == [(1, 3), (3, 4)]
+    first, second = record
+    # 1 -> 3: +2 % each; 1.02 is inside ±5 %, but 1 is outside 1.02 ± 1 %: no point agrees
+    assert (first["points"], first["judged"], first["inside"]) == (2, 2, 0)
+    assert first["median_diff"] == pytest.approx(0.02)
+    assert first["median_halfwidth"] == pytest.approx(0.03)  # the median of 5, 5, 1, 1 %
+    # 3 -> 4: 1.10 / 1.02 - 1 = 7.8 %, outside both (±1 % and ±5 %)
+    assert second["inside"] == 0 and second["max_diff"] == pytest.approx(1.10 / 1.02 - 1)
+    table = record_table(record)
+    assert table["rows"][0]["cells"][:3] == ["1 → 3", "2", "0 of 2 (0%)"]
+    assert table["rows"][1]["cells"][3] == "7.84 %"
+
+
+def test_a_pair_summary_leaves_out_the_reference_and_rows_without_an_interval():
+    from inferlab.report_tables import pair_summary
+
+    diffs = pd.DataFrame({
+        "ratio_old": [1.0, 0.5, 0.5, 0.4], "ratio_new": [1.0, 0.51, 0.6, 0.4],
+        "ratio_diff": [0.0, 0.02, 0.2, 0.0],
+        "ratio_ci_low_old": [1.0, 0.49, 0.45, None], "ratio_ci_high_old": [1.0, 0.52, 0.55, None],
+        "ratio_ci_low_new": [1.0, 0.50, 0.5, None], "ratio_ci_high_new": [1.0, 0.52, 0.7, None],
+        "ratio_agree": pd.array([True, True, False, pd.NA], dtype="boolean")})
+    s = pair_summary(diffs)
+    assert (s["points"], s["judged"], s["inside"]) == (3, 2, 1)
+    assert s["median_diff"] == pytest.approx(0.02) and s["max_diff"] == pytest.approx(0.2)
+    halves = sorted([0.03, 0.1, 0.01 / 0.51, 0.1 / 0.6])
+    assert s["median_halfwidth"] == pytest.approx((halves[1] + halves[2]) / 2)
+    assert pair_summary(pd.DataFrame({"median_ms_diff": [0.1]}))["median_diff"] is None
+
+
+def test_history_record_prints_every_pair_and_says_when_there_is_none(tmp_path, capsys):
+    from inferlab.cli import main
+
+    (tmp_path / "config.yaml").write_text(
+        (Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    base = _with_intervals(_rows(random.Random(6), 1.0), 0.05)
+    _write(tmp_path, base)
+    args = ["history", "prefill", "--record", "--root", str(tmp_path), "--machine", KEY]
+    assert main(args) == 1
+    assert "no two versions of 'cpu-compare-1c' were made with the same code" in \
+        capsys.readouterr().out
+    _write(tmp_path, _moved(base, 1.01, 0.05))
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "1 → 2     2              2 of 2 (100%)" in out
+    assert main(["history", "prefill", "--compare", "--root", str(tmp_path), "--machine",
+                 KEY]) == 0
+    assert "2 of 2 (100%)" in capsys.readouterr().out
+    for bad, says in ((["history", "--record"], "--record needs a timing stage"),
+                      (["history", "claims", "--record"], "stage 'claims' times nothing")):
+        assert main([*bad, "--root", str(tmp_path), "--machine", KEY]) == 2
+        assert says in capsys.readouterr().err

@@ -348,6 +348,12 @@ def test_between_run_spread_of_two_versions_point_by_point(tmp_path, evidence_ro
     assert summary and summary.group(1, 2) == ("2", "1"), text[-3000:]
     assert int(summary.group(3)) == len(ok) and float(summary.group(4)) == 10
     assert text.count("+10.0 %") == 1 and text.count("+0.0 %") >= len(ok) - 1
+    # one pair made alike: no track record table yet; a third version gives two pairs
+    assert "Every pair of versions the register holds" not in text
+    write_stage(root, CPU, "prefill", prefill, "cpu")
+    text = section(render_report(root, layout.report_path(root), [CPU]).read_text(), "prefill")
+    record = text[text.index("Every pair of versions the register holds"):]
+    assert "<td>1 → 2</td>" in record and "<td>2 → 3</td>" in record
     # one version only (the GPU key): says why there is no spread
     gpu = section(render_report(root, layout.report_path(root), [GPU]).read_text(), "prefill")
     assert "no between-run spread: prefill version 1" in gpu
