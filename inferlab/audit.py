@@ -18,6 +18,7 @@ from inferlab import artifacts, layout
 from inferlab.claims import Claim, find, load
 from inferlab.evidence import Evidence, load_evidence
 from inferlab.files import relative, sha256_file
+from inferlab.formats import text_table
 from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
@@ -105,9 +106,7 @@ def cli_claims(root: Path | str, as_json: bool = False) -> int:
     lines += [[claim_id, *((f"{row[k]['verdict']} ({format_value(row[k]['value'])})"
                             if row[k]["value"] is not None else row[k]["verdict"]) + mark[k]
                            for k in keys)] for claim_id, row in matrix.items()]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(keys) + 1)]
-    for line in lines:
-        print("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    print(text_table(lines))
     for key in keys:
         for why in doubts[key]:
             print(f"! {key}: MISMATCH {why}: its verdicts are not evidence until it is rerun")

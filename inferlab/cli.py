@@ -103,10 +103,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _record_text(table: dict) -> str:
     """A ``report_tables.record_table`` as aligned text."""
-    rows = [table["columns"]] + [row["cells"] for row in table["rows"]]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                     for r in rows)
+    from inferlab.formats import text_table
+
+    return text_table([table["columns"]] + [row["cells"] for row in table["rows"]])
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:

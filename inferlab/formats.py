@@ -17,7 +17,8 @@ import pandas as pd
 
 from inferlab.numtext import display_unit, format_value
 
-__all__ = ["display_unit", "format_value", "plain_text", "table_cell", "with_unit"]
+__all__ = ["display_unit", "format_value", "plain_text", "table_cell", "text_table",
+           "with_unit"]
 
 
 def with_unit(value: Any, unit: str | None) -> str:
@@ -66,3 +67,15 @@ def table_cell(value, kind: str, nonfinite: bool = False) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "—"
     return _FORMATS.get(kind, str)(value)
+
+
+def text_table(rows: list[list[str]] | list[tuple[str, ...]]) -> str:
+    """Rows of cells (the first is the header) as aligned text for a terminal: each column
+    as wide as its widest cell, two spaces between, no trailing blanks."""
+    short = [row for row in rows if len(row) != len(rows[0])]
+    if short:
+        raise ValueError(f"text_table: row {list(short[0])!r} has {len(short[0])} cells, the "
+                         f"header {len(rows[0])}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)

@@ -92,3 +92,11 @@ def test_a_computed_non_finite_cell_reads_as_it_is_never_as_not_applicable():
     assert formats.table_cell(math.nan, "num", nonfinite=True) == "nan"
     assert formats.table_cell(math.inf, "num", nonfinite=True) == "inf"
     assert formats.table_cell(-math.inf, "pct", nonfinite=True) == "-inf"
+
+
+def test_text_table_aligns_each_column_to_its_widest_cell_without_trailing_blanks():
+    from inferlab.formats import text_table
+
+    assert text_table([["a", "bb", "c"], ["ccc", "d", ""]]) == "a    bb  c\nccc  d"
+    with pytest.raises(ValueError, match=r"row \['only one'\] has 1 cells, the header 2"):
+        text_table([["a", "b"], ["only one"]])
