@@ -71,7 +71,8 @@ def table_cell(value, kind: str, nonfinite: bool = False) -> str:
 
 def text_table(rows: list[list[str]] | list[tuple[str, ...]]) -> str:
     """Rows of cells (the first is the header) as aligned text for a terminal: each column
-    as wide as its widest cell, two spaces between, no trailing blanks."""
+    as wide as its widest cell, two spaces between, no trailing blanks. (``verify``'s
+    history keeps its own loop: the evidence layer does not import the report's.)"""
     short = [row for row in rows if len(row) != len(rows[0])]
     if short:
         raise ValueError(f"text_table: row {list(short[0])!r} has {len(short[0])} cells, the "

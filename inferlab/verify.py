@@ -137,9 +137,9 @@ def cli_history(root: Path | str, key: str, stage: str | None = None) -> int:
     if not register.path.is_file():
         print(f"no register for {key!r}: {register.path} does not exist")
         return 1
-    from inferlab.formats import text_table  # pandas: only for this command, not for verify
-
     rows = [("version", "stage", "created_at", "sha256", "commit", "path")]
     rows += [_history_row(e) for e in register.history(stage)]
-    print(text_table(rows))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     return 0
