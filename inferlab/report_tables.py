@@ -118,7 +118,7 @@ def between_runs(root: Path, key: str, stage: str) -> dict:
 
 
 def pair_summary(diffs: pd.DataFrame) -> dict:
-    """The paired ratios (ratio != 1 in either run) of two versions (``compare.differences``):
+    """The paired ratios (ratio != 1 in both runs) of two versions (``compare.differences``):
     how many points, at how many each run lies inside the other's 95 % interval (of those
     with both intervals), the median and largest |relative difference|, and the median
     relative half-width of both runs' intervals (None where no row has one)."""
@@ -126,7 +126,8 @@ def pair_summary(diffs: pd.DataFrame) -> dict:
         return {"points": 0, "judged": 0, "inside": 0, "median_diff": None, "max_diff": None,
                 "median_halfwidth": None}
     paired = diffs[(diffs["ratio_old"] != 1) & (diffs["ratio_new"] != 1)]
-    agree = paired["ratio_agree"].dropna() if "ratio_agree" in paired else pd.Series([])
+    agree = (paired["ratio_agree"] if "ratio_agree" in paired
+             else pd.Series([], dtype="boolean")).dropna()
     moved = paired["ratio_diff"].abs().dropna()
     halves = []
     for which in ("old", "new"):

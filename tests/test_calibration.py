@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -94,4 +93,3 @@ def test_one_saved_run_cannot_give_a_coverage(monkeypatch, tmp_path):
 
 def test_intervals_of_skips_a_case_with_no_process():
     assert _calibration().intervals_of({"p|c": [[], []]}) == {}
-    assert math.isfinite(_calibration().intervals_of({"p|c": GROUPS})["p|c"][1])
