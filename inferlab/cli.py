@@ -74,7 +74,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         stage(args.stage)
     if args.compare or args.record:
         from inferlab.compare import compare_latest, format_differences
-        from inferlab.report_tables import pair_summary, record_table, track_record
+        from inferlab.report_tables import record_table, track_record
 
         flag = "--compare" if args.compare else "--record"
         if args.stage is None:
@@ -82,9 +82,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
         if args.compare:
             previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
             print(format_differences(previous, latest, diffs, args.stage))
-            print(_record_text(record_table([{"old": previous["version"],
-                                              "new": latest["version"],
-                                              **pair_summary(diffs)}])))
+            latest_pair = [r for r in track_record(Path(args.root), _key(args), args.stage)
+                           if r["new"] == latest["version"]]
+            print(_record_text(record_table(latest_pair)))
             return 0
         if not STAGES[args.stage].timed:
             raise ValueError(f"stage {args.stage!r} times nothing; --record needs a timing "

@@ -6,6 +6,7 @@ previous run's verdicts. A stage's own summaries are in its view (``inferlab.vie
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ import pandas as pd
 from inferlab import artifacts, compare
 from inferlab.artifacts import Table
 from inferlab.formats import table_cell
+from inferlab.intervals import t975
 from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
@@ -141,12 +143,50 @@ def pair_summary(diffs: pd.DataFrame) -> dict:
             "median_halfwidth": float(pd.Series(halves).median()) if halves else None}
 
 
+def run_level(stage: str, old: Table, new: Table) -> dict:
+    """How much of the between-run variance of two versions' paired ratios their intervals
+    sample. Per point (ratio != 1, an interval over W >= 2 processes in both runs): the
+    harness's interval is mean ± t(W-1)·s·√(2/W) on the log scale, so it allots the run's
+    mean a variance s²/W = h²/(2·t²), h the log half-width; the observed difference is
+    d = ln(new / old). Over the n points: ``sampled`` = Σ(s²/W, both runs) / Σ d² (at 1 or
+    more the intervals allow for every observed move), ``run_sd`` = √(max(0, Σ d² -
+    Σ s²/W) / 2n), the standard deviation of a run-level effect (what a whole run shares:
+    the other tenant, what of the cache stays in L3) that no process inside a run samples
+    (method of moments, one-way random effects). None where no point has both intervals."""
+    keys = list(STAGES[stage].key_columns)
+    cols = ["ratio", "ratio_ci_high", "workers"]
+    if not all(c in t.frame for t in (old, new) for c in cols):
+        return {"points": 0, "sampled": None, "run_sd": None}
+    pairs = [t.frame[t.frame["status"] == "ok"][keys + cols] for t in (old, new)]
+    both = pairs[0].merge(pairs[1], on=keys, suffixes=("_old", "_new"))
+    observed = allotted = 0.0
+    n = 0
+    for _, r in both.iterrows():
+        per_run = []
+        for w in ("old", "new"):
+            ratio, high, workers = r[f"ratio_{w}"], r[f"ratio_ci_high_{w}"], r[f"workers_{w}"]
+            if pd.isna(high) or pd.isna(workers) or ratio == 1 or int(workers) < 2 \
+                    or not math.isfinite(float(high)):
+                break
+            per_run.append((math.log(float(high) / float(ratio)) / t975(int(workers) - 1)) ** 2
+                           / 2)
+        else:
+            observed += math.log(float(r["ratio_new"]) / float(r["ratio_old"])) ** 2
+            allotted += sum(per_run)
+            n += 1
+    if not n:
+        return {"points": 0, "sampled": None, "run_sd": None}
+    return {"points": n, "sampled": allotted / observed if observed else math.inf,
+            "run_sd": math.sqrt(max(0.0, observed - allotted) / (2 * n))}
+
+
 def track_record(root: Path, key: str, stage: str) -> list[dict]:
     """Every version of a timing stage that has an earlier one made with the same code,
-    config and hardware (``compare.comparable``), oldest first: {"old", "new"} versions
-    and their ``pair_summary``. How often the intervals held on the next run, each time
-    the register can tell; a pair whose retained copy cannot be read is left out
-    (``inferlab verify`` names it)."""
+    config and hardware (``compare.comparable``), oldest first: {"old", "new"} versions,
+    their ``pair_summary`` and ``run_level``. How often the intervals held on the next
+    run, each time the register can tell, and how much of the between-run variance they
+    sample; a pair whose retained copy cannot be read is left out (``inferlab verify``
+    names it)."""
     register = Register(root, key)
     found = []
     for entry in register.history(stage):
@@ -157,8 +197,10 @@ def track_record(root: Path, key: str, stage: str) -> list[dict]:
             old, new = (compare.table_of(register, stage, e) for e in (previous, entry))
         except (OSError, ValueError):
             continue
+        level = run_level(stage, old, new)
         found.append({"old": previous["version"], "new": entry["version"],
-                      **pair_summary(compare.differences(stage, old, new))})
+                      **pair_summary(compare.differences(stage, old, new)),
+                      "sampled": level["sampled"], "run_sd": level["run_sd"]})
     return found
 
 
@@ -174,9 +216,17 @@ def record_table(record: list[dict]) -> dict:
                   if r["judged"] else "—")
         rows.append({"noisy": False, "cells": [
             f"{r['old']} → {r['new']}", str(r["points"]), inside, _pct(r["median_diff"]),
-            _pct(r["max_diff"]), _pct(r["median_halfwidth"])]})
+            _pct(r["max_diff"]), _pct(r["median_halfwidth"]), _share(r.get("sampled")),
+            _pct(r.get("run_sd"))]})
     return {"columns": ["versions", "paired ratios", "each inside the other's 95 % interval",
-                        "median |difference|", "largest", "median half-width"], "rows": rows}
+                        "median |difference|", "largest", "median half-width",
+                        "between-run variance the intervals sample",
+                        "run-level sd they miss"], "rows": rows}
+
+
+def _share(x: float | None) -> str:
+    """A ``run_level`` share: "all" at 1 or more (the intervals allow for every move)."""
+    return "—" if x is None else "all" if x >= 1 else f"{x:.0%}"
 
 
 def _with_interval(r: pd.Series, c: str, low: str, high: str, which: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -143,3 +144,64 @@ def test_history_record_prints_every_pair_and_says_when_there_is_none(tmp_path, 
                       (["history", "claims", "--record"], "stage 'claims' times nothing")):
         assert main([*bad, "--root", str(tmp_path), "--machine", KEY]) == 2
         assert says in capsys.readouterr().err
+
+
+def _level_table(points: list[tuple[float, float | None, int | None]]):
+    """A prefill table with one row per (ratio, ratio_ci_high, workers), T = 1, 2, ..."""
+    from inferlab.artifacts import Table
+
+    frame = pd.DataFrame([
+        {"impl": "tiled", "fused_sdpa": False, "T": i, "dtype": "float32", "causal": True,
+         "block_q": 64, "block_k": 64, "batch": 1, "heads": 2, "d": 64, "ratio": ratio,
+         "ratio_ci_high": high, "workers": workers, "status": "ok"}
+        for i, (ratio, high, workers) in enumerate(points, 1)])
+    return Table(frame, pd.DataFrame(index=frame.index))
+
+
+def test_run_level_variance_is_what_the_moves_have_beyond_the_intervals():
+    from inferlab.report_tables import run_level
+
+    # two points, ± 5 % over 4 processes in both runs, both moved by +10 %: each interval
+    # allots its run (ln 1.05 / t(3) = 3.182)² / 2 = 1.1755e-4, so both runs of both points
+    # 4.702e-4 of the observed 2 · (ln 1.1)² = 0.018168: 2.6 %; the rest, 0.017698 over
+    # 2 · 2, is a run-level sd of 0.06652
+    old = _level_table([(0.5, 0.525, 4), (0.8, 0.84, 4), (1.0, 1.0, 4), (0.7, None, 1)])
+    new = _level_table([(0.55, 0.5775, 4), (0.88, 0.924, 4), (1.0, 1.0, 4), (0.9, None, 1)])
+    level = run_level("prefill", old, new)
+    assert level["points"] == 2  # not the reference (ratio 1), not the one-process row
+    assert level["sampled"] == pytest.approx(0.02588, rel=1e-3)
+    assert level["run_sd"] == pytest.approx(0.06652, rel=1e-3)
+    # intervals wider than the moves: they sample all of it, nothing run-level is left
+    wide = run_level("prefill", old, _level_table([(0.501, 0.6, 4), (0.8, 0.9, 4)]))
+    assert wide["sampled"] > 1 and wide["run_sd"] == 0
+    # versions made before rows said their processes: nothing to say
+    bare = _level_table([(0.5, 0.525, 4)])
+    bare = type(bare)(bare.frame.drop(columns="workers"), bare.nonfinite)
+    assert run_level("prefill", bare, new) == {"points": 0, "sampled": None, "run_sd": None}
+
+
+def test_run_level_sd_recovers_a_simulated_run_effect():
+    """The harness's own intervals (``process_interval``) over simulated processes: with a
+    run-level effect of sd 2 % the estimate comes back near 2 %, and without one near 0.
+    Each process's median of 3 rounds of sd 3 % has a variance of about 1.35 · 0.03² / 3,
+    so a run's mean over 4 of them 1.0e-4: the intervals sample 2.0e-4 of the 1.0e-3 a
+    point moves with the run effect (a fifth), and all of it without."""
+    from inferlab.intervals import process_interval
+    from inferlab.report_tables import run_level
+
+    def run(rng, run_sd):
+        points = []
+        for _ in range(300):
+            shift = rng.gauss(0, run_sd)
+            groups = [[math.exp(math.log(0.6) + shift + rng.gauss(0, 0.03)) for _ in range(3)]
+                      for _ in range(4)]
+            centre, _, high = process_interval(groups)
+            points.append((centre, high, 4))
+        return _level_table(points)
+
+    rng = random.Random(11)
+    with_effect = run_level("prefill", run(rng, 0.02), run(rng, 0.02))
+    assert with_effect["run_sd"] == pytest.approx(0.02, abs=0.004)
+    assert 0.12 < with_effect["sampled"] < 0.3
+    without = run_level("prefill", run(rng, 0.0), run(rng, 0.0))
+    assert without["run_sd"] < 0.005 and without["sampled"] > 0.8
