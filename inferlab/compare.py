@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from inferlab import artifacts
+from inferlab import artifacts, intervals
 from inferlab.environment import hardware
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
 
 COMPARED = ("median_ms", "ratio")
+# the run-level variance of the paired ratios comes from the latest pairs of runs made
+# alike on the key (``run_level_of``): recent enough to be the harness as it is, with
+# 70-90 paired ratios between them
+RUN_LEVEL_PAIRS = 3
 # each compared column's 95 % interval in the artifact: (low, high)
 INTERVALS = {"median_ms": ("ci_low_ms", "ci_high_ms"), "ratio": ("ratio_ci_low", "ratio_ci_high")}
 
@@ -80,6 +84,64 @@ def _agree(merged: pd.DataFrame, c: str, low: str, high: str) -> pd.Series:
              & _inside(merged[f"{c}_old"], merged[f"{low}_new"], merged[f"{high}_new"]))
     known = merged[[f"{b}_{w}" for b in (low, high) for w in ("old", "new")]].notna().all(axis=1)
     return agree.astype("boolean").where(known, pd.NA)
+
+
+def pair_points(stage: str, old: artifacts.Table,
+                new: artifacts.Table) -> list[tuple[float, float]]:
+    """Per paired ratio of two versions (status ok, not a case against itself, an interval
+    over two or more processes in both): (d², v), d = ln(new / old) and v the variance both
+    runs' intervals allot it (``intervals.process_var``), for ``intervals.run_variance``."""
+    keys = list(STAGES[stage].key_columns)
+    cols = ["impl", "ratio_to", "ratio", "ratio_ci_high", "workers", "ratio_process_sd"]
+    frames = []
+    for t in (old, new):
+        if not all(c in t.frame for c in cols[:5]):
+            return []
+        f = t.frame[(t.frame["status"] == "ok") & (t.frame["ratio_to"] != t.frame["impl"])]
+        frames.append(f.reindex(columns=list(dict.fromkeys(keys + cols))))
+    both = frames[0].merge(frames[1], on=keys, suffixes=("_old", "_new"))
+    points = []
+    for _, r in both.iterrows():
+        allotted = [intervals.process_var(*(_number(r[f"{c}_{w}"]) for c in
+                                            ("ratio", "ratio_ci_high", "workers",
+                                             "ratio_process_sd")))
+                    for w in ("old", "new")]
+        if None in allotted:
+            continue
+        d = math.log(float(r["ratio_new"]) / float(r["ratio_old"]))
+        points.append((d * d, sum(allotted)))
+    return points
+
+
+def _number(value) -> float | None:
+    return None if pd.isna(value) else float(value)
+
+
+def run_level_of(root: Path | str, key: str, stage: str) -> tuple[float | None, list[dict]]:
+    """The run-level variance of ``stage``'s paired ratios on ``key``: ``run_variance``
+    over the latest ``RUN_LEVEL_PAIRS`` pairs of versions made alike (same code, config and
+    hardware) that have intervals over processes, and those pairs ({"old", "new"}: their
+    version and sha256). (None, []) where the register holds none; a retained copy that
+    cannot be read is left out (``inferlab verify`` names it)."""
+    register = Register(root, key)
+    found = []
+    for entry in reversed(register.history(stage)):
+        previous = comparable(register, stage, entry)
+        if previous is None:
+            continue
+        try:
+            points = pair_points(stage, table_of(register, stage, previous),
+                                 table_of(register, stage, entry))
+        except (OSError, ValueError):
+            continue
+        if points:
+            found.append(({"old": {"version": previous["version"], "sha256": previous["sha256"]},
+                           "new": {"version": entry["version"], "sha256": entry["sha256"]}},
+                          points))
+        if len(found) == RUN_LEVEL_PAIRS:
+            break
+    pairs = [pair for pair, _ in reversed(found)]
+    return intervals.run_variance([p for _, pts in found for p in pts]), pairs
 
 
 def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:

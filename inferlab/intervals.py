@@ -101,3 +101,54 @@ def interval_method(groups: Sequence[Sequence[float]]) -> str:
         return f"order statistics of {sum(sizes)} rounds in one process"
     return (f"prediction for another run: random effects over {len(sizes)} processes x "
             f"{rounds} rounds (mean of log medians ± t({len(sizes) - 1})·s·√(2/{len(sizes)}))")
+
+
+# Between runs. On a shared VM a whole run shares things no process inside it can sample
+# (the other tenant, how much of a cache stays in the last-level cache), so an interval
+# over one run's processes allots too little variance to the next run: on this project's
+# first machine, versions 9 to 18 of the register, half or less of what the paired ratios
+# moved between runs. The register's pairs of runs made alike measure what is left.
+
+def process_var(centre: float, high: float, workers: int, process_sd: float | None = None
+                ) -> float | None:
+    """The variance on the log scale an interval over ``workers`` processes allots its
+    run's value: s² / W, s the standard deviation of the log process medians. From the
+    row's ``process_sd`` where it has one, else backed out of a ``process_interval``
+    (half-width h = t(W-1)·s·√(2/W), so s²/W = (h / t)² / 2). None for one process or an
+    interval of a value against itself (a reference: ratio 1, no width)."""
+    if workers is None or workers != workers or int(workers) < 2:
+        return None
+    if process_sd is not None and process_sd == process_sd:
+        return float(process_sd) ** 2 / int(workers)
+    if high is None or high != high or not math.isfinite(high) or centre <= 0 or high < centre:
+        return None
+    return (math.log(high / centre) / t975(int(workers) - 1)) ** 2 / 2
+
+
+def run_variance(points: Sequence[tuple[float, float]]) -> float | None:
+    """The run-level variance of a log value from pairs of runs made alike: per point
+    (d², v), d the log of one run's value over the other's and v the variance both runs'
+    intervals allot it (``process_var`` of each, summed). With n points, max(0, Σd² - Σv) /
+    2n (method of moments: d carries the run-level effect of both runs); None without
+    points."""
+    if not points:
+        return None
+    return max(0.0, sum(d2 - v for d2, v in points)) / (2 * len(points))
+
+
+def with_run_level(centre: float, high: float, workers: int, run_var: float
+                   ) -> tuple[float, float, float] | None:
+    """(low, high, s) of the 95 % prediction interval of another run's value, with the
+    run-level variance ``run_var`` beside the processes' own: mean ± t(df)·√(2s²/W +
+    2·run_var) on the log scale (both runs carry both), df by Welch-Satterthwaite, the
+    run-level part counted as known (its estimate spans many points). ``centre``/``high``
+    are a ``process_interval``'s; s its processes' sd. None where it has no process
+    variance (``process_var``)."""
+    v = process_var(centre, high, workers)
+    if v is None:
+        return None
+    own, shared = 2 * v, 2 * run_var
+    df = (int(workers) - 1) * (own + shared) ** 2 / own ** 2 if own > 0 else math.inf
+    half = t975(int(min(df, 1e6))) * math.sqrt(own + shared)
+    return (math.exp(math.log(centre) - half), math.exp(math.log(centre) + half),
+            math.sqrt(v * int(workers)))

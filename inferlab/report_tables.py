@@ -14,7 +14,7 @@ import pandas as pd
 from inferlab import artifacts, compare
 from inferlab.artifacts import Table
 from inferlab.formats import table_cell
-from inferlab.intervals import t975
+from inferlab.intervals import run_variance
 from inferlab.numtext import format_value
 from inferlab.pipeline import STAGES
 from inferlab.register import Register
@@ -144,40 +144,23 @@ def pair_summary(diffs: pd.DataFrame) -> dict:
 
 
 def run_level(stage: str, old: Table, new: Table) -> dict:
-    """How much of the between-run variance of two versions' paired ratios their intervals
-    sample. Per point (ratio != 1, an interval over W >= 2 processes in both runs): the
-    harness's interval is mean ± t(W-1)·s·√(2/W) on the log scale, so it allots the run's
-    mean a variance s²/W = h²/(2·t²), h the log half-width; the observed difference is
-    d = ln(new / old). Over the n points: ``sampled`` = Σ(s²/W, both runs) / Σ d² (at 1 or
-    more the intervals allow for every observed move), ``run_sd`` = √(max(0, Σ d² -
-    Σ s²/W) / 2n), the standard deviation of a run-level effect (what a whole run shares:
-    the other tenant, what of the cache stays in L3) that no process inside a run samples
-    (method of moments, one-way random effects). None where no point has both intervals."""
-    keys = list(STAGES[stage].key_columns)
-    cols = ["ratio", "ratio_ci_high", "workers"]
-    if not all(c in t.frame for t in (old, new) for c in cols):
-        return {"points": 0, "sampled": None, "run_sd": None}
-    pairs = [t.frame[t.frame["status"] == "ok"][keys + cols] for t in (old, new)]
-    both = pairs[0].merge(pairs[1], on=keys, suffixes=("_old", "_new"))
-    observed = allotted = 0.0
-    n = 0
-    for _, r in both.iterrows():
-        per_run = []
-        for w in ("old", "new"):
-            ratio, high, workers = r[f"ratio_{w}"], r[f"ratio_ci_high_{w}"], r[f"workers_{w}"]
-            if pd.isna(high) or pd.isna(workers) or ratio == 1 or int(workers) < 2 \
-                    or not math.isfinite(float(high)):
-                break
-            per_run.append((math.log(float(high) / float(ratio)) / t975(int(workers) - 1)) ** 2
-                           / 2)
-        else:
-            observed += math.log(float(r["ratio_new"]) / float(r["ratio_old"])) ** 2
-            allotted += sum(per_run)
-            n += 1
-    if not n:
-        return {"points": 0, "sampled": None, "run_sd": None}
-    return {"points": n, "sampled": allotted / observed if observed else math.inf,
-            "run_sd": math.sqrt(max(0.0, observed - allotted) / (2 * n))}
+    """How much of the between-run variance of two versions' paired ratios their processes
+    sample (``compare.pair_points``: per point d = ln(new / old) and the variance v both
+    runs' processes allot it): ``sampled`` = Σv / Σd² (at 1 or more they allow for every
+    observed move); ``run_sd``, the run-level sd beyond it (``intervals.run_variance``):
+    what a whole run shares (the other tenant, what of a cache stays in L3) and no process
+    inside a run samples; ``included``, the run-level sd the newer version's intervals
+    carry (its rows' ``ratio_run_sd``; None before they did). None where no point has
+    intervals over processes in both."""
+    points = compare.pair_points(stage, old, new)
+    carried = new.frame["ratio_run_sd"].dropna() if "ratio_run_sd" in new.frame else ()
+    included = float(pd.Series(carried).median()) if len(carried) else None
+    if not points:
+        return {"points": 0, "sampled": None, "run_sd": None, "included": included}
+    observed = sum(d2 for d2, _ in points)
+    return {"points": len(points),
+            "sampled": sum(v for _, v in points) / observed if observed else math.inf,
+            "run_sd": math.sqrt(run_variance(points)), "included": included}
 
 
 def track_record(root: Path, key: str, stage: str) -> list[dict]:
@@ -200,7 +183,8 @@ def track_record(root: Path, key: str, stage: str) -> list[dict]:
         level = run_level(stage, old, new)
         found.append({"old": previous["version"], "new": entry["version"],
                       **pair_summary(compare.differences(stage, old, new)),
-                      "sampled": level["sampled"], "run_sd": level["run_sd"]})
+                      "sampled": level["sampled"], "run_sd": level["run_sd"],
+                      "included": level["included"]})
     return found
 
 
@@ -217,11 +201,12 @@ def record_table(record: list[dict]) -> dict:
         rows.append({"noisy": False, "cells": [
             f"{r['old']} → {r['new']}", str(r["points"]), inside, _pct(r["median_diff"]),
             _pct(r["max_diff"]), _pct(r["median_halfwidth"]), _share(r.get("sampled")),
-            _pct(r.get("run_sd"))]})
+            _pct(r.get("run_sd")), _pct(r.get("included"))]})
     return {"columns": ["versions", "paired ratios", "each inside the other's 95 % interval",
                         "median |difference|", "largest", "median half-width",
-                        "between-run variance the intervals sample",
-                        "run-level sd they miss"], "rows": rows}
+                        "between-run variance their processes sample",
+                        "run-level sd beyond it", "run-level sd in the newer intervals"],
+            "rows": rows}
 
 
 def _share(x: float | None) -> str:

@@ -43,6 +43,9 @@ class StageContext:
     seed: int
     evidence: dict[str, Evidence] = field(default_factory=dict)  # upstream stage -> artifact
     log: Callable[[str], None] = print
+    # a timing stage's run-level variance from the register (compare.run_level_of):
+    # {"var": float | None, "pairs": [...]}; None for a stage that times nothing
+    run_level: dict | None = None
 
     @property
     def inputs(self) -> dict:
@@ -85,8 +88,18 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
                          f"register tracks {layout.artifact_path(job.root, job.key, job.stage)}")
     evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
                 for name in declared.reads}
+    run_level = None
+    if declared.timed:  # what earlier runs made alike moved beyond their intervals
+        from inferlab.compare import run_level_of
+
+        var, pairs = run_level_of(job.root, job.key, job.stage)
+        run_level = {"var": var, "pairs": pairs}
+        log(f"[{job.stage}] run-level sd of the paired ratios: " + (
+            f"{var ** 0.5:.2%}, from the register's pairs of runs " + ", ".join(
+                f"{p['old']['version']}→{p['new']['version']}" for p in pairs)
+            if var is not None else "none known (no earlier pair of runs made alike)"))
     ctx = StageContext(job.stage, job.root, job.key, job.config["device"], job.threads,
-                       job.config["seed"], evidence, log)
+                       job.config["seed"], evidence, log, run_level)
     seed_and_threads(job.threads, job.config["seed"])
     started = time.perf_counter()
     module = importlib.import_module(declared.module)

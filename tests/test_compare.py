@@ -151,7 +151,8 @@ def _level_table(points: list[tuple[float, float | None, int | None]]):
     from inferlab.artifacts import Table
 
     frame = pd.DataFrame([
-        {"impl": "tiled", "fused_sdpa": False, "T": i, "dtype": "float32", "causal": True,
+        {"impl": "naive" if ratio == 1 else "tiled", "ratio_to": "naive", "fused_sdpa": False,
+         "T": i, "dtype": "float32", "causal": True,
          "block_q": 64, "block_k": 64, "batch": 1, "heads": 2, "d": 64, "ratio": ratio,
          "ratio_ci_high": high, "workers": workers, "status": "ok"}
         for i, (ratio, high, workers) in enumerate(points, 1)])
@@ -177,7 +178,12 @@ def test_run_level_variance_is_what_the_moves_have_beyond_the_intervals():
     # versions made before rows said their processes: nothing to say
     bare = _level_table([(0.5, 0.525, 4)])
     bare = type(bare)(bare.frame.drop(columns="workers"), bare.nonfinite)
-    assert run_level("prefill", bare, new) == {"points": 0, "sampled": None, "run_sd": None}
+    assert run_level("prefill", bare, new) == {"points": 0, "sampled": None, "run_sd": None,
+                                               "included": None}
+    # a newer version whose intervals carry a run-level sd: the median of its rows'
+    carrying = type(new)(new.frame.assign(ratio_run_sd=[0.02, 0.03, None, None]), new.nonfinite)
+    assert run_level("prefill", old, carrying)["included"] == pytest.approx(0.025)
+    assert level["included"] is None
 
 
 def test_run_level_sd_recovers_a_simulated_run_effect():

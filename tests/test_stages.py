@@ -316,13 +316,15 @@ def test_the_steady_process_keeps_buffers_warm_past_two_gib():
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = "cpu-amd-epyc-avx512bf16-2c"   # evidence committed by an earlier version
-NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]
+NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]  # version 2
+RUN_LEVEL_COLUMNS = ["ratio_process_sd", "ratio_run_sd"]                       # version 3
 
 
 def _as_version_1(text: str) -> str:
     """A table in the layout of schema version 1: the columns added since left out."""
     frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
-    return frame.drop(columns=[c for c in NEW_COLUMNS if c in frame]).to_csv(index=False)
+    return frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS
+                               if c in frame]).to_csv(index=False)
 
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
@@ -331,10 +333,11 @@ def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
     old = tmp_path / path.name
     old.write_text(_as_version_1(path.read_text()))
     table = artifacts.read(old, stage)
-    assert len(table) == len(pd.read_csv(path)) and table.frame[NEW_COLUMNS].isna().all().all()
-    assert artifacts.schema_version(stage) == 2
-    assert all(artifacts.schema(stage)["properties"][c]["x-since-version"] == 2
-               for c in NEW_COLUMNS)
+    added = NEW_COLUMNS + RUN_LEVEL_COLUMNS
+    assert len(table) == len(pd.read_csv(path)) and table.frame[added].isna().all().all()
+    assert artifacts.schema_version(stage) == 3
+    since = {c: artifacts.schema(stage)["properties"][c]["x-since-version"] for c in added}
+    assert since == {**dict.fromkeys(NEW_COLUMNS, 2), **dict.fromkeys(RUN_LEVEL_COLUMNS, 3)}
 
 
 def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from inferlab import intervals
+
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
 }
@@ -134,3 +136,35 @@ def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref|, computed in float64 (NaN if any element of ``out`` is NaN)."""
     diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
     return math.nan if diff.isnan().any() else diff.max().item()
+
+
+def with_run_level(rows: list[dict], run_level: dict | None) -> list[dict]:
+    """A timing stage's rows with the run-level variance of the register's pairs of runs
+    made alike (``compare.run_level_of``, which the runner hands in as ``ctx.run_level``:
+    {"var": float | None, "pairs": [{"old": {"version"}, "new": {"version"}}]}) in each
+    paired ratio's interval (``intervals.with_run_level``); every row gets
+    ``ratio_process_sd`` (the processes' sd of the log ratio, what a later estimate needs)
+    and ``ratio_run_sd`` (the run-level sd its interval includes; None where none), and
+    ``interval_method`` says which pairs it came from, or that there were none."""
+    var = (run_level or {}).get("var")
+    pairs = ", ".join(f"{p['old']['version']}→{p['new']['version']}"
+                      for p in (run_level or {}).get("pairs", []))
+    out = []
+    for row in rows:
+        row = {**row, "ratio_process_sd": None, "ratio_run_sd": None}
+        ratio = row.get("ratio")
+        if row.get("status") == "ok" and ratio is not None and row.get("ratio_to") != row["impl"]:
+            found = intervals.with_run_level(ratio, row.get("ratio_ci_high"),
+                                             row.get("workers"), var or 0.0)
+            if found is not None:
+                low, high, row["ratio_process_sd"] = found
+                if var is None:
+                    how = ("; ratio: no run-level variance in its interval (the register holds "
+                           "no earlier pair of runs made alike)")
+                else:
+                    row.update(ratio_ci_low=low, ratio_ci_high=high, ratio_run_sd=math.sqrt(var))
+                    how = (f"; ratio: ± also a run-level sd of {math.sqrt(var):.2%} (Welch-"
+                           f"Satterthwaite df), from the register's pairs of runs {pairs}")
+                row["interval_method"] = (row.get("interval_method") or "") + how
+        out.append(row)
+    return out

@@ -34,6 +34,7 @@ from inferlab.stages.common import (
     sdpa_timed,
     torch_dtype,
     tuples,
+    with_run_level,
 )
 from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.workers import time_points
@@ -178,4 +179,4 @@ def run(params: Params, ctx) -> list[dict]:
     rows = []
     for (cache_len, batch, dtype), result in zip(points, results, strict=True):
         rows += point_rows(params, cache_len, batch, dtype, result, copy_gbs)
-    return rows
+    return with_run_level(rows, ctx.run_level)

@@ -42,6 +42,7 @@ from inferlab.stages.common import (
     sdpa_timed,
     slow_path_drops,
     tuples,
+    with_run_level,
 )
 from inferlab.workers import time_points
 
@@ -276,4 +277,5 @@ def run(params: Params, ctx) -> list[dict]:
         for (T, dtype, _), result in zip(timed, results, strict=True):
             rows[(T, dtype)] = point_rows(params, ctx, T, dtype, result,
                                           ceilings["matmul_gflops"].get(dtype))
-    return [row for T, dtype, _ in params.points() for row in rows[(T, dtype)]]
+    return with_run_level([row for T, dtype, _ in params.points() for row in rows[(T, dtype)]],
+                          ctx.run_level)

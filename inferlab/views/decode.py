@@ -14,6 +14,7 @@ COLUMNS = {
     "impl": "implementation", "splits": "splits", "cache_len": "cache (keys)", "batch": "batch",
     "dtype": "dtype", "median_ms": "median (ms)", "rounds": "rounds", "converged": "converged",
     "noisy": "noisy", "ratio": "÷ fused", "ratio_ci_low": "95% low", "ratio_ci_high": "95% high",
+    "ratio_run_sd": "run-level sd (log)",
     "cache_bytes": "cache (MiB)", "achieved_gbs": "achieved (GB/s)",
     "frac_copy_ceiling": "of copy ceiling", "floor_ms": "floor (ms)", "kernel": "kernel",
     "status": "status"}

@@ -15,6 +15,7 @@ COLUMNS = {
     "median_ms": "median (ms)", "ci_low_ms": "95% low (ms)", "ci_high_ms": "95% high (ms)",
     "rounds": "rounds", "converged": "converged", "noisy": "noisy",
     "ratio": "÷ naive", "ratio_ci_low": "95% low", "ratio_ci_high": "95% high",
+    "ratio_run_sd": "run-level sd (log)",
     "causal_over_full": "causal ÷ full",
     "peak_extra_bytes": "peak extra (MiB)", "achieved_gflops": "GFLOP/s",
     "frac_matmul_ceiling": "of matmul peak", "kernel": "kernel", "status": "status"}
