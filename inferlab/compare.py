@@ -122,7 +122,10 @@ def run_level_of(root: Path | str, key: str, stage: str) -> tuple[float | None, 
     over the latest ``RUN_LEVEL_PAIRS`` pairs of versions made alike (same code, config and
     hardware) that have intervals over processes, and those pairs ({"old", "new"}: their
     version and sha256). (None, []) where the register holds none; a retained copy that
-    cannot be read is left out (``inferlab verify`` names it)."""
+    cannot be read is left out (``inferlab verify`` names it). A stage whose artifact is
+    no table (the probe times ceilings, not paired ratios) has none."""
+    if not STAGES[stage].table:
+        return None, []
     register = Register(root, key)
     found = []
     for entry in reversed(register.history(stage)):

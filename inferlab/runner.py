@@ -44,7 +44,7 @@ class StageContext:
     evidence: dict[str, Evidence] = field(default_factory=dict)  # upstream stage -> artifact
     log: Callable[[str], None] = print
     # a timing stage's run-level variance from the register (compare.run_level_of):
-    # {"var": float | None, "pairs": [...]}; None for a stage that times nothing
+    # {"var": float | None, "pairs": [...]}; None for a stage without paired ratios
     run_level: dict | None = None
 
     @property
@@ -89,7 +89,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
                 for name in declared.reads}
     run_level = None
-    if declared.timed:  # what earlier runs made alike moved beyond their intervals
+    if declared.timed and declared.table:  # what earlier alike runs moved beyond them
         from inferlab.compare import run_level_of
 
         var, pairs = run_level_of(job.root, job.key, job.stage)

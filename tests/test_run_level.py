@@ -114,6 +114,7 @@ def test_the_runner_hands_a_timing_stage_the_run_level_of_its_earlier_pairs(tmp_
     from test_stages import TIMING
 
     from inferlab import artifacts, layout
+    from inferlab.compare import run_level_of
     from inferlab.config import effective_config, load_config
     from inferlab.pipeline import bookkeeping_files, code_files
     from inferlab.provenance import write_artifact
@@ -125,6 +126,8 @@ def test_the_runner_hands_a_timing_stage_the_run_level_of_its_earlier_pairs(tmp_
     probe = probe_json("cpu", [{"dtype": "float32", "backend": "flash"}])
     probe["ceilings"]["matmul_gflops"] = {"float32": 100.0}
     write_stage(tmp_path, key, "probe", probe, "cpu")
+    write_stage(tmp_path, key, "probe", probe, "cpu")  # two probes made alike: no ratios
+    assert run_level_of(tmp_path, key, "probe") == (None, [])
     config = effective_config(load_config(overrides=[
         "device=cpu", "seed=5", TIMING, "decode.d=8", "decode.splits=[1, 3]",
         "decode.backends=[flash, math]",
