@@ -118,12 +118,13 @@ def _number(value) -> float | None:
 
 
 def run_level_of(root: Path | str, key: str, stage: str) -> tuple[float | None, list[dict]]:
-    """The run-level variance of ``stage``'s paired ratios on ``key``: ``run_variance``
-    over the latest ``RUN_LEVEL_PAIRS`` pairs of versions made alike (same code, config and
-    hardware) that have intervals over processes, and those pairs ({"old", "new"}: their
-    version and sha256). (None, []) where the register holds none; a retained copy that
-    cannot be read is left out (``inferlab verify`` names it). A stage whose artifact is
-    no table (the probe times ceilings, not paired ratios) has none."""
+    """The run-level variance of ``stage``'s paired ratios on ``key``:
+    ``pooled_run_variance`` of the latest ``RUN_LEVEL_PAIRS`` pairs of versions made alike
+    (same code, config and hardware) that have intervals over processes, and those pairs
+    ({"old", "new"}: their version and sha256). (None, []) where the register holds none;
+    a retained copy that cannot be read is left out (``inferlab verify`` names it). A
+    stage whose artifact is no table (the probe times ceilings, not paired ratios) has
+    none."""
     if not STAGES[stage].table:
         return None, []
     register = Register(root, key)
@@ -144,7 +145,7 @@ def run_level_of(root: Path | str, key: str, stage: str) -> tuple[float | None, 
         if len(found) == RUN_LEVEL_PAIRS:
             break
     pairs = [pair for pair, _ in reversed(found)]
-    return intervals.run_variance([p for _, pts in found for p in pts]), pairs
+    return intervals.pooled_run_variance([pts for _, pts in found]), pairs
 
 
 def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:

@@ -11,7 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferlab.intervals import process_interval, process_var, run_variance, with_run_level
+from inferlab.intervals import (
+    pooled_run_variance,
+    process_interval,
+    process_var,
+    run_variance,
+    with_run_level,
+)
 from inferlab.stages import common
 
 T3 = 3.182  # t(3), 97.5 %
@@ -66,6 +72,15 @@ def test_run_variance_is_the_moves_beyond_the_intervals_over_both_runs():
     assert run_variance([(0.01, 0.002), (0.03, 0.006)]) == pytest.approx(0.008)
     assert run_variance([(0.001, 0.004)]) == 0  # the intervals allow for more than moved
     assert run_variance([]) is None
+
+
+def test_a_noisy_pair_does_not_cancel_what_the_others_measured():
+    # pairs measuring 0.008 and (0.01 - 0.002) / 2 = 0.004; a third whose processes allotted
+    # more than it moved counts as 0, not as -0.1 against the others; one without points
+    # is left out
+    pairs = [[(0.01, 0.002), (0.03, 0.006)], [(0.01, 0.002)], [(0.01, 0.21)], []]
+    assert pooled_run_variance(pairs) == pytest.approx((0.008 + 0.004 + 0) / 3)
+    assert pooled_run_variance([[], []]) is None
 
 
 def _row(**kw) -> dict:
