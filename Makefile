@@ -8,7 +8,7 @@ CORES  ?= 1
 # find-links); elsewhere PyPI's build, made for CUDA 13 (NVIDIA driver 580 or newer). For an
 # older driver set TORCH_INDEX to PyTorch's wheel index of a CUDA 12 build (docs/gpu-run.md).
 # A torch already in the venv is kept, but setup then stops if an NVIDIA GPU is here that
-# the venv's torch cannot use (python -m inferlab.environment says why and how to fix it).
+# the venv's torch cannot use (python -m inferlab.measurement.environment says why and how to fix it).
 TORCH_VERSION := 2.13.0
 TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(VPY) -c 'import torch' 2>/dev/null || \
 	  $(VPY) -m pip install -q $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)') '$(TORCH_SPEC)'
 	$(VPY) -m pip install -q -e '.[test,kernels]'
-	$(VPY) -m inferlab.environment
+	$(VPY) -m inferlab.measurement.environment
 	touch $(STAMP)
 
 # The main job: every stage for this machine, then claims and report/index.html.
@@ -63,20 +63,22 @@ test-isa: $(STAMP)
 	done
 
 # Mutation testing (README, "Mutation testing"): slow, a periodic check, not part of CI.
-# MUTATE names the modules of inferlab/ to mutate; [tool.mutmut] in pyproject.toml the tests.
-MUTATE ?= claims selection verdicts numtext formats measure traffic register provenance files trust verify
+# MUTATE names the modules of inferlab/ to mutate (layer.module); [tool.mutmut] in pyproject.toml the tests.
+MUTATE ?= judging.claims judging.selection judging.verdicts judging.numtext presentation.formats \
+          measurement.measure algorithms.traffic evidence.register evidence.provenance core.files \
+          evidence.trust evidence.verify
 MUTMUT_JOBS ?= 2
 mutation: $(STAMP)
 	$(VPY) -m pip install -q 'mutmut>=3.8,<4'
 	@mkdir -p mutants
 	@for m in $(MUTATE); do \
-	  echo "mutating inferlab/$$m.py (log: mutants/run-$$m.log)"; \
+	  echo "mutating inferlab/$$(echo $$m | tr . /).py (log: mutants/run-$$m.log)"; \
 	  $(VENV)/bin/mutmut run --max-children $(MUTMUT_JOBS) "inferlab.$$m.*" \
 	    > mutants/run-$$m.log 2>&1 || { tail -c 2000 mutants/run-$$m.log; exit 1; }; \
 	done
 	@$(VENV)/bin/mutmut results --all true | awk -v mods="$(MUTATE)" '\
 	  BEGIN { n = split(mods, m, " "); for (i = 1; i <= n; i++) want[m[i]] = 1 } \
-	  { name = $$1; sub(/:$$/, "", name); split(name, part, "."); mod = part[2]; \
+	  { name = $$1; sub(/:$$/, "", name); split(name, part, "."); mod = part[2] "." part[3]; \
 	    st = $$0; sub(/^[^:]*: /, "", st) } \
 	  !(mod in want) { next } \
 	  st == "killed" || st == "timeout" || st == "segfault" { caught[mod]++ } \

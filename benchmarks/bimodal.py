@@ -14,7 +14,7 @@ up and then timing the same call many times:
                     on the heap, are reused warm and never handed back to the kernel;
 * ``malloc fixed, 2 threads``;
 * ``steady`` and ``steady, 2 threads``: what every pipeline stage does,
-                    ``inferlab.runner.steady_process()`` (glibc: no mmap, no trimming, the
+                    ``inferlab.workflow.runner.steady_process()`` (glibc: no mmap, no trimming, the
                     heap grown 256 MiB at a time; OpenMP waits passively).
 
 For each setting it prints, over the workers, the median per worker, the spread between
@@ -53,7 +53,7 @@ import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 {steady}
 import torch
-from inferlab.attention import naive_attention
+from inferlab.algorithms.attention import naive_attention
 torch.set_num_threads({threads})
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(1, 12, {T}, 64, generator=g) for _ in range(3))
@@ -74,7 +74,7 @@ def worker(setting: str, T: int, calls: int) -> dict:
     env_extra, threads, steady = SETTINGS[setting]
     env = {**os.environ, **env_extra}
     code = WORKER.format(repo=str(REPO), threads=threads, T=T, calls=calls, steady=(
-        "from inferlab.runner import steady_process; steady_process()" if steady else ""))
+        "from inferlab.workflow.runner import steady_process; steady_process()" if steady else ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

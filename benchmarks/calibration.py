@@ -2,7 +2,7 @@
 
 Runs a small set of the pipeline's own points (prefill and decode, built by the stages'
 ``point_cases`` from config.yaml) several times, each run in fresh worker processes
-(``inferlab.measure.time_points``, as the stages do), and reports for the paired ratios
+(``inferlab.measurement.measure.time_points``, as the stages do), and reports for the paired ratios
 (ratio != 1):
 
 * coverage: over every ordered pair of runs (i, j), the share of ratios of run j that lie
@@ -78,11 +78,11 @@ import statistics
 import time
 from pathlib import Path
 
-from inferlab.config import effective_config, load_config
-from inferlab.intervals import between_share, process_interval
-from inferlab.measure import ratio_groups
+from inferlab.measurement.intervals import between_share, process_interval
+from inferlab.measurement.measure import ratio_groups
+from inferlab.measurement.workers import time_points
 from inferlab.stages import decode, prefill
-from inferlab.workers import time_points
+from inferlab.workflow.config import effective_config, load_config
 
 
 def _stages(args) -> list[tuple[str, object, list[tuple[object, str]]]]:
@@ -136,7 +136,7 @@ def _one_run(stages, args) -> dict[str, list[list[float]]]:
 def intervals_of(run: dict[str, list[list[float]]], workers: int | None = None,
                  rounds: int | None = None) -> dict[str, tuple[float, float, float, float | None]]:
     """"point|case" -> (ratio, low, high, between-process share), made as the harness
-    makes them (``inferlab.intervals``) from the first ``workers`` processes and their
+    makes them (``inferlab.measurement.intervals``) from the first ``workers`` processes and their
     first ``rounds`` rounds (default: all): a saved run reanalysed as a smaller one."""
     found = {}
     for key, groups in run.items():

@@ -1,6 +1,6 @@
 """Exercise 4, measured: naive vs tiled vs tiled_fast, side by side in one run.
 
-Uses the pipeline's one timing harness (``inferlab.measure.time_interleaved``): every
+Uses the pipeline's one timing harness (``inferlab.measurement.measure.time_interleaved``): every
 implementation is warmed up, then the three are interleaved in rounds, so drift on a
 shared machine hits all alike. Prints median, IQR, round spread (noisy flag) and the
 ratios against naive and against plain tiling. Nothing is written to results/ (this is
@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from inferlab.attention import naive_attention, tiled_attention, tiled_attention_fast
-from inferlab.measure import time_interleaved
+from inferlab.algorithms.attention import naive_attention, tiled_attention, tiled_attention_fast
+from inferlab.measurement.measure import time_interleaved
 
 
 def _cases(q, k, v, causal: bool, block: int) -> dict:

@@ -2,7 +2,8 @@
 behind the chapter "FlashAttention and Optimized Kernels".
 
 The public API is importable from the top level (``inferlab.tiled_attention``);
-submodules load on first use so that ``import inferlab`` (and the CLI) stay light.
+submodules load on first use so that ``import inferlab`` (and the CLI) stay light. The
+package's layers, one subpackage each, are declared in ``inferlab.core.pipeline.LAYERS``.
 """
 
 from __future__ import annotations
@@ -11,26 +12,26 @@ import importlib
 
 _EXPORTS: dict[str, str] = {
     # the algorithms (the oracle every fused kernel is checked against)
-    "naive_attention": "attention",
-    "tiled_attention": "attention",
-    "tiled_attention_fast": "attention",
-    "TileStats": "attention",
-    "Partial": "partials",
-    "partial_attention": "partials",
-    "merge_partials": "partials",
-    "finalize": "partials",
-    "splitkv_decode": "partials",
+    "naive_attention": "algorithms.attention",
+    "tiled_attention": "algorithms.attention",
+    "tiled_attention_fast": "algorithms.attention",
+    "TileStats": "algorithms.attention",
+    "Partial": "algorithms.partials",
+    "partial_attention": "algorithms.partials",
+    "merge_partials": "algorithms.partials",
+    "finalize": "algorithms.partials",
+    "splitkv_decode": "algorithms.partials",
     # the traffic and decode models
-    "block_pairs": "traffic",
-    "naive_hbm_elements": "traffic",
-    "tiled_hbm_elements": "traffic",
-    "traffic_ratio": "traffic",
-    "implied_block_q": "traffic",
-    "decode_cache_bytes": "traffic",
-    "decode_floor_time_us": "traffic",
+    "block_pairs": "algorithms.traffic",
+    "naive_hbm_elements": "algorithms.traffic",
+    "tiled_hbm_elements": "algorithms.traffic",
+    "traffic_ratio": "algorithms.traffic",
+    "implied_block_q": "algorithms.traffic",
+    "decode_cache_bytes": "algorithms.traffic",
+    "decode_floor_time_us": "algorithms.traffic",
     # which SDPA backend runs here, and why the others do not
-    "availability": "backends",
-    "BackendStatus": "backends",
+    "availability": "measurement.backends",
+    "BackendStatus": "measurement.backends",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,7 @@
-"""``python -m inferlab``: the command line (inferlab.cli)."""
+"""``python -m inferlab``: the command line (inferlab.workflow.cli)."""
 
 import sys
 
-from inferlab.cli import main
+from inferlab.workflow.cli import main
 
 sys.exit(main())

@@ -1,14 +1,14 @@
 # Shared by all the rules. This run's machine, grid and results key, resolved once; the
-# input functions that turn a stage's declaration (inferlab.pipeline.STAGES) into paths.
-from inferlab import layout
-from inferlab.config import (
+# input functions that turn a stage's declaration (inferlab.core.pipeline.STAGES) into paths.
+from inferlab.core import layout
+from inferlab.workflow.config import (
     available_cpus,
     effective_config,
     resolve_device,
     resolve_grid,
     resolve_machine,
 )
-from inferlab.pipeline import STAGES, code_files
+from inferlab.core.pipeline import STAGES, code_files
 
 DEVICE = resolve_device(config)
 MACHINE = resolve_machine(config, DEVICE)

@@ -1,7 +1,7 @@
-# One rule per stage of inferlab.pipeline.STAGES, named after it, generated from its
+# One rule per stage of inferlab.core.pipeline.STAGES, named after it, generated from its
 # declaration: the loop only spares a copy of the same rule per stage. Every rule runs
 # scripts/run_stage.py, which hands the rule's input, output, threads and params to
-# inferlab.runner.
+# inferlab.workflow.runner.
 # input.code is the code that computes the stage's artifact (pipeline.code_files: its
 # module's import closure short of the bookkeeping modules, the process settings, the glue
 # script), so a code change reruns exactly the stages that compute with that code and

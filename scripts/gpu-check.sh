@@ -99,7 +99,7 @@ run_step() {
 }
 
 # 0. A CUDA machine whose torch sees the GPU? If not: why, and nothing is run (before the
-# wheels: a machine without a GPU needs none). inferlab.environment needs no jsonschema.
+# wheels: a machine without a GPU needs none). inferlab.measurement.environment needs no jsonschema.
 if (( ! DRY )); then
   if ! command -v nvidia-smi > /dev/null 2>&1 && [ ! -e /proc/driver/nvidia/version ]; then
     say "no NVIDIA driver here (no nvidia-smi on the PATH, no /proc/driver/nvidia): this script measures a CUDA machine, so nothing was run"
@@ -108,7 +108,7 @@ if (( ! DRY )); then
   nvidia-smi > "$WORK/nvidia-smi.txt" 2>&1
   if ! "$PY" - > "$WORK/gpu.txt" 2>&1 <<'PY'
 import sys
-from inferlab.environment import default_device
+from inferlab.measurement.environment import default_device
 try:
     device = default_device()  # the reason and the fix if torch cannot see the GPU
 except ValueError as exc:
@@ -173,8 +173,8 @@ for dist in ("torch", "triton", "numpy", "pandas", "pyyaml", "jsonschema", "rpds
         print(dist, metadata.version(dist))
     except metadata.PackageNotFoundError:
         print(dist, "MISSING")
-from inferlab.config import load_config, resolve
-from inferlab.environment import default_device
+from inferlab.workflow.config import load_config, resolve
+from inferlab.measurement.environment import default_device
 try:
     device = default_device()  # the reason and the fix if torch cannot see the GPU
     key = resolve(load_config([os.environ["PROFILE"]])).key
@@ -190,7 +190,7 @@ import jsonschema
 print("jsonschema from", jsonschema.__file__)
 print("ncu", shutil.which("ncu"))
 print("C compiler (Triton builds a helper with it)", shutil.which("cc") or shutil.which("gcc"))
-from inferlab.kernels import triton_status
+from inferlab.algorithms.kernels import triton_status
 print("kernels", triton_status())
 print("key", key)
 PY
@@ -213,11 +213,11 @@ for item in probe:45 prefill:130 decode:100 correctness:40 traffic:20 model:20 c
     --configfile "$PROFILE"
 done
 
-# 4. DRAM bytes per kernel with Nsight Compute, at one length (inferlab.ncu): where ncu
+# 4. DRAM bytes per kernel with Nsight Compute, at one length (inferlab.measurement.ncu): where ncu
 # cannot read the counters, ncu-bytes.csv says why in its status column.
 NCU_T=$( (( DRY )) && echo 64 || echo 4096 )
 case " $STAGES " in *" ncu "*)
-  run_step ncu 60 "$PY" -m inferlab.ncu run --tokens "$NCU_T" --out "$WORK/ncu-bytes.csv" ;;
+  run_step ncu 60 "$PY" -m inferlab.measurement.ncu run --tokens "$NCU_T" --out "$WORK/ncu-bytes.csv" ;;
 esac
 
 # 5. The compiled kernels' exactness tests and the quick CUDA tests, in what time is left.

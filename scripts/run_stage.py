@@ -1,6 +1,6 @@
 """Snakemake glue for every stage rule: the rule's name is the stage's name.
 
-inferlab.runner.from_snakemake takes snakemake.input (the upstream artifacts), .output,
+inferlab.workflow.runner.from_snakemake takes snakemake.input (the upstream artifacts), .output,
 .threads, .params (results key, effective config, reproduce command) and .log; nothing
 else happens here.
 """
@@ -12,6 +12,6 @@ from pathlib import Path
 # workflow's root, the parent of the original script's folder.
 sys.path.insert(0, str(Path(snakemake.scriptdir).parent))  # noqa: F821 - set by Snakemake
 
-from inferlab.runner import from_snakemake  # noqa: E402
+from inferlab.workflow.runner import from_snakemake  # noqa: E402
 
 from_snakemake(snakemake)  # noqa: F821

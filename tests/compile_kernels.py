@@ -1,4 +1,4 @@
-"""Compile inferlab.kernels for sm_90 (H100/H200) without a GPU: Triton IR, PTX, ptxas.
+"""Compile inferlab.algorithms.kernels for sm_90 (H100/H200) without a GPU: Triton IR, PTX, ptxas.
 
 Run by tests/test_kernels.py in a fresh process with TRITON_INTERPRET=0 (the test
 process has Triton's interpreter on). Prints each dtype whose kernels compiled.
@@ -11,7 +11,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from inferlab import kernels
+from inferlab.algorithms import kernels
 
 TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 HOPPER = GPUTarget("cuda", 90, 32)

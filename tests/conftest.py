@@ -13,7 +13,7 @@ import torch
 
 
 def _import_kernels_interpreted() -> None:
-    """Load inferlab.kernels once, before any test module does, with TRITON_INTERPRET=1
+    """Load inferlab.algorithms.kernels once, before any test module does, with TRITON_INTERPRET=1
     unless the caller set it (``TRITON_INTERPRET=0`` compiles them on a CUDA machine):
     Triton's @jit reads it at import, so whichever test imported the module first (a
     stage that times the kernels on CUDA) would otherwise decide for the kernel tests.
@@ -21,7 +21,7 @@ def _import_kernels_interpreted() -> None:
     before = os.environ.get("TRITON_INTERPRET")
     os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
-        import inferlab.kernels  # noqa: F401 - imported for its side effect on Triton's jit
+        import inferlab.algorithms.kernels  # noqa: F401 - imported for its side effect on Triton's jit
     finally:
         if before is None:
             os.environ.pop("TRITON_INTERPRET", None)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferlab.config import deep_merge
-from inferlab.layout import REPO_ROOT
-from inferlab.pipeline import STAGES
-from inferlab.register import Register
+from inferlab.core.layout import REPO_ROOT
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence.register import Register
+from inferlab.workflow.config import deep_merge
 
 NOT_COPIED = {".git", ".venv", "results", "evidence", "report", "logs", ".snakemake"}
 GIT = ["git", "-c", "user.name=inferlab tests", "-c", "user.email=tests@inferlab.invalid",

@@ -19,13 +19,13 @@ from pathlib import Path
 import pandas as pd
 from test_claims import CPU, GPU, SEED, _cells, correctness_rows, probe_json, write_stage
 
-from inferlab import artifacts
-from inferlab.audit import evaluate_key
-from inferlab.evidence import Evidence
-from inferlab.runner import StageContext
+from inferlab.algorithms.traffic import decode_cache_bytes
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence
+from inferlab.presentation.audit import evaluate_key
 from inferlab.stages import traffic
 from inferlab.stages.traffic import CPU_FLASH_OP
-from inferlab.traffic import decode_cache_bytes
+from inferlab.workflow.runner import StageContext
 
 EVIL = "<script>alert(1)</script>"
 CUDA_ONLY = ("{} attention is a CUDA-only kernel and this PyTorch build has no CUDA "

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inferlab import layout
-from inferlab.files import canonical_json
-from inferlab.provenance import sidecar_bytes
-from inferlab.register import Register, entry_hash
+from inferlab.core import layout
+from inferlab.core.files import canonical_json
+from inferlab.evidence.provenance import sidecar_bytes
+from inferlab.evidence.register import Register, entry_hash
 
 
 def rollback_results(root: Path, key: str, stage: str, version: int) -> None:

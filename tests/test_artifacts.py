@@ -1,4 +1,4 @@
-"""inferlab.artifacts: the one reader and writer, typed from the schemas."""
+"""inferlab.evidence.artifacts: the one reader and writer, typed from the schemas."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pandas as pd
 import pytest
 
-from inferlab import artifacts
+from inferlab.evidence import artifacts
 
 SEED = 20241130
 

@@ -23,13 +23,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferlab import layout
-from inferlab.adopt import cli_adopt
-from inferlab.config import load_config, resolve, resolve_grid
-from inferlab.pipeline import STAGES, code_files
-from inferlab.provenance import write_artifact
-from inferlab.register import Register
-from inferlab.verify import cli_verify
+from inferlab.core import layout
+from inferlab.core.pipeline import STAGES, code_files
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Register
+from inferlab.evidence.verify import cli_verify
+from inferlab.workflow.adopt import cli_adopt
+from inferlab.workflow.config import load_config, resolve, resolve_grid
 from tests.pipeline_repo import copy_repo, git
 from tests.tampering import delete_tail, rollback_results
 from tests.test_register import MACHINE, _write, three_versions
@@ -97,7 +97,7 @@ def test_attack_02_without_git_a_rollback_does_not_pass(tmp_path, monkeypatch, c
     assert f"FAIL {MACHINE}: {layout.REGISTER_FILE}: could not check its anchor in git: " in out
     assert ("git is not on the PATH" if git_path == "no git" else "dubious ownership") in out
     assert "git does not track" not in out
-    from inferlab.audit import key_integrity
+    from inferlab.presentation.audit import key_integrity
 
     doubts = key_integrity(root, MACHINE)["doubts"]  # `claims` marks the key and exits 1
     assert any(d.startswith("register: could not check its anchor in git: ") for d in doubts)
@@ -106,7 +106,7 @@ def test_attack_02_without_git_a_rollback_does_not_pass(tmp_path, monkeypatch, c
 def _adoptable(tmp_path: Path) -> tuple[Path, str]:
     """A copy of the repository with every stage registered for MACHINE, each made with
     today's code, effective config and this hardware (contents are stand-ins)."""
-    from inferlab.environment import fingerprint
+    from inferlab.measurement.environment import fingerprint
 
     root = copy_repo(tmp_path / "repo")
     config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
@@ -253,7 +253,7 @@ def test_attack_11_a_float_seed_is_refused(value):
 
 
 def test_attack_12_an_out_of_memory_length_is_an_oom_row(monkeypatch):
-    from inferlab.artifacts import encode
+    from inferlab.evidence.artifacts import encode
     from inferlab.stages import correctness
 
     real = correctness.naive_attention
@@ -549,7 +549,7 @@ def test_sweep_adopt_without_git_reruns_everything_saying_why(tmp_path, monkeypa
 
 
 def test_sweep_without_git_a_stage_still_runs_but_verify_fails(tmp_path, monkeypatch, capsys):
-    from inferlab.trust import doubt
+    from inferlab.evidence.trust import doubt
 
     monkeypatch.setenv("PATH", "/nonexistent")  # a lent GPU box with only PyTorch on it
     three_versions(tmp_path)

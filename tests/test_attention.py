@@ -9,14 +9,14 @@ import math
 import pytest
 import torch
 
-from inferlab.attention import (
+from inferlab.algorithms.attention import (
     TILED,
     TileStats,
     naive_attention,
     tiled_attention,
     tiled_attention_fast,
 )
-from inferlab.partials import splitkv_decode
+from inferlab.algorithms.partials import splitkv_decode
 from tests.numerics import assert_as_exact_as_naive
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -1,4 +1,4 @@
-"""Tests for inferlab.backends: the availability probe, the kernel that ran, the CPU
+"""Tests for inferlab.measurement.backends: the availability probe, the kernel that ran, the CPU
 flash kernel's block sizes."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from inferlab.backend_map import MAP_COLUMNS, format_map, map_cases, map_rows
-from inferlab.backends import (
+from inferlab.core.layout import REPO_ROOT
+from inferlab.measurement.backend_map import MAP_COLUMNS, format_map, map_cases, map_rows
+from inferlab.measurement.backends import (
     BACKENDS,
     BackendStatus,
     availability,
@@ -22,7 +23,6 @@ from inferlab.backends import (
     kernel_that_ran,
     run_sdpa,
 )
-from inferlab.layout import REPO_ROOT
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
@@ -363,7 +363,7 @@ def test_kernel_that_ran_names_the_sdpa_backend_op_on_every_device():
                    Event("aten::empty", flash)]
     cpu_top = Event("aten::scaled_dot_product_attention")
     cpu_events = [cpu_top, Event(FLASH_CPU_OP, cpu_top)]
-    from inferlab.kernel_names import _attention_op
+    from inferlab.measurement.kernel_names import _attention_op
 
     assert _attention_op(cuda_events) == "aten::_scaled_dot_product_flash_attention"
     assert _attention_op(cpu_events) == FLASH_CPU_OP
@@ -455,10 +455,10 @@ def test_format_map_is_a_grid_of_cases_by_backends(map_table):
 
 
 def test_probe_stage_writes_the_map_and_the_timing_method(tmp_path):
-    from inferlab import artifacts
-    from inferlab.config import effective_config, load_config
-    from inferlab.runner import StageContext
+    from inferlab.evidence import artifacts
     from inferlab.stages import probe
+    from inferlab.workflow.config import effective_config, load_config
+    from inferlab.workflow.runner import StageContext
 
     raw = load_config([REPO_ROOT / "profiles" / "smoke.yaml"], [
         "device=cpu", "probe.map={tokens: 16, heads: 2, d: 8, head_dims: [8, 16], "
@@ -495,7 +495,7 @@ def test_cuda_map_refusals_carry_pytorchs_reasons():
 def test_a_probe_json_without_the_map_still_reads():
     """A probe.json without a backend map (a machine probed before the map existed) is
     valid: readers say the map was not probed rather than refuse the file."""
-    from inferlab import artifacts
+    from inferlab.evidence import artifacts
 
     old = {"environment": {"device": "cpu"}, "availability": [
         {"dtype": "float32", "causal": False, "T": 8, "heads": 1, "d": 8, "backend": "math",

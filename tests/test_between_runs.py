@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from inferlab import artifacts
-from inferlab.compare import agreement, differences
+from inferlab.evidence import artifacts
+from inferlab.evidence.compare import agreement, differences
 
 
 def _table(ratio: float, low: float | None, high: float | None, impl: str = "tiled"):

@@ -16,8 +16,9 @@ import pytest
 from browser import SCREEN_HEIGHT, measure
 from report_evidence import two_machines
 
-from inferlab import artifacts, layout
-from inferlab.report import render_report
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.presentation.report import render_report
 
 # the page at 1,400 px, details closed: 15,000 with 60 claims, 18,000 with 78 (the claims
 # matrix takes ~100 px a claim; everything else stays put)

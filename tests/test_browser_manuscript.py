@@ -14,9 +14,10 @@ from report_evidence import traffic_rows, two_machines
 from test_claims import CPU, GPU, write_stage
 from test_manuscript import make_manuscript
 
-from inferlab import artifacts, layout
-from inferlab.pipeline import stage
-from inferlab.report import render_report
+from inferlab.core import layout
+from inferlab.core.pipeline import stage
+from inferlab.evidence import artifacts
+from inferlab.presentation.report import render_report
 
 SECTION = """() => {
   const s = document.getElementById('manuscript');

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.intervals import between_share, process_interval
+from inferlab.measurement.intervals import between_share, process_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,12 +18,16 @@ import pandas as pd
 import pytest
 import yaml
 
-from inferlab import artifacts, audit, claims, judging, layout, verdicts
-from inferlab.audit import evaluate_key
-from inferlab.cli import main as cli_main
-from inferlab.provenance import write_artifact
-from inferlab.register import Register
-from inferlab.report import value_text
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Register
+from inferlab.judging import claims, verdicts
+from inferlab.judging import rule as judging
+from inferlab.presentation import audit
+from inferlab.presentation.audit import evaluate_key
+from inferlab.presentation.report import value_text
+from inferlab.workflow.cli import main as cli_main
 
 SEED = 20240613
 CPU, GPU = "cpu-synth-2t", "cuda-synth-gpu"
@@ -772,9 +776,9 @@ def test_cli_claims_table_per_machine(evidence, capsys):
 def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
     """Q13-12, Q13-14, C13-53 and C13-61 read these model.csv rows; they validate against
     the model schema, and the counts come from the traffic model and the profiler."""
-    from inferlab.measure import Ratio
+    from inferlab.algorithms.traffic import naive_hbm_elements
+    from inferlab.measurement.measure import Ratio
     from inferlab.stages import model
-    from inferlab.traffic import naive_hbm_elements
 
     class Ctx:
         device, seed, threads = "cpu", 0, 1

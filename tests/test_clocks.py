@@ -1,4 +1,5 @@
-"""Tests for inferlab.clocks: how one timing is taken, on a CPU and (simulated) on a GPU.
+"""Tests for inferlab.measurement.clocks: how one timing is taken, on a CPU and (simulated) on a
+GPU.
 
 The GPU clock cannot run here, so CUDA's events, synchronize and the L2 flush buffer are
 replaced by stand-ins on a fake clock: a call "takes" a set number of fake milliseconds,
@@ -13,9 +14,9 @@ import sys
 import pytest
 import torch
 
-from inferlab import clocks
-from inferlab.clocks import make_clock
-from inferlab.measure import time_interleaved
+from inferlab.measurement import clocks
+from inferlab.measurement.clocks import make_clock
+from inferlab.measurement.measure import time_interleaved
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferlab import artifacts
-from inferlab.compare import comparable, compare_latest, format_differences
-from inferlab.provenance import write_artifact
-from inferlab.register import Register
+from inferlab.evidence import artifacts
+from inferlab.evidence.compare import comparable, compare_latest, format_differences
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Register
 
 KEY = "cpu-compare-1c"
 ENV = {"device": "cpu", "build": {"cpu_capability": "AVX512"}, "host": {"cpu_model": "x"}}
@@ -84,7 +84,7 @@ def _moved(rows: list[dict], factor: float, half: float) -> list[dict]:
 
 
 def test_the_track_record_pairs_each_version_with_the_previous_one_made_alike(tmp_path):
-    from inferlab.report_tables import record_table, track_record
+    from inferlab.presentation.report_tables import record_table, track_record
 
     base = _with_intervals(_rows(random.Random(5), 1.0), 0.05)
     _write(tmp_path, base)                                         # 1
@@ -106,7 +106,7 @@ def test_the_track_record_pairs_each_version_with_the_previous_one_made_alike(tm
 
 
 def test_a_pair_summary_leaves_out_the_reference_and_rows_without_an_interval():
-    from inferlab.report_tables import pair_summary
+    from inferlab.presentation.report_tables import pair_summary
 
     diffs = pd.DataFrame({
         "ratio_old": [1.0, 0.5, 0.5, 0.4], "ratio_new": [1.0, 0.51, 0.6, 0.4],
@@ -123,7 +123,7 @@ def test_a_pair_summary_leaves_out_the_reference_and_rows_without_an_interval():
 
 
 def test_history_record_prints_every_pair_and_says_when_there_is_none(tmp_path, capsys):
-    from inferlab.cli import main
+    from inferlab.workflow.cli import main
 
     (tmp_path / "config.yaml").write_text(
         (Path(__file__).resolve().parents[1] / "config.yaml").read_text())
@@ -148,7 +148,7 @@ def test_history_record_prints_every_pair_and_says_when_there_is_none(tmp_path, 
 
 def _level_table(points: list[tuple[float, float | None, int | None]]):
     """A prefill table with one row per (ratio, ratio_ci_high, workers), T = 1, 2, ..."""
-    from inferlab.artifacts import Table
+    from inferlab.evidence.artifacts import Table
 
     frame = pd.DataFrame([
         {"impl": "naive" if ratio == 1 else "tiled", "ratio_to": "naive", "fused_sdpa": False,
@@ -160,7 +160,7 @@ def _level_table(points: list[tuple[float, float | None, int | None]]):
 
 
 def test_run_level_variance_is_what_the_moves_have_beyond_the_intervals():
-    from inferlab.report_tables import run_level
+    from inferlab.presentation.report_tables import run_level
 
     # two points, ± 5 % over 4 processes in both runs, both moved by +10 %: each interval
     # allots its run (ln 1.05 / t(3) = 3.182)² / 2 = 1.1755e-4, so both runs of both points
@@ -192,8 +192,8 @@ def test_run_level_sd_recovers_a_simulated_run_effect():
     Each process's median of 3 rounds of sd 3 % has a variance of about 1.35 · 0.03² / 3,
     so a run's mean over 4 of them 1.0e-4: the intervals sample 2.0e-4 of the 1.0e-3 a
     point moves with the run effect (a fifth), and all of it without."""
-    from inferlab.intervals import process_interval
-    from inferlab.report_tables import run_level
+    from inferlab.measurement.intervals import process_interval
+    from inferlab.presentation.report_tables import run_level
 
     def run(rng, run_sd):
         points = []

@@ -1,4 +1,4 @@
-"""inferlab.config: loading, merging, schema validation, "auto" resolution, the effective
+"""inferlab.workflow.config: loading, merging, schema validation, "auto" resolution, the effective
 config per stage, grids; and each stage's typed params built from it."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import re
 import pytest
 import yaml
 
-from inferlab import config as cfg
-from inferlab import layout
-from inferlab.pipeline import STAGES
+from inferlab.core import layout
+from inferlab.core.pipeline import STAGES
+from inferlab.workflow import config as cfg
 
 # (override, the key path the error must name): each is one kind of bad config
 BAD_OVERRIDES = [

@@ -1,4 +1,4 @@
-"""The CUDA clock keeps the host off the timed path (inferlab.clocks, issue 19).
+"""The CUDA clock keeps the host off the timed path (inferlab.measurement.clocks, issue 19).
 
 torch.cuda's events, synchronize and _sleep, the flush buffer and the host's clock are
 replaced by stand-ins that write one log: the test checks the order of the steps around
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab import clocks
-from inferlab.clocks import make_clock
+from inferlab.measurement import clocks
+from inferlab.measurement.clocks import make_clock
 
 CYCLES_PER_S = 1e9  # a 1 GHz fake GPU: cycles = seconds x 1e9
 LAUNCH_S = 50e-6    # the host's time to launch one call, on the fake host clock

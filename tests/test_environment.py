@@ -1,4 +1,4 @@
-"""Tests for inferlab.environment: machine id slugs, device choice, fingerprint."""
+"""Tests for inferlab.measurement.environment: machine id slugs, device choice, fingerprint."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import time
 import pytest
 import torch
 
-from inferlab import environment
-from inferlab.environment import default_device, fingerprint, machine_id, slug_machine
-from inferlab.layout import REPO_ROOT, check_machine
+from inferlab.core.layout import REPO_ROOT, check_machine
+from inferlab.measurement import environment
+from inferlab.measurement.environment import default_device, fingerprint, machine_id, slug_machine
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
@@ -231,7 +231,7 @@ def test_gpu_that_torch_cannot_see_stops_the_run(fake_nvidia_smi):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
 def test_config_auto_device_stops_too(fake_nvidia_smi):
-    from inferlab.config import resolve_device
+    from inferlab.workflow.config import resolve_device
 
     with pytest.raises(ValueError, match="NVIDIA H200"):
         resolve_device({"device": "auto"})
@@ -240,7 +240,7 @@ def test_config_auto_device_stops_too(fake_nvidia_smi):
 
 def _check_command(env: dict) -> subprocess.CompletedProcess:
     """The setup check the Makefile runs after installing torch."""
-    return subprocess.run([sys.executable, "-m", "inferlab.environment"], cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "inferlab.measurement.environment"], cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -267,7 +267,7 @@ def test_makefile_pins_torch_on_a_gpu_machine_too(fake_nvidia_smi):
     install = [line for line in out.stdout.splitlines()
                if "pip install" in line and "torch" in line]
     assert install and all("torch==2.13.0" in line for line in install), out.stdout
-    assert "inferlab.environment" in out.stdout, "setup checks that torch sees the GPU"
+    assert "inferlab.measurement.environment" in out.stdout, "setup checks that torch sees the GPU"
 
 
 def test_fingerprint_records_triton(cpu_facts):
@@ -311,7 +311,7 @@ def test_gpu_check_refuses_a_gpu_that_torch_cannot_see(tmp_path, fake_nvidia_smi
 
 
 def test_book_profile_forces_cuda_and_keeps_the_book_grid():
-    from inferlab.config import load_config, resolve_grid
+    from inferlab.workflow.config import load_config, resolve_grid
 
     raw = load_config([REPO_ROOT / "profiles" / "book.yaml"])
     assert raw["device"] == "cuda"

@@ -22,11 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import audit, files, layout, runner, trust
-from inferlab.cli import main as cli_main
-from inferlab.provenance import write_artifact
-from inferlab.register import Register, entry_hash
-from inferlab.verify import cli_verify
+from inferlab.core import files, layout
+from inferlab.evidence import trust
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Register, entry_hash
+from inferlab.evidence.verify import cli_verify
+from inferlab.presentation import audit
+from inferlab.workflow import runner
+from inferlab.workflow.cli import main as cli_main
 from tests.pipeline_repo import git, small_tmpfs
 from tests.tampering import delete_tail, forge, rollback_results
 from tests.test_register import MACHINE, _csv, _write, three_versions

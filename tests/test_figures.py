@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferlab import claims, figures, plotting, roofline
-from inferlab.traffic import naive_hbm_elements, traffic_ratio
+from inferlab.algorithms.traffic import naive_hbm_elements, traffic_ratio
+from inferlab.judging import claims
+from inferlab.presentation import figures, plotting, roofline
 
 SEED = 20240611
 CEILINGS = {"copy_gbs": 40.0, "matmul_gflops": {"float32": 120.0, "bfloat16": 500.0}}

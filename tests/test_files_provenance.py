@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import files, layout
-from inferlab.provenance import (
+from inferlab.core import files, layout
+from inferlab.evidence.provenance import (
     build_provenance,
     code_hash,
     config_hash,
@@ -29,8 +29,8 @@ from inferlab.provenance import (
     sidecar_bytes,
     write_artifact,
 )
-from inferlab.register import Register
-from inferlab.verify import _preview, cli_history, cli_verify, repair
+from inferlab.evidence.register import Register
+from inferlab.evidence.verify import _preview, cli_history, cli_verify, repair
 from tests.pipeline_repo import git
 from tests.test_register import MACHINE, _csv, three_versions
 
@@ -594,7 +594,7 @@ def test_history_rows(tmp_path, capsys):
 
 
 def test_history_shows_a_dirty_commit(tmp_path, capsys):
-    from inferlab.verify import _history_row
+    from inferlab.evidence.verify import _history_row
 
     row = _history_row({"version": 2, "stage": "decode", "sha256": "ab" * 32, "path": "p",
                         "provenance": {"git_commit": "0123456789abcdef", "git_dirty": True,

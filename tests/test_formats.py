@@ -1,4 +1,5 @@
-"""How values read (inferlab.formats): three significant figures, ranges, units, table cells
+"""How values read (inferlab.presentation.formats): three significant figures, ranges, units, table
+cells
 and the chapter's LaTeX; each on known values, at the edges of each rule."""
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ import math
 import pandas as pd
 import pytest
 
-from inferlab import claims, formats
+from inferlab.judging import claims
+from inferlab.presentation import formats
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -95,7 +97,7 @@ def test_a_computed_non_finite_cell_reads_as_it_is_never_as_not_applicable():
 
 
 def test_text_table_aligns_each_column_to_its_widest_cell_without_trailing_blanks():
-    from inferlab.formats import text_table
+    from inferlab.presentation.formats import text_table
 
     assert text_table([["a", "bb", "c"], ["ccc", "d", ""]]) == "a    bb  c\nccc  d"
     with pytest.raises(ValueError, match=r"row \['only one'\] has 1 cells, the header 2"):

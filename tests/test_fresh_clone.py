@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import audit, layout
-from inferlab.pipeline import STAGES
+from inferlab.core import layout
+from inferlab.core.pipeline import STAGES
+from inferlab.presentation import audit
 from tests.pipeline_repo import book_key, book_repo, env, git, run, tree_hashes
 from tests.tampering import delete_tail, forge, rollback_results
 

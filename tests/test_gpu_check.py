@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.layout import REPO_ROOT
+from inferlab.core.layout import REPO_ROOT
 from tests.pipeline_repo import copy_repo
 
 CHECK_OUT = REPO_ROOT / "scripts" / "check-out.py"
@@ -139,7 +139,9 @@ def test_library_loads_without_jsonschema_and_a_check_says_how_to_install_it():
     code = """
 import sys
 sys.modules["jsonschema"] = None  # as on the lent GPU's image: not importable
-from inferlab import artifacts, claims, config  # noqa: F401  (no import at load)
+from inferlab.evidence import artifacts
+from inferlab.judging import claims
+from inferlab.workflow import config  # noqa: F401  (no import at load)
 try:
     config.validate_config({})
 except ModuleNotFoundError as exc:

@@ -2,7 +2,7 @@
 skipping, large scores, split-KV decoding at every split count, input validation.
 
 Runs in Triton's interpreter on CPU tensors: TRITON_INTERPRET=1 is set below before
-triton's @jit decorators run (they read it once, when inferlab.kernels is imported).
+triton's @jit decorators run (they read it once, when inferlab.algorithms.kernels is imported).
 ``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same tests compiled, on
 CUDA tensors. The interpreter is slow (milliseconds per tile), so the sizes are small.
 The compiled path is still built here, for sm_90 without a GPU (the last test).
@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.attention import naive_attention
-from inferlab.partials import Partial, finalize, partial_attention
-from inferlab.traffic import block_pairs
+from inferlab.algorithms.attention import naive_attention
+from inferlab.algorithms.partials import Partial, finalize, partial_attention
+from inferlab.algorithms.traffic import block_pairs
 from tests.numerics import assert_as_exact_as_naive
 
 # TRITON_INTERPRET is set for the imports below and then put back, and set again only
@@ -52,16 +52,16 @@ def _put_env_back() -> None:
 
 try:
     triton = pytest.importorskip("triton", reason="triton is not installed: pip install "
-                                 "'inferlab[kernels]' to test inferlab.kernels")
+                                 "'inferlab[kernels]' to test inferlab.algorithms.kernels")
     import triton.language as tl
 
-    from inferlab import kernels
-    from inferlab.kernels import flash_attention, flash_attention_tiles, flash_decode
+    from inferlab.algorithms import kernels
+    from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
 finally:
     _put_env_back()
 
 if not kernels.AVAILABLE:
-    pytest.skip(f"inferlab.kernels cannot run here: {kernels.triton_status()[1]}",
+    pytest.skip(f"inferlab.algorithms.kernels cannot run here: {kernels.triton_status()[1]}",
                 allow_module_level=True)
 
 
@@ -312,7 +312,8 @@ def test_float64_is_refused_naming_the_dtype(draw_qkv):
 
 
 def _fresh_kernels_module(monkeypatch, name: str):
-    """inferlab.kernels executed again under a new name (the real one stays untouched)."""
+    """inferlab.algorithms.kernels executed again under a new name (the real one stays
+    untouched)."""
     spec = importlib.util.spec_from_file_location(name, kernels.__file__)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)

@@ -16,11 +16,12 @@ import pytest
 from report_evidence import traffic_rows, two_machines
 from test_claims import CPU, GPU, SEED, write_stage
 
-from inferlab import artifacts, layout
-from inferlab.claims import load
-from inferlab.cli import main as cli_main
-from inferlab.evidence import load_evidence
-from inferlab.manuscript import (
+from inferlab.core import layout
+from inferlab.core.pipeline import stage
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import load_evidence
+from inferlab.judging.claims import load
+from inferlab.presentation.manuscript import (
     Chapter,
     backends_table,
     decode_table,
@@ -29,11 +30,11 @@ from inferlab.manuscript import (
     named_numbers,
     numbers_tex,
 )
-from inferlab.manuscript_check import check_text, load_not_claims
-from inferlab.pipeline import stage
-from inferlab.report import render_report
-from inferlab.runner import StageContext, write_derived
+from inferlab.presentation.manuscript_check import check_text, load_not_claims
+from inferlab.presentation.report import render_report
 from inferlab.stages import manuscript as manuscript_stage
+from inferlab.workflow.cli import main as cli_main
+from inferlab.workflow.runner import StageContext, write_derived
 
 CHAPTER_DIR = layout.REPO_ROOT / "docs" / "chapter"
 SEEDS = ("chapter.txt", "qa.txt")

@@ -1,4 +1,5 @@
-"""Tests for the timing harness and the memory measurement (inferlab.measure, inferlab.memory).
+"""Tests for the timing harness and the memory measurement (inferlab.measurement.measure,
+inferlab.measurement.memory).
 
 Wall-clock assertions use generous bounds: a sleep of s ms must read at least s ms and
 less than ten times that; orderings (a 6 ms case slower than a 1 ms case) and ratios of
@@ -15,9 +16,15 @@ import time
 import pytest
 import torch
 
-from inferlab import measure, workers
-from inferlab.measure import Ratio, Timing, median_ci, relative_halfwidth, time_interleaved
-from inferlab.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
+from inferlab.measurement import measure, workers
+from inferlab.measurement.measure import (
+    Ratio,
+    Timing,
+    median_ci,
+    relative_halfwidth,
+    time_interleaved,
+)
+from inferlab.measurement.memory import MemoryReading, is_oom, memory_cap, peak_extra_bytes
 
 MiB = 1 << 20
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
@@ -146,7 +153,7 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
     wide, the paired ratio is exactly 2 with no width at all."""
     drift = [1.0] + [1.0, 2.0] * 10  # the warm-up, then the rounds
     bases = {"a": 10.0, "b": 20.0}
-    monkeypatch.setattr("inferlab.measure.make_clock",
+    monkeypatch.setattr("inferlab.measurement.measure.make_clock",
                         lambda fn, device, threads, min_run_s: _ScheduledClock(fn(), drift))
     result = time_interleaved({k: (lambda v=v: v) for k, v in bases.items()}, threads=1,
                               min_run_s=0.0, max_rounds=8, target=0.02,
@@ -160,7 +167,7 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
 
 def test_a_steady_case_stops_at_min_rounds_and_a_noisy_one_runs_on(monkeypatch):
     schedules = {"steady": [1.0] * 40, "wobbly": [1.0] + [1.0, 3.0] * 20}
-    monkeypatch.setattr("inferlab.measure.make_clock",
+    monkeypatch.setattr("inferlab.measurement.measure.make_clock",
                         lambda fn, device, threads, min_run_s: _ScheduledClock(3.0, fn()))
     result = time_interleaved({k: (lambda v=v: v) for k, v in schedules.items()}, threads=1,
                               min_run_s=0.0, min_rounds=6, max_rounds=9, target=0.02,
@@ -328,7 +335,7 @@ def _scheduled(monkeypatch, schedules: dict[str, list[float]], base_ms: float = 
             inner = clock.seconds_per_call
             clock.seconds_per_call = lambda n: (numbers.append(n), inner(n))[1]
         return clock
-    monkeypatch.setattr("inferlab.measure.make_clock", make)
+    monkeypatch.setattr("inferlab.measurement.measure.make_clock", make)
     return {k: (lambda v=v: v) for k, v in schedules.items()}
 
 
@@ -481,7 +488,7 @@ def test_the_defaults(monkeypatch):
         made.append((device, threads, min_run_s))
         return _ScheduledClock(0.5, fn())
 
-    monkeypatch.setattr("inferlab.measure.make_clock", make)
+    monkeypatch.setattr("inferlab.measurement.measure.make_clock", make)
     wobbly = time_interleaved({"w": lambda: [1.0] + [1.0, 2.0] * 40}, threads=3)["w"]
     assert wobbly.rounds == 30 and not wobbly.converged
     assert wobbly.calls_per_timing == 4  # ceil(2 ms / 0.5 ms)
@@ -577,7 +584,7 @@ def test_a_case_failing_mid_rounds_keeps_its_calls_per_timing(monkeypatch):
                 raise RuntimeError("lost the device")
             return super().seconds_per_call(number)
 
-    monkeypatch.setattr("inferlab.measure.make_clock",
+    monkeypatch.setattr("inferlab.measurement.measure.make_clock",
                         lambda fn, device, threads, min_run_s: Failing(0.5, [1.0] * 10))
     timing = time_interleaved({"a": lambda: None}, threads=1, min_run_s=0.002,
                               max_rounds=6)["a"]

@@ -1,4 +1,5 @@
-"""Tests for inferlab.memory's CUDA memory cap, on CPU, against an allocator-state model.
+"""Tests for inferlab.measurement.memory's CUDA memory cap, on CPU, against an allocator-state
+model.
 
 The cap rests on two rules of PyTorch's CUDA caching allocator (c10/cuda/
 CUDACachingAllocator.cpp): a request that a cached free block can serve is served from
@@ -15,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from inferlab.memory import capped, is_oom, memory_cap
+from inferlab.measurement.memory import capped, is_oom, memory_cap
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")

@@ -1,4 +1,5 @@
-"""inferlab.ncu: Nsight Compute's CSV read into bytes per kernel, and rows that say why."""
+"""inferlab.measurement.ncu: Nsight Compute's CSV read into bytes per kernel, and rows that say
+why."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import ncu
-from inferlab.traffic import naive_hbm_elements, tiled_hbm_elements
+from inferlab.algorithms.traffic import naive_hbm_elements, tiled_hbm_elements
+from inferlab.measurement import ncu
 
 # ncu --csv --metrics dram__bytes_read.sum,dram__bytes_write.sum, as its documentation
 # gives the format: the program's own output and ncu's notices first, then one row per

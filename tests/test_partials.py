@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferlab.attention import naive_attention
-from inferlab.partials import (
+from inferlab.algorithms.attention import naive_attention
+from inferlab.algorithms.partials import (
     Partial,
     finalize,
     merge_partials,
@@ -204,7 +204,7 @@ def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv
 
 
 def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(make_qkv):
-    from inferlab.memory import peak_extra_bytes
+    from inferlab.measurement.memory import peak_extra_bytes
 
     q, k, v = make_qkv((1, 4, 1, 64), keys=4096)
     peak = peak_extra_bytes(lambda: splitkv_decode(q, k, v, 64)).peak_extra_bytes
@@ -213,7 +213,7 @@ def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(ma
 
 def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
     """Only scores and outputs are float32: no allocation the size of K or V in fp32."""
-    from inferlab.memory import peak_extra_bytes
+    from inferlab.measurement.memory import peak_extra_bytes
 
     q, k, v = make_qkv((1, 4, 1, 64), torch.bfloat16, keys=4096)
     peak = peak_extra_bytes(lambda: partial_attention(q, k, v)).peak_extra_bytes

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferlab import artifacts, layout, pipeline
-from inferlab.pipeline import STAGES
-from inferlab.register import Register
+from inferlab.core import layout, pipeline
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence import artifacts
+from inferlab.evidence.register import Register
 from tests.pipeline_repo import (
     copy_repo,
     env,
@@ -140,10 +141,10 @@ def test_forcerun_prefill_reruns_it_and_what_reads_it(smoke):
 
 
 @pytest.mark.parametrize(("code_file", "reruns"), [
-    ("inferlab/attention.py", ALL_JOBS - {"probe"}),
-    ("inferlab/measure.py", ALL_JOBS - {"correctness"}),
-    ("inferlab/traffic.py", ALL_JOBS - {"probe", "prefill"}),
-    ("inferlab/report.py", {"report"}),
+    ("inferlab/algorithms/attention.py", ALL_JOBS - {"probe"}),
+    ("inferlab/measurement/measure.py", ALL_JOBS - {"correctness"}),
+    ("inferlab/algorithms/traffic.py", ALL_JOBS - {"probe", "prefill"}),
+    ("inferlab/presentation/report.py", {"report"}),
 ])
 def test_code_change_reruns_exactly_its_stages(smoke_copy, code_file, reruns):
     with open(smoke_copy / code_file, "a") as f:
@@ -319,7 +320,7 @@ def test_tampered_input_stops_the_stages_that_read_it(smoke_copy):
 
 def test_nonfinite_input_names_its_file_and_row(smoke_copy):
     """A registered prefill version with an infinite time: traffic fails naming where."""
-    from inferlab.provenance import write_artifact
+    from inferlab.evidence.provenance import write_artifact
 
     artifact = layout.artifact_path(smoke_copy, KEY, "prefill")
     lines = artifact.read_text().splitlines(keepends=True)

@@ -13,10 +13,10 @@ import jsonschema
 import pytest
 import torch
 
-from inferlab import artifacts
-from inferlab.config import effective_config, load_config
-from inferlab.runner import StageContext
+from inferlab.evidence import artifacts
 from inferlab.stages import probe
+from inferlab.workflow.config import effective_config, load_config
+from inferlab.workflow.runner import StageContext
 
 SEED = 1234
 
@@ -118,8 +118,8 @@ def test_the_real_ceilings_at_tiny_sizes_fit_the_schema(tmp_path):
 def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
     """bf16 flagged a slow path by the probe: its points are rows 'dropped: ...' naming the
     rates, nothing timed in it; fp32 is timed as usual."""
-    from inferlab import artifacts
-    from inferlab.evidence import Evidence
+    from inferlab.evidence import artifacts
+    from inferlab.evidence.loading import Evidence
     from inferlab.stages import prefill
 
     raw = load_config(overrides=[
@@ -149,7 +149,7 @@ def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
 
 def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     """The stages ask for the backends they time; the math backend is not run for them."""
-    from inferlab import backends
+    from inferlab.measurement import backends
 
     ran = []
     real = backends._run

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # stage's operation count and FLOPs.
 PROFILED = """
 import torch
-from inferlab.kernel_names import kernel_that_ran
-from inferlab.memory import peak_extra_bytes
+from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.memory import peak_extra_bytes
 from inferlab.stages import model
 q = torch.randn(1, 2, 64, 16)
 print(kernel_that_ran(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)))

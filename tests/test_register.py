@@ -21,12 +21,12 @@ import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from inferlab import layout
-from inferlab.files import canonical_json, git_state, sha256_bytes, sha256_file
-from inferlab.pipeline import STAGES
-from inferlab.provenance import code_hash, config_hash, sidecar_bytes, write_artifact
-from inferlab.register import Register
-from inferlab.verify import cli_history, cli_verify
+from inferlab.core import layout
+from inferlab.core.files import canonical_json, git_state, sha256_bytes, sha256_file
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence.provenance import code_hash, config_hash, sidecar_bytes, write_artifact
+from inferlab.evidence.register import Register
+from inferlab.evidence.verify import cli_history, cli_verify
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "schemas"
@@ -136,7 +136,7 @@ def _edit_field(root):
 
 
 def _edit_last_and_rehash(root):
-    from inferlab.register import entry_hash
+    from inferlab.evidence.register import entry_hash
 
     lines = _register_lines(root)
     entry = json.loads(lines[2])
@@ -250,7 +250,7 @@ _KILLED_CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-import inferlab.provenance as prov
+import inferlab.evidence.provenance as prov
 
 real_replace, seen = os.replace, []
 def slow_replace(src, dst):

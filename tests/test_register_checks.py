@@ -19,13 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import audit, layout, trust
-from inferlab.entries import hash_matches
-from inferlab.files import canonical_json
-from inferlab.pipeline import STAGES
-from inferlab.provenance import write_artifact
-from inferlab.register import Problem, Register, entry_hash
-from inferlab.verify import cli_verify
+from inferlab.core import layout
+from inferlab.core.files import canonical_json
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence import trust
+from inferlab.evidence.entries import hash_matches
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Problem, Register, entry_hash
+from inferlab.evidence.verify import cli_verify
+from inferlab.presentation import audit
 from tests.test_register import MACHINE, _csv, three_versions
 
 REPO = Path(__file__).resolve().parents[1]

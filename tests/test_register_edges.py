@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import layout
-from inferlab.provenance import write_artifact
-from inferlab.register import Anchor, Problem, Register
+from inferlab.core import layout
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Anchor, Problem, Register
 from tests.pipeline_repo import git
 from tests.test_register import MACHINE, three_versions
 
@@ -194,8 +194,8 @@ _ASCII_CHILD = """
 import locale, sys
 sys.path.insert(0, {repo!r})
 assert locale.getpreferredencoding(False) != "UTF-8", locale.getpreferredencoding(False)
-from inferlab.register import Register
-from inferlab.trust import doubt
+from inferlab.evidence.register import Register
+from inferlab.evidence.trust import doubt
 print(Register({root!r}, {key!r}).verify(), doubt({root!r}, {key!r}, "prefill"))
 """
 
@@ -219,9 +219,9 @@ def test_a_register_git_cannot_read_is_unchecked_and_verify_fails_closed(tmp_pat
                                                                          monkeypatch):
     """No git (or git refusing the repository): the anchor says why it is unchecked, and
     verify reports it as a problem of that key's register, never as anchored."""
-    from inferlab import register as register_module
-    from inferlab.files import CannotCheck
-    from inferlab.verify import _anchor_problems
+    from inferlab.core.files import CannotCheck
+    from inferlab.evidence import register as register_module
+    from inferlab.evidence.verify import _anchor_problems
 
     three_versions(tmp_path)
     register = Register(tmp_path, MACHINE)
@@ -259,7 +259,7 @@ def test_a_line_that_is_not_utf8_is_one_problem_and_the_lines_after_it_are_check
 def test_verify_names_debris_and_repair_removes_it_saying_so(tmp_path, capsys):
     """A temp file a killed write left: verify warns (naming it and the fix), --repair
     removes it and says what it removed."""
-    from inferlab.verify import cli_verify
+    from inferlab.evidence.verify import cli_verify
 
     three_versions(tmp_path)
     left = layout.results_dir(tmp_path, MACHINE) / ".prefill.csv.123.ab.tmp"

@@ -18,9 +18,18 @@ from markupsafe import escape
 from report_evidence import CUDA_ONLY, EVIL, two_machines
 from test_claims import CPU, GPU, write_stage
 
-from inferlab import artifacts, claims, figures, formats, layout, plotting
-from inferlab.backend_map import cell, map_cases, map_rows
-from inferlab.report import NOT_MEASURED, SECTIONS, figure_of, render_report, value_text
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.judging import claims
+from inferlab.measurement.backend_map import cell, map_cases, map_rows
+from inferlab.presentation import figures, formats, plotting
+from inferlab.presentation.report import (
+    NOT_MEASURED,
+    SECTIONS,
+    figure_of,
+    render_report,
+    value_text,
+)
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
         "use", "rect", "circle", "line", "polyline", "polygon", "stop", "ellipse"}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferlab.intervals import (
+from inferlab.measurement.intervals import (
     pooled_run_variance,
     process_interval,
     process_var,
@@ -128,12 +128,13 @@ def test_the_runner_hands_a_timing_stage_the_run_level_of_its_earlier_pairs(tmp_
     from test_claims import probe_json, write_stage
     from test_stages import TIMING
 
-    from inferlab import artifacts, layout
-    from inferlab.compare import run_level_of
-    from inferlab.config import effective_config, load_config
-    from inferlab.pipeline import bookkeeping_files, code_files
-    from inferlab.provenance import write_artifact
-    from inferlab.runner import Job, run_job
+    from inferlab.core import layout
+    from inferlab.core.pipeline import bookkeeping_files, code_files
+    from inferlab.evidence import artifacts
+    from inferlab.evidence.compare import run_level_of
+    from inferlab.evidence.provenance import write_artifact
+    from inferlab.workflow.config import effective_config, load_config
+    from inferlab.workflow.runner import Job, run_job
 
     for top in {Path(f).parts[0] for f in code_files("decode") + bookkeeping_files("decode")}:
         (tmp_path / top).symlink_to(layout.REPO_ROOT / top)  # the code the sidecars hash

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab import layout
-from inferlab.cli import main as cli_main
-from inferlab.provenance import write_artifact
+from inferlab.core import layout
+from inferlab.evidence.provenance import write_artifact
+from inferlab.workflow.cli import main as cli_main
 from tests.pipeline_repo import git
 
 BOOK = "cpu-amd-epyc-avx512bf16-2c"  # the committed evidence's key
@@ -90,16 +90,16 @@ def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
 def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
     """A version recorded before the split listed its bookkeeping as code: adopt ignores
     those entries, and flags exactly the computing files that differ today."""
-    from inferlab.adopt import code_changed
-    from inferlab.pipeline import bookkeeping_files, code_files
-    from inferlab.provenance import file_hashes
+    from inferlab.core.pipeline import bookkeeping_files, code_files
+    from inferlab.evidence.provenance import file_hashes
+    from inferlab.workflow.adopt import code_changed
 
     root = layout.REPO_ROOT
     code = file_hashes([root / f for f in code_files("prefill")], root)
     books = file_hashes([root / f for f in bookkeeping_files("prefill")], root)
     edited = dict.fromkeys(books, "0" * 64)  # every bookkeeping file changed since
     assert code_changed(root, "prefill", {**code, **edited}) == []
-    assert code_changed(root, "prefill", {**code, "inferlab/kernels.py": "0" * 64}) == \
-        ["inferlab/kernels.py"]
-    missing = {f: sha for f, sha in code.items() if f != "inferlab/process.py"}
-    assert code_changed(root, "prefill", missing) == ["inferlab/process.py"]
+    assert code_changed(root, "prefill", {**code, "inferlab/algorithms/kernels.py": "0" * 64}) == \
+        ["inferlab/algorithms/kernels.py"]
+    missing = {f: sha for f, sha in code.items() if f != "inferlab/measurement/process.py"}
+    assert code_changed(root, "prefill", missing) == ["inferlab/measurement/process.py"]

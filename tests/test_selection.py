@@ -1,4 +1,4 @@
-"""Which rows a check judges (inferlab.selection), at each boundary: the filters' inclusive
+"""Which rows a check judges (inferlab.judging.selection), at each boundary: the filters' inclusive
 bounds, the dtype rule, the sentence's scope, the status accounting, the best row per
 group and the non-finite flags; with the exact words a reader sees for what was left out.
 """
@@ -8,9 +8,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from inferlab import artifacts, claims, selection
-from inferlab.claims import Best, Condition, Rows
-from inferlab.selection import NotMeasurable
+from inferlab.evidence import artifacts
+from inferlab.judging import claims, selection
+from inferlab.judging.claims import Best, Condition, Rows
+from inferlab.judging.selection import NotMeasurable
 
 STAND_IN = {"cpu": "float32", "cuda": "float16"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inferlab import environment
+from inferlab.measurement import environment
 
 
 @pytest.mark.parametrize(("env", "expected"), [

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inferlab import artifacts, layout
-from inferlab.layout import REPO_ROOT
-from inferlab.pipeline import STAGES
-from inferlab.register import Register
+from inferlab.core import layout
+from inferlab.core.layout import REPO_ROOT
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence import artifacts
+from inferlab.evidence.register import Register
 from tests.pipeline_repo import copy_repo, run
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 

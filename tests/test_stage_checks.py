@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inferlab import kernels
-from inferlab.config import effective_config, load_config
+from inferlab.algorithms import kernels
 from inferlab.stages import decode, prefill
+from inferlab.workflow.config import effective_config, load_config
 
 
 def _params(module, stage: str, overrides: list[str]):
@@ -22,7 +22,7 @@ def timeable_here(monkeypatch):
     """The kernels timeable on this CPU, run by Triton's interpreter (which reads
     TRITON_INTERPRET at run time too; conftest imported them with it set)."""
     if not kernels.AVAILABLE:
-        pytest.skip(f"inferlab.kernels cannot run here: {kernels.triton_status()[1]}")
+        pytest.skip(f"inferlab.algorithms.kernels cannot run here: {kernels.triton_status()[1]}")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(kernels, "not_timeable", lambda device: None)
 
@@ -59,7 +59,7 @@ def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_he
 def test_one_profiled_call_reads_both_memory_and_kernel_on_a_cpu(monkeypatch, make_qkv):
     """The memory reading's profiler session names the kernel too: at 8,192 tokens each
     extra profiled call of naive attention cost 11.7 s."""
-    from inferlab.attention import naive_attention
+    from inferlab.algorithms.attention import naive_attention
 
     def second_call(fn):
         raise AssertionError("kernel_that_ran profiled the case a second time")

@@ -8,12 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inferlab import artifacts, layout
-from inferlab.config import effective_config, load_config
-from inferlab.evidence import Evidence
-from inferlab.runner import StageContext
+from inferlab.algorithms.traffic import block_pairs, implied_block_q, traffic_ratio
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence
 from inferlab.stages import correctness, decode, prefill, traffic
-from inferlab.traffic import block_pairs, implied_block_q, traffic_ratio
+from inferlab.workflow.config import effective_config, load_config
+from inferlab.workflow.runner import StageContext
 
 SEED = 20240611
 
@@ -262,10 +263,10 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
     import sys
 
     code = ("import resource, sys\n"
-            "from inferlab.runner import steady_process\n"
+            "from inferlab.workflow.runner import steady_process\n"
             "info = steady_process() if sys.argv[1] == 'steady' else None\n"
             "import torch\n"
-            "from inferlab.attention import naive_attention\n"
+            "from inferlab.algorithms.attention import naive_attention\n"
             "q, k, v = (torch.randn(1, 4, 1024, 64) for _ in range(3))\n"
             "for _ in range(3):\n"
             "    naive_attention(q, k, v, True)\n"
@@ -293,7 +294,7 @@ def test_the_steady_process_keeps_buffers_warm_past_two_gib():
     import sys
 
     code = ("import ctypes, resource\n"
-            "from inferlab.runner import steady_process\n"
+            "from inferlab.workflow.runner import steady_process\n"
             "assert steady_process()['glibc_mallopt']\n"
             "libc = ctypes.CDLL('libc.so.6')\n"
             "libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]\n"
@@ -354,7 +355,7 @@ def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key
     """Every machine's committed evidence, another machine's made by older code (schema
     version 1: cpu-amd-epyc-avx2-2c at 04247cb) included, is read by the stages that
     derive from it: traffic computes its rows, claims judges every claim."""
-    from inferlab.evidence import load_evidence
+    from inferlab.evidence.loading import load_evidence
     from inferlab.stages import claims
 
     reads = ("probe", "correctness", "prefill", "decode", "traffic", "model")

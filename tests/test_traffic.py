@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from inferlab.attention import naive_attention
-from inferlab.partials import splitkv_decode
-from inferlab.traffic import (
+from inferlab.algorithms.attention import naive_attention
+from inferlab.algorithms.partials import splitkv_decode
+from inferlab.algorithms.traffic import (
     block_pairs,
     decode_cache_bytes,
     decode_floor_time_us,
@@ -304,10 +304,10 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
     or a prefill Table as read), its rows through the writer and reader."""
     from pathlib import Path
 
-    from inferlab import artifacts
-    from inferlab.evidence import Evidence
-    from inferlab.runner import StageContext
+    from inferlab.evidence import artifacts
+    from inferlab.evidence.loading import Evidence
     from inferlab.stages import traffic
+    from inferlab.workflow.runner import StageContext
 
     table = prefill_rows if isinstance(prefill_rows, artifacts.Table) else artifacts.decode(
         "prefill", artifacts.encode("prefill", prefill_rows))
@@ -320,7 +320,7 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
 @pytest.mark.parametrize("T", [100, 512, 1024, 2048])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cpu_flash_kernel_rows_use_its_known_tile(tmp_path, T, causal):
-    from inferlab.backends import cpu_flash_split_sizes
+    from inferlab.measurement.backends import cpu_flash_split_sizes
     from inferlab.stages.traffic import CPU_FLASH_OP
 
     rng = random.Random(T + causal)
@@ -362,7 +362,8 @@ def test_triton_rows_use_the_blocks_they_were_launched_with(tmp_path):
 def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
     """Evidence made by older code (every key committed under results/) still feeds the
     stage, and each point where PyTorch's CPU flash kernel ran gets its known-tile row."""
-    from inferlab import artifacts, layout
+    from inferlab.core import layout
+    from inferlab.evidence import artifacts
     from inferlab.stages.traffic import CPU_FLASH_OP
 
     keys = [k for k in layout.keys(layout.REPO_ROOT)

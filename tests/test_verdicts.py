@@ -1,4 +1,4 @@
-"""The check interpreter (inferlab.verdicts) at its edges: ``judge`` at every bound with and
+"""The check interpreter (inferlab.judging.verdicts) at its edges: ``judge`` at every bound with and
 without tolerance, each statistic on known data, every verdict path including the vacuous
 ones, units and conversions, and what claims.json records.
 
@@ -16,11 +16,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inferlab import artifacts, claims, judging, report, verdicts
-from inferlab.claims import Claim, Expect, Measure
-from inferlab.evidence import Evidence
-from inferlab.report import value_text
-from inferlab.verdicts import NotMeasurable, judge
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence
+from inferlab.judging import claims, verdicts
+from inferlab.judging import rule as judging
+from inferlab.judging.claims import Claim, Expect, Measure
+from inferlab.judging.verdicts import NotMeasurable, judge
+from inferlab.presentation import report
+from inferlab.presentation.report import value_text
 
 ROOT = Path("/nonexistent-root")
 CPU_KEY, GPU_KEY = "cpu-test-box", "cuda-test-box"
@@ -831,7 +834,7 @@ def test_an_open_question_is_answered_never_reproduced():
 def test_no_claim_rests_on_a_width_wider_than_the_rounding_of_its_figure():
     """Issue 20: a tolerance may express only the rounding of the chapter's printed figure.
     Every approx in claims.yaml is 'as printed'; no rel/abs width moves a bound."""
-    from inferlab.claims import load
+    from inferlab.judging.claims import load
 
     widened = [c.id for c in load().claims if c.check is not None
                and c.check.expect is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 
-from inferlab.workers import time_points
+from inferlab.measurement.workers import time_points
 
 
 def killed_while_building(point):
@@ -26,7 +26,7 @@ def test_a_killed_worker_drops_its_points_with_the_reason():
 _HOLD_AND_RELEASE = """
 import resource, sys
 sys.path.insert(0, sys.argv[1])
-from inferlab.process import release_freed_memory, steady_process
+from inferlab.measurement.process import release_freed_memory, steady_process
 steady_process()
 import torch
 def rss_mib():
@@ -46,7 +46,7 @@ def test_release_freed_memory_gives_a_steadied_heap_back():
     import subprocess
     import sys
 
-    from inferlab.layout import REPO_ROOT
+    from inferlab.core.layout import REPO_ROOT
 
     out = subprocess.run([sys.executable, "-c", _HOLD_AND_RELEASE, str(REPO_ROOT)],
                          capture_output=True, text=True, timeout=120, check=True)

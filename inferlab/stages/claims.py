@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from inferlab.claims import ClaimsFile, load
-from inferlab.verdicts import evaluate_all
+from inferlab.judging.claims import ClaimsFile, load
+from inferlab.judging.verdicts import evaluate_all
 
 
 @dataclass(frozen=True)

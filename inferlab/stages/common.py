@@ -1,7 +1,7 @@
 """What the stage modules share: seeded inputs, dtype names, the harness's options, and
 small numeric helpers. Each stage is ``inferlab.stages.<name>``: a frozen ``Params``
 built from the stage's effective config, and ``run(params, ctx)`` returning rows (a table
-artifact) or a dict (a JSON artifact); ``inferlab.runner`` does the rest.
+artifact) or a dict (a JSON artifact); ``inferlab.workflow.runner`` does the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab import intervals
+from inferlab.measurement import intervals
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -101,7 +101,7 @@ def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], 
     of those that do not. Asked in the stage's own process, never in a timing worker:
     the check runs each backend under the profiler, and a profiler session before a
     timing can slow it (pytorch#144455). It pickles, for the workers."""
-    from inferlab.backends import sdpa_cases
+    from inferlab.measurement.backends import sdpa_cases
 
     _, meta, refused = sdpa_cases(q, k, v, causal, backends)
     return tuple(meta.items()), refused
@@ -109,7 +109,7 @@ def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], 
 
 def sdpa_timed(q, k, v, causal: bool, plan) -> dict:
     """label -> SDPA forced to that backend, for each backend of ``plan`` (``sdpa_plan``)."""
-    from inferlab.backends import run_sdpa
+    from inferlab.measurement.backends import run_sdpa
 
     backends = {label: fields["impl"].removeprefix("sdpa_") for label, fields in plan}
     return {label: (lambda b=b: run_sdpa(q, k, v, b, causal)) for label, b in backends.items()}

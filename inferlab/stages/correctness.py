@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.attention import TILED, naive_attention
-from inferlab.backends import FUSED_SDPA, sdpa_cases
-from inferlab.memory import is_oom
-from inferlab.partials import finalize, merge_partials, partial_attention, splitkv_decode
+from inferlab.algorithms.attention import TILED, naive_attention
+from inferlab.algorithms.partials import finalize, merge_partials, partial_attention, splitkv_decode
+from inferlab.algorithms.traffic import block_pairs
+from inferlab.measurement.backends import FUSED_SDPA, sdpa_cases
+from inferlab.measurement.memory import is_oom
 from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
-from inferlab.traffic import block_pairs
 
 
 @dataclass(frozen=True)

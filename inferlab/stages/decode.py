@@ -21,10 +21,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from inferlab import kernels
-from inferlab.backends import FUSED_SDPA
-from inferlab.kernel_names import kernel_that_ran
-from inferlab.partials import splitkv_decode
+from inferlab.algorithms import kernels
+from inferlab.algorithms.partials import splitkv_decode
+from inferlab.algorithms.traffic import decode_cache_bytes, decode_floor_time_us
+from inferlab.measurement.backends import FUSED_SDPA
+from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.workers import time_points
 from inferlab.stages.common import (
     TimingParams,
     budget_left,
@@ -36,8 +38,6 @@ from inferlab.stages.common import (
     tuples,
     with_run_level,
 )
-from inferlab.traffic import decode_cache_bytes, decode_floor_time_us
-from inferlab.workers import time_points
 
 # timing keys the decode section may set for itself
 HARNESS_OVERRIDES = ("workers", "worker_rounds", "min_run_ms")

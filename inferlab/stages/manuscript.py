@@ -1,5 +1,6 @@
 """manuscript -> manuscript.json: the chapter's four tables (Markdown and LaTeX) and every
-number it cites, named, with provenance, from this key's artifacts (inferlab.manuscript).
+number it cites, named, with provenance, from this key's artifacts
+(inferlab.presentation.manuscript).
 
 The artifact holds the tables' cells, the numbers and the sha256 of each file derived from
 it; the runner writes those files (``derived_files``) into results/{key}/manuscript/ after
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inferlab import layout
-from inferlab.claims import load
-from inferlab.evidence import device_of
-from inferlab.manuscript import (
+from inferlab.core import layout
+from inferlab.evidence.loading import device_of
+from inferlab.evidence.register import Register
+from inferlab.judging.claims import load
+from inferlab.presentation.manuscript import (
     Chapter,
     backends_table,
     decode_table,
@@ -23,7 +25,6 @@ from inferlab.manuscript import (
     prefill_table,
     traffic_table,
 )
-from inferlab.register import Register
 
 __all__ = ["Params", "run", "derived_files"]
 

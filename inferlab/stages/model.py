@@ -3,7 +3,7 @@ arithmetic claims are checked against rows the pipeline wrote, never a constant 
 
 Each row is one quantity with its value, unit, what it was computed from, and whether
 its inputs are the chapter's own premises (``config.yaml`` ``model:``, each quoted from
-the chapter), counted or measured here, or the analytic model (``inferlab.traffic``):
+the chapter), counted or measured here, or the analytic model (``inferlab.algorithms.traffic``):
 
 * ``ops_per_block_pair``: ATen operations tiled_attention launches per block pair it
   computes, counted with the profiler (the chapter: "about fourteen operations each");
@@ -40,18 +40,18 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from inferlab.attention import naive_attention, tiled_attention
-from inferlab.kernel_names import quiet_profile
-from inferlab.measure import time_interleaved
-from inferlab.partials import splitkv_decode
-from inferlab.stages.common import random_qkv, torch_dtype, tuples
-from inferlab.traffic import (
+from inferlab.algorithms.attention import naive_attention, tiled_attention
+from inferlab.algorithms.partials import splitkv_decode
+from inferlab.algorithms.traffic import (
     block_pairs,
     decode_cache_bytes,
     decode_floor_time_us,
     naive_hbm_elements,
     tiled_hbm_elements,
 )
+from inferlab.measurement.kernel_names import quiet_profile
+from inferlab.measurement.measure import time_interleaved
+from inferlab.stages.common import random_qkv, torch_dtype, tuples
 
 # Chapter 11's multiply-add operands: 2**23 fp32 elements (32 MiB each) outgrow a CPU's
 # last-level cache, so every memory pass goes to main memory, as on the GPU it measured.

@@ -27,12 +27,13 @@ import math
 import time
 from dataclasses import dataclass
 
-from inferlab import kernels
-from inferlab.attention import TILED, naive_attention
-from inferlab.backends import FUSED_SDPA
-from inferlab.kernel_names import kernel_in, kernel_that_ran
-from inferlab.memory import capped, is_oom, peak_extra_bytes
-from inferlab.process import release_freed_memory
+from inferlab.algorithms import kernels
+from inferlab.algorithms.attention import TILED, naive_attention
+from inferlab.measurement.backends import FUSED_SDPA
+from inferlab.measurement.kernel_names import kernel_in, kernel_that_ran
+from inferlab.measurement.memory import capped, is_oom, peak_extra_bytes
+from inferlab.measurement.process import release_freed_memory
+from inferlab.measurement.workers import time_points
 from inferlab.stages.common import (
     TimingParams,
     budget_left,
@@ -44,7 +45,6 @@ from inferlab.stages.common import (
     tuples,
     with_run_level,
 )
-from inferlab.workers import time_points
 
 GIB = 1 << 30
 TRITON_BLOCK_N = 64

@@ -2,7 +2,7 @@
 others do not), the backend map, and the machine's measured ceilings.
 
 ``availability`` is each backend at the representative shape, per dtype and causal;
-``backend_map`` (``inferlab.backend_map``) is each backend across head dims, grouped
+``backend_map`` (``inferlab.measurement.backend_map``) is each backend across head dims, grouped
 key/value heads, a mask, dropout and every dtype, at a small shape.
 
 Ceilings are what later stages divide by: a large copy's bandwidth (bytes read plus bytes
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.backend_map import map_cases, map_rows
-from inferlab.backends import availability
-from inferlab.clocks import make_clock
-from inferlab.environment import fingerprint
-from inferlab.measure import time_interleaved
+from inferlab.measurement.backend_map import map_cases, map_rows
+from inferlab.measurement.backends import availability
+from inferlab.measurement.clocks import make_clock
+from inferlab.measurement.environment import fingerprint
+from inferlab.measurement.measure import time_interleaved
 from inferlab.stages.common import TimingParams, harness_progress, random_qkv, torch_dtype, tuples
 
 MIB = 1 << 20

@@ -19,7 +19,7 @@ where the tile comes from):
   (``CPU_FLASH_OP`` in the row's ``kernel``): its ``qSplitSize`` and ``kvSplitSize`` at
   this length, read from PyTorch's source (``backends.cpu_flash_split_sizes``), also set
   in ``cpu_kernel_q_split`` / ``cpu_kernel_kv_split`` beside the assumed row;
-* our Triton kernel (inferlab.kernels, CUDA only): the BLOCK_M and BLOCK_N it was
+* our Triton kernel (inferlab.algorithms.kernels, CUDA only): the BLOCK_M and BLOCK_N it was
   launched with (the prefill row's ``block_q``, ``block_k``).
 
 PyTorch's CUDA kernels do not report their tiles: there the model's B_q stays an assumption.
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from inferlab.backends import cpu_flash_split_sizes
+from inferlab.algorithms.traffic import implied_block_q, traffic_ratio
+from inferlab.measurement.backends import cpu_flash_split_sizes
 from inferlab.stages.common import tuples
-from inferlab.traffic import implied_block_q, traffic_ratio
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ CPU_FLASH_SOURCE = ("known: PyTorch's CPU flash kernel ran (the profiler saw {op
                     "qSplitSize x kvSplitSize at this length, from PyTorch's "
                     "aten/src/ATen/native/cpu/FlashAttentionKernel.cpp")
 TRITON_SOURCE = ("known: our Triton kernel, launched with BLOCK_M = {q}, BLOCK_N = {k} "
-                 "(inferlab/kernels.py)")
+                 "(inferlab/algorithms/kernels.py)")
 
 
 @dataclass(frozen=True)

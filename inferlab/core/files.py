@@ -1,0 +1,313 @@
+"""Bytes on disk that must be trusted: hashes, canonical JSON, durable writes, git state.
+
+The evidence register and the provenance writer both build on this module and on no
+other part of the package, so neither imports the other. A write here either
+completes (every byte written, fsynced) or raises and leaves the target as it was:
+
+* ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
+* ``durable_append`` adds one line to an append-only file; if the write is short
+  (a full disk) or fails, the file is truncated back to its old length before raising;
+* ``restored_on_failure`` guards several such writes that belong together: if the block
+  fails, each file gets its old content back (or is removed if it had none).
+
+Temp and backup files carry the writer's pid and each writer removes only its own: what a
+killed writer left (``debris``) is removed by whoever holds the folder's lock
+(``inferlab.evidence.register``), never by a writer that may be racing a live one.
+
+Text that must survive any Unicode is written ASCII-escaped (``canonical_json``) and read
+back split on ``\n`` only (``split_lines``): U+2028, U+0085 or a lone ``\r`` inside a
+value are one line to this module, as they are to JSON.
+
+A check that needs git and cannot run it says why (``CannotCheck``) instead of looking
+like "git does not track it".
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import math
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from inferlab.core import layout
+
+TMP_SUFFIX = ".tmp"
+BACKUP_SUFFIX = ".bak"
+# file systems without hard links (FAT, some network mounts) say so with these
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path | str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def reject_nonfinite(obj, where: str = "obj") -> None:
+    """json.dumps(allow_nan=False) says only that a float is out of range; this says where."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"{where}={obj!r}: NaN and infinity have no canonical JSON form; "
+                         "use None (null) for a value that was not measured")
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            reject_nonfinite(value, f"{where}[{key!r}]")
+    elif isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            reject_nonfinite(value, f"{where}[{i}]")
+
+
+def canonical_json(obj, ascii_only: bool = True) -> bytes:
+    """JSON with sorted keys and no whitespace, every non-ASCII character escaped: equal
+    data gives equal bytes, and no byte of it is a line break but the ones JSON escapes.
+    ``ascii_only=False`` is the raw UTF-8 form registers written before issue 23 hashed."""
+    reject_nonfinite(obj)
+    try:
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only,
+                          allow_nan=False)
+    except TypeError as exc:
+        raise ValueError(f"obj is not JSON data: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """``data`` split on b"\\n" only (never on U+2028, U+0085, \\r...); a final newline
+    ends the last line rather than starting an empty one."""
+    lines = data.split(b"\n")
+    return lines[:-1] if lines and lines[-1] == b"" else lines
+
+
+def debris(folder: Path) -> list[Path]:
+    """Temp and backup files (``.<name>.<pid>.*.tmp``, ``.<name>.<pid>.bak``) in ``folder``
+    that a killed write left, sorted; only whoever holds the folder's lock may remove them."""
+    if not Path(folder).is_dir():
+        return []
+    return sorted(p for p in Path(folder).iterdir() if p.name.startswith(".") and p.is_file()
+                  and p.name.endswith((TMP_SUFFIX, BACKUP_SUFFIX)))
+
+
+def utc_now_iso() -> str:
+    """UTC time as ISO 8601 with a Z, to the second (e.g. 2025-01-31T12:00:00Z)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def relative(path: Path | str, root: Path | str) -> str:
+    """Path relative to root in POSIX form; a path outside root stays absolute."""
+    path, root = Path(path).resolve(), Path(root).resolve()
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _write_all(fd: int, data: bytes, name: str) -> None:
+    """os.write until every byte is out; a write that makes no progress is ENOSPC."""
+    view, done = memoryview(data), 0
+    while done < len(data):
+        try:
+            n = os.write(fd, view[done:])
+        except OSError as exc:
+            raise OSError(exc.errno, f"{exc.strerror} writing {name} ({done} of "
+                                     f"{len(data)} bytes written)") from exc
+        if n <= 0:
+            raise OSError(errno.ENOSPC, f"no progress writing {name} ({done} of "
+                                        f"{len(data)} bytes written)")
+        done += n
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
+
+    The temp file sits in the same folder (os.replace is atomic only within one file
+    system) and is fsynced before the rename; the folder is fsynced after it, so the
+    rename itself survives a power cut. The temp file is this writer's alone (its pid in
+    the name); what a killed write left is ``debris``, removed under the folder's lock.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
+                               suffix=TMP_SUFFIX)
+    try:
+        try:
+            _write_all(fd, data, str(path))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def durable_append(path: Path, line: bytes) -> None:
+    """Append ``line`` (ending in a newline) to ``path`` completely, or not at all.
+
+    On any failure (a full disk, an interrupted write) the file is truncated back to the
+    length it had, so no torn line is left behind, and the error is raised.
+    """
+    if not line.endswith(b"\n"):
+        raise ValueError("line must end with a newline")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            _write_all(fd, line, str(path))
+            os.fsync(fd)
+        except BaseException:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def restored_on_failure(paths: list[Path]) -> Iterator[None]:
+    """Files replaced inside the block keep their old content if the block raises.
+
+    Each existing file gets a hard link (a second name for the same bytes, so it needs no
+    free space: a full disk cannot stop the restore); on failure the link is renamed back
+    over the file, and a file that did not exist is removed. Links a killed process left
+    behind are removed on the next call. Where the file system has no hard links the
+    old file cannot be kept: a failed block then leaves the new one (unregistered, which
+    ``inferlab verify`` reports). Only this process's own backup names are reused.
+    """
+    paths = [Path(p) for p in paths]
+    new = [p for p in paths if not p.is_file()]
+    backups: dict[Path, Path] = {}
+    try:
+        for path in paths:
+            if path.is_file():
+                backup = path.with_name(f".{path.name}.{os.getpid()}{BACKUP_SUFFIX}")
+                backup.unlink(missing_ok=True)  # a dead process of the same pid left it
+                try:
+                    os.link(path, backup)  # a full disk may refuse even a name
+                except OSError as exc:
+                    if exc.errno not in NO_HARD_LINKS:
+                        raise
+                    continue  # no backup: a failed write leaves the new file, unregistered
+                backups[path] = backup
+    except BaseException:
+        for backup in backups.values():
+            backup.unlink(missing_ok=True)
+        raise
+    try:
+        yield
+    except BaseException:
+        for path, backup in backups.items():
+            os.replace(backup, path)
+            backup.unlink(missing_ok=True)  # rename does nothing if both name one file
+        for path in new:
+            path.unlink(missing_ok=True)
+        raise
+    for backup in backups.values():
+        backup.unlink()
+
+
+# --------------------------------------------------------------------------- git
+
+
+# variables that point git at another repository, index or object store than the one it
+# finds from ``root``: an anchor read through them would be someone else's
+_GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
+
+
+def git_env() -> dict[str, str]:
+    """The environment for git here: the repository found from the folder asked about, and
+    its objects as committed (``git replace`` cannot stand another commit in for HEAD)."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
+    return {**env, "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
+def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                              text=True, timeout=30, check=False, env=git_env())
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_state(root: Path | str) -> dict:
+    """{"commit": HEAD or None, "dirty": uncommitted code changes or None}; never raises.
+
+    None means unknown: not a git repository, git missing, or (commit) no commit yet.
+    """
+    head = _git(root, "rev-parse", "--verify", "HEAD")
+    # results, evidence and the report are outputs, not code: they do not make a tree dirty
+    not_code = [f":(exclude){folder}" for folder in layout.OUTPUT_DIRS]
+    status = _git(root, "status", "--porcelain", "--", ".", *not_code)
+    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
+    dirty = bool(status.stdout.strip()) if status is not None and status.returncode == 0 \
+        else None
+    return {"commit": commit or None, "dirty": dirty}
+
+
+def git_subfolders(root: Path | str, rev: str, folder: str) -> list[str]:
+    """Names of the folders directly under ``folder`` (relative to ``root``) at ``rev``;
+    [] when git has none (or no git, or not a repository)."""
+    out = _git(root, "ls-tree", "-d", "--name-only", rev, f"./{folder}/")
+    if out is None or out.returncode != 0:
+        return []
+    return sorted(Path(line).name for line in out.stdout.splitlines() if line.strip())
+
+
+class CannotCheck(Exception):
+    """A check that needs a tool could not run; ``str()`` says why (e.g. "git is not on
+    the PATH"). Callers that vouch for something (verify, adopt) fail on it."""
+
+
+def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
+    """The bytes of ``path`` at ``rev``; None when git answers that there is no such file
+    (not a repository, no commit yet, not tracked at ``rev``); ``CannotCheck`` saying why
+    when git cannot answer (missing, refusing a repository of another owner, broken)."""
+    def ask(*args: str) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                  timeout=30, check=False, env=git_env())
+        except FileNotFoundError:
+            raise CannotCheck("git is not on the PATH") from None
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CannotCheck(f"git did not run ({exc})") from None
+
+    def said(out: subprocess.CompletedProcess) -> str:  # git's first line, whole
+        text = out.stderr.decode(errors="replace").strip()
+        return (text.splitlines() or [f"exit status {out.returncode}"])[0]
+
+    where = ask("rev-parse", "--git-dir")
+    if where.returncode != 0:
+        if "not a git repository" in said(where):
+            return None
+        raise CannotCheck(f"git refuses the repository: {said(where)[:300]}")
+    if ask("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
+        return None  # no commit yet
+    out = ask("show", f"{rev}:{path}")
+    if out.returncode == 0:
+        return out.stdout
+    if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
+        return None
+    raise CannotCheck(f"git show {rev}:{path} failed: {said(out)[:300]}")

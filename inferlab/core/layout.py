@@ -1,0 +1,147 @@
+"""Where things live: the one module that builds paths.
+
+Results are keyed by machine and grid. A machine's book evidence (the default grid of
+``config.yaml``) lives under its machine id, ``results/{machine}/``; a run on any other
+grid (the smoke profile, a user's ``--configfile``) lives under ``{machine}@{grid}``, so
+it can never replace the book evidence. That folder name is the *results key*::
+
+    results/{key}/{artifact}             one artifact per stage (inferlab.core.pipeline.STAGES)
+    results/{key}/{artifact}.prov.json   its provenance sidecar
+    results/{key}/{stage}/{file}         files derived from an artifact (the manuscript's)
+    evidence/{key}/register.jsonl        the append-only, hash-chained register
+    evidence/{key}/objects/{sha256}      a retained copy of every version
+    logs/{key}/{rule}.log, benchmarks/out/{key}/{rule}.tsv
+    report/index.html                    every key side by side
+
+Nothing else in the code joins these path parts by hand.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from inferlab.core.pipeline import stage as stage_of
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DIR = REPO_ROOT / "schemas"
+CLAIMS_FILE = REPO_ROOT / "claims.yaml"
+CONFIG_FILE = REPO_ROOT / "config.yaml"
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "presentation" / "templates"
+
+SIDECAR_SUFFIX = ".prov.json"
+REGISTER_FILE = "register.jsonl"
+OBJECTS_DIR = "objects"
+OUTPUT_DIRS = ("results", "evidence", "report")
+
+_MACHINE = r"[a-z0-9][a-z0-9._-]{0,79}"
+_GRID = r"[a-z0-9][a-z0-9._-]{0,39}"
+# always fullmatch: "$" (and match) would take "smoke\n", a name over two lines
+_MACHINE_RE = re.compile(_MACHINE)
+_GRID_RE = re.compile(_GRID)
+_KEY_RE = re.compile(rf"({_MACHINE})(?:@({_GRID}))?")
+
+
+def check_machine(machine: str) -> str:
+    """Return ``machine`` if it is a valid id (a lowercase slug), else raise ValueError."""
+    if not isinstance(machine, str) or not _MACHINE_RE.fullmatch(machine):
+        raise ValueError(
+            f"machine={machine!r} is not a valid machine id: use a lowercase slug of "
+            "letters, digits, '.', '_' or '-' (e.g. 'cpu-amd-epyc-2c')")
+    return machine
+
+
+def check_grid(grid: str) -> str:
+    if not isinstance(grid, str) or not _GRID_RE.fullmatch(grid):
+        raise ValueError(f"grid={grid!r} is not a valid grid name: use a lowercase slug of "
+                         "letters, digits, '.', '_' or '-' (e.g. 'smoke')")
+    return grid
+
+
+def results_key(machine: str, grid: str | None = None) -> str:
+    """``machine`` for the book grid (None), ``machine@grid`` for any other grid."""
+    check_machine(machine)
+    return machine if grid is None else f"{machine}@{check_grid(grid)}"
+
+
+def check_key(key: str) -> str:
+    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
+        raise ValueError(f"results key {key!r} is not 'machine' or 'machine@grid' "
+                         "(lowercase slugs, e.g. 'cpu-amd-epyc-2c@smoke')")
+    return key
+
+
+def split_key(key: str) -> tuple[str, str | None]:
+    """('machine', grid or None) of a results key."""
+    match = _KEY_RE.fullmatch(check_key(key))
+    return match.group(1), match.group(2)
+
+
+# --------------------------------------------------------------------------- per key
+
+
+def results_dir(root: Path | str, key: str) -> Path:
+    return Path(root) / "results" / check_key(key)
+
+
+def evidence_dir(root: Path | str, key: str) -> Path:
+    return Path(root) / "evidence" / check_key(key)
+
+
+def artifact_path(root: Path | str, key: str, stage: str) -> Path:
+    return results_dir(root, key) / stage_of(stage).artifact
+
+
+def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
+    """A file derived from ``stage``'s artifact: results/{key}/{stage}/{name}."""
+    return results_dir(root, key) / stage_of(stage).name / name
+
+
+def sidecar_path(artifact: Path | str) -> Path:
+    artifact = Path(artifact)
+    return artifact.with_name(artifact.name + SIDECAR_SUFFIX)
+
+
+def register_path(root: Path | str, key: str) -> Path:
+    return evidence_dir(root, key) / REGISTER_FILE
+
+
+def objects_dir(root: Path | str, key: str) -> Path:
+    return evidence_dir(root, key) / OBJECTS_DIR
+
+
+def log_path(root: Path | str, key: str, rule: str) -> Path:
+    """A rule's log (a stage or "report"); Snakemake's ``log:`` uses it too."""
+    return Path(root) / "logs" / check_key(key) / f"{rule}.log"
+
+
+def benchmark_path(root: Path | str, key: str, rule: str) -> Path:
+    """Snakemake's ``benchmark:`` file of a rule (wall time, RSS)."""
+    return Path(root) / "benchmarks" / "out" / check_key(key) / f"{rule}.tsv"
+
+
+def report_path(root: Path | str) -> Path:
+    return Path(root) / "report" / "index.html"
+
+
+def schema_path(name: str) -> Path:
+    """``schemas/<name>`` (e.g. "prefill.schema.json")."""
+    return SCHEMA_DIR / name
+
+
+def keys(root: Path | str) -> list[str]:
+    """Results keys that have a folder under ``root/results``, sorted."""
+    base = Path(root) / "results"
+    if not base.is_dir():
+        return []
+    return sorted(p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.fullmatch(p.name))
+
+
+def evidence_keys(root: Path | str) -> list[str]:
+    """Results keys with a folder under ``root/evidence`` or ``root/results``, sorted (a
+    results folder without a register is unverifiable and must show up, not be skipped)."""
+    base = Path(root) / "evidence"
+    found = set(keys(root))
+    if base.is_dir():
+        found |= {p.name for p in base.iterdir() if p.is_dir() and _KEY_RE.fullmatch(p.name)}
+    return sorted(found)

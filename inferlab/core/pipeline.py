@@ -1,0 +1,292 @@
+"""The pipeline's stages, declared once.
+
+Everything that needs to know a stage reads ``STAGES``: the Snakefile's rules (inputs,
+outputs, params, resources), the runner, ``inferlab adopt``, the claims checks (column
+names against the artifact schema) and the report. A stage is
+
+* a name, which is also its rule's name and its module ``inferlab.stages.<name>``
+  (``Params.from_config(cfg)`` and ``run(params, ctx)``);
+* whether its artifact is a table: then it is ``results/{key}/<name>.csv``, else
+  ``<name>.json``; its schema is ``schemas/<name>.schema.json`` (claims: its result's);
+* the stages whose artifacts it reads (``EARLIER``: all declared before it);
+* whether it times anything (then it never shares the machine with another stage), and
+  whether it has a config section: its config sections
+  are its own name's and ``timing`` exactly when timed. Their values for the device
+  found, with the seed, are the stage's *effective config*
+  (``inferlab.workflow.config.effective_config``), which is the rule's rerun trigger, the
+  provenance's ``config_sha256`` and what adopt compares;
+* extra files it reads (``claims.yaml``), which count as its code;
+* for a table, the columns that name a row (its point), so two versions can be compared.
+
+The package's layers are declared here too (``LAYERS``, bottom up: the import direction),
+and which of them compute. The code files whose change reruns a stage are not listed by
+hand: they are the computing modules its module and the process settings
+(``inferlab.measurement.process``) import, transitively (``code_files``), read from the
+source with ``ast`` so this module imports neither torch nor any other stage. The
+bookkeeping the stage's run loads besides (``bookkeeping_files``: the runner, register,
+provenance, artifacts I/O ...) is hashed into every sidecar but triggers no rerun.
+
+This module is a leaf: it imports nothing from ``inferlab``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # inferlab/
+REPO_ROOT = PACKAGE_DIR.parent
+
+
+# ``reads=EARLIER``: every stage declared before this one (the claims judge them all).
+EARLIER = ("<every earlier stage>",)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    table: bool                    # a CSV table ({name}.csv), else a JSON document ({name}.json)
+    reads: tuple[str, ...] = ()    # stages whose artifacts it reads (EARLIER: all before it)
+    configured: bool = True        # it has a config section of its own name
+    files: tuple[str, ...] = ()    # other files it reads, relative to the repository
+    timed: bool = False            # it measures time: never beside another stage
+    key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
+    schema_file: str | None = None  # when not {name}.schema.json
+    derived: tuple[str, ...] = ()  # files made from the artifact, in results/{key}/{name}/
+    also_reads_config: tuple[str, ...] = ()  # other stages' config sections it computes from
+
+    @property
+    def module(self) -> str:
+        return f"inferlab.stages.{self.name}"
+
+    @property
+    def view(self) -> str:
+        """Its report view (``inferlab.presentation.views``), where it has one."""
+        return f"inferlab.presentation.views.{self.name}"
+
+    @property
+    def artifact(self) -> str:
+        """Its file name in results/{key}/."""
+        return f"{self.name}.{'csv' if self.table else 'json'}"
+
+    @property
+    def schema(self) -> str:
+        """Its artifact's schema, a file name in schemas/."""
+        return self.schema_file or f"{self.name}.schema.json"
+
+    @property
+    def is_table(self) -> bool:
+        return self.table
+
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The config sections of its effective config: its own, those of other stages it
+        computes from, and ``timing`` exactly when it measures time."""
+        return (((self.name,) if self.configured else ()) + self.also_reads_config
+                + (("timing",) if self.timed else ()))
+
+
+def _declare(*stages: Stage) -> dict[str, Stage]:
+    """{name: stage}, with ``EARLIER`` replaced by the names declared before it."""
+    declared: dict[str, Stage] = {}
+    for s in stages:
+        if s.reads == EARLIER:
+            s = replace(s, reads=tuple(declared))
+        declared[s.name] = s
+    return declared
+
+
+STAGES: dict[str, Stage] = _declare(
+    Stage("probe", table=False, timed=True),
+    Stage("correctness", table=True,
+          key_columns=("check", "impl", "T", "dtype", "causal", "score_scale", "block_q",
+                       "block_k", "splits")),
+    Stage("prefill", table=True, reads=("probe",), timed=True,
+          key_columns=("impl", "fused_sdpa", "T", "dtype", "causal", "block_q", "block_k",
+                       "batch", "heads", "d")),
+    Stage("decode", table=True, reads=("probe",), timed=True,
+          key_columns=("impl", "fused_sdpa", "cache_len", "batch", "dtype", "splits", "heads",
+                       "d")),
+    Stage("traffic", table=True, reads=("prefill",),
+          key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
+    Stage("model", table=True, reads=("probe",), key_columns=("quantity", "source", "dtype")),
+    # configured by claims.yaml (one of its code files), not by a config section
+    Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),
+          schema_file="claims_result.schema.json"),
+    # The artifact holds the tables and numbers; the files the manuscript uses are derived
+    # from it (inferlab.presentation.manuscript.derived_files) and their sha256 recorded in it. Its
+    # lengths are the traffic model's (the chapter's 1,024-8,192 tokens).
+    Stage("manuscript", table=False, reads=("probe", "prefill", "decode", "traffic", "claims"),
+          configured=False, also_reads_config=("traffic",), files=("claims.yaml",),
+          derived=("tables.md", "tables.tex", "numbers.json", "numbers.tex")),
+)
+# The stage whose artifact (claims.json) holds every verdict: the report's spine.
+CLAIMS_STAGE = "claims"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One subpackage of ``inferlab``. Layers are listed bottom up: a module imports only
+    from its own layer and the ones before it (``tests/test_structure.py`` reads the
+    folders and checks it). A computing layer's modules are the code of the stages whose
+    artifacts they compute (``code_files``: their change reruns those stages); the others
+    record, check, store, route or run, and are hashed into every sidecar as
+    bookkeeping."""
+
+    package: str
+    computes: bool
+
+    @property
+    def module(self) -> str:
+        return f"inferlab.{self.package}"
+
+
+LAYERS: tuple[Layer, ...] = (
+    Layer("core", computes=False),
+    Layer("algorithms", computes=True),
+    Layer("measurement", computes=True),
+    Layer("evidence", computes=False),
+    Layer("judging", computes=True),
+    Layer("presentation", computes=True),
+    Layer("stages", computes=True),
+    Layer("workflow", computes=False),
+)
+
+
+def layer_of(module: str) -> Layer | None:
+    """The layer a module of ``inferlab`` belongs to, by its path; None for the package's
+    own ``__init__``/``__main__``, which only route."""
+    parts = module.split(".")
+    return next((layer for layer in LAYERS if parts[1:2] == [layer.package]), None)
+
+
+def computes(module: str) -> bool:
+    """Whether ``module`` is computing code: a module (not a package's ``__init__``,
+    which holds only its docstring) of a computing layer."""
+    layer = layer_of(module)
+    path = _module_file(module)
+    return bool(layer and layer.computes and path is not None and path.name != "__init__.py")
+
+
+# How the runner settles the process (allocator, OpenMP, threads, seed) before a stage
+# runs: it changes the numbers, so it is computing code of every stage.
+PROCESS_MODULE = "inferlab.measurement.process"
+# The rules' glue scripts (Snakemake reruns a rule whose script is newer than its outputs)
+STAGE_SCRIPT = "scripts/run_stage.py"
+REPORT_SCRIPT = "scripts/report.py"
+
+# The report is a rule, not a stage: it writes no register entry. Its code is the
+# closure of inferlab.presentation.report and of every stage's view (loaded by name, not imported:
+# report_modules), the claims file and the page template.
+REPORT_MODULE = "inferlab.presentation.report"
+REPORT_FILES = ("claims.yaml", "inferlab/presentation/templates/report.html.j2")
+
+
+def report_modules() -> tuple[str, ...]:
+    """The report's module and every stage view that exists (``inferlab/presentation/views/``)."""
+    return (REPORT_MODULE, *(s.view for s in STAGES.values() if _module_file(s.view)))
+
+
+def stage(name: str) -> Stage:
+    """The declaration of stage ``name``; an unknown name is a ValueError listing them."""
+    if name not in STAGES:
+        raise ValueError(f"stage={name!r} is not a stage; expected one of {list(STAGES)}")
+    return STAGES[name]
+
+
+def upstream(name: str) -> list[str]:
+    """Every stage ``name`` depends on, directly or not, in declaration (DAG) order."""
+    needed = set(stage(name).reads)
+    for up in stage(name).reads:
+        needed |= set(upstream(up))
+    return [s for s in STAGES if s in needed]
+
+
+# --------------------------------------------------------------------------- code files
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of an ``inferlab`` module (a package's __init__.py), or None."""
+    parts = module.split(".")
+    if parts[0] != "inferlab":
+        return None
+    base = PACKAGE_DIR.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module ``path`` imports (at any depth of the file, lazily or not)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            found.add(base)
+            found |= {f"{base}.{alias.name}" for alias in node.names}  # from pkg import mod
+    return found
+
+
+@functools.cache
+def import_closure(module: str, code_only: bool = False) -> tuple[str, ...]:
+    """Files of the ``inferlab`` modules ``module`` imports, transitively, itself and the
+    packages on the way included; with ``code_only``, only computing modules
+    (``computes``), and the imports of the others are not followed. Relative to the
+    repository, sorted."""
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen or (code_only and not computes(name)):
+            continue
+        path = _module_file(name)
+        if path is None:
+            continue
+        seen[name] = path
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo += [m for m in (*_imports(path, name), *parents) if m.startswith("inferlab")]
+    return tuple(sorted({p.relative_to(REPO_ROOT).as_posix() for p in seen.values()}))
+
+
+def _script_closure(script: str) -> set[str]:
+    """A glue script and the import closure of every inferlab module it imports."""
+    imported = _imports(REPO_ROOT / script, "__main__")
+    return {script}.union(*(import_closure(m) for m in imported if m.startswith("inferlab")))
+
+
+def code_files(name: str) -> list[str]:
+    """The files whose change reruns stage ``name`` (or "report"), relative to the
+    repository: the code that computes its artifact, which is the computing modules
+    (``computes``) its module and the process settings import, and its extra files; for
+    the report, the computing closure of its module and of every view, the claims file and
+    its template. Presentation a stage imports counts: its output is in the artifact. The
+    rule's glue script counts too, though it only hands over: Snakemake itself reruns a
+    rule whose script is newer than its outputs."""
+    if name == "report":
+        return sorted({*(f for m in report_modules() for f in import_closure(m, True)),
+                       REPORT_SCRIPT, *REPORT_FILES})
+    declared = stage(name)
+    return sorted({*import_closure(declared.module, True), *import_closure(PROCESS_MODULE, True),
+                   STAGE_SCRIPT, *declared.files})
+
+
+def bookkeeping_files(name: str) -> list[str]:
+    """The other files a run of stage ``name`` (or "report") loads: its glue script and
+    every module of the full closure that ``code_files`` leaves out. Hashed into every
+    sidecar, never a rerun trigger."""
+    if name == "report":
+        loaded = {*(f for m in report_modules() for f in import_closure(m)),
+                  *_script_closure(REPORT_SCRIPT)}
+    else:
+        loaded = {*import_closure(stage(name).module), *import_closure(PROCESS_MODULE),
+                  *_script_closure(STAGE_SCRIPT)}
+    return sorted(loaded - set(code_files(name)))

@@ -1,0 +1,70 @@
+"""One stage's artifact on one results key, read and typed, with its register entry:
+what a claim is judged on, and what the audit and the report check the integrity of."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from inferlab.evidence import artifacts
+from inferlab.core import layout
+from inferlab.evidence.artifacts import Table
+from inferlab.core.files import relative, sha256_file
+from inferlab.evidence.register import Register
+
+
+@dataclass
+class Evidence:
+    """One stage's artifact on one results key, as a check sees it."""
+
+    stage: str
+    path: Path
+    data: Table | dict | None   # None when the artifact is missing
+    entry: dict | None          # the register's latest entry for this stage
+    sha256_now: str | None
+    error: str | None = None    # why the file could not be read (then data is None)
+
+    @property
+    def table(self) -> Table:
+        """The rows a check reads (probe.json: its availability list)."""
+        return artifacts.probe_availability(self.data) if self.stage == "probe" else self.data
+
+    @property
+    def provenance(self) -> dict:
+        return (self.entry or {}).get("provenance") or {}
+
+    def describe(self, root: Path) -> dict:
+        entry = self.entry or {}
+        return {"stage": self.stage, "path": relative(self.path, root),
+                "version": entry.get("version"), "sha256": entry.get("sha256")}
+
+    def hash_warning(self) -> str:
+        if self.sha256_now is None:
+            return ""
+        if self.entry is None:
+            return "WARNING: this artifact is not in the evidence register. "
+        if self.sha256_now != self.entry.get("sha256"):
+            return (f"WARNING: the results file's sha256 {self.sha256_now} no longer matches "
+                    f"register version {self.entry.get('version')} "
+                    f"({self.entry.get('sha256')}). ")
+        return ""
+
+
+def device_of(evidence: Evidence, key: str) -> str:
+    """'cuda' or 'cpu': from the recorded environment, else from the key's prefix."""
+    device = str((evidence.provenance.get("environment") or {}).get("device") or key)
+    return "cuda" if device.startswith("cuda") else "cpu"
+
+
+
+def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
+    """Read one stage's artifact (typed) with its latest register entry."""
+    path = layout.artifact_path(root, key, stage)
+    entry = Register(root, key).latest(stage)
+    if not path.is_file():
+        return Evidence(stage, path, None, entry, None)
+    sha = sha256_file(path)
+    try:
+        return Evidence(stage, path, artifacts.read(path, stage), entry, sha)
+    except (ValueError, UnicodeDecodeError) as exc:  # corrupted or edited: say so, go on
+        return Evidence(stage, path, None, entry, sha, error=str(exc))

@@ -1,0 +1,160 @@
+"""The one provenance writer: every artifact is written here, with its sidecar and its
+register entry, so that each number in results/ can be traced to the code, config,
+inputs, machine and command that produced it.
+
+``write_artifact`` is the only function that writes into ``results/``. The stage has
+computed everything in memory first; this module then makes it durable in an order
+that a process killed at any point cannot break:
+
+1. retain the artifact and its sidecar in ``evidence/{key}/objects/<sha256>``
+   (content-addressed, fsynced), so no register entry can ever lack its copies;
+2. write the artifact, then its sidecar, into ``results/{key}/`` atomically (a temp
+   file in the same folder, flushed and fsynced, then ``os.replace``), so results/ never
+   holds a half-written file; a kill here leaves a hidden ``.<name>.*.tmp`` that the
+   next write removes;
+3. append the register entry, last: a results file with no entry (a process killed
+   before step 3, or an edit) is what ``inferlab verify`` flags.
+
+All three steps run under the key's register lock (``Register.locked``), so two stage
+runs on one key are serialised whole, and the temp files a killed write left are removed
+then, by the one writer that can be sure no live write owns them. Register and sidecar
+text is ASCII-escaped JSON, so no character of a path, command or config value can split
+a line.
+
+A write that *fails* (a full disk: every write is checked, ``inferlab.core.files``) raises
+and leaves the register as it was and results/ holding the files it held before.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from inferlab.core import layout
+from inferlab.core.files import (
+    atomic_write,
+    canonical_json,
+    git_state,
+    reject_nonfinite,
+    relative,
+    restored_on_failure,
+    sha256_bytes,
+    sha256_file,
+    utc_now_iso,
+)
+from inferlab.evidence.register import Register
+
+
+def config_hash(config: dict) -> str:
+    if not isinstance(config, dict):
+        raise ValueError(f"config={config!r} must be a dict")
+    return sha256_bytes(canonical_json(config))
+
+
+def file_hashes(files: list[Path | str], root: Path | str) -> dict[str, str]:
+    """{relative path: sha256} for each file; a missing file is a ValueError naming it."""
+    hashes = {}
+    for f in files:
+        if not Path(f).is_file():
+            raise ValueError(f"file {str(f)!r} does not exist (or is not a file)")
+        hashes[relative(f, root)] = sha256_file(f)
+    return dict(sorted(hashes.items()))
+
+
+def code_hash(files: list[Path | str], root: Path | str) -> str:
+    """sha256 over the sorted (relative path, file sha256) pairs: renames count too."""
+    return _hash_of_file_hashes(file_hashes(files, root))
+
+
+def _hash_of_file_hashes(hashes: dict[str, str]) -> str:
+    return sha256_bytes(canonical_json(sorted(hashes.items())))
+
+
+def build_provenance(root, key, stage, *, config, code_files, inputs, seed, command,
+                     environment, bookkeeping_files=None) -> dict:
+    """The sidecar's provenance dict (docs/contracts.md). ``code_files`` computed the
+    artifact (they decide whether it is current); ``bookkeeping_files``, when given, are
+    the rest of what ran (recorded, no rerun trigger)."""
+    git = git_state(root)
+    code = file_hashes(code_files, root)
+    machine, grid = layout.split_key(key)
+    bookkeeping = {} if bookkeeping_files is None else {
+        "bookkeeping_sha256": code_hash(bookkeeping_files, root),
+        "bookkeeping_files": file_hashes(bookkeeping_files, root)}
+    return {**bookkeeping,
+        "stage": stage,
+        "machine": machine,
+        "grid": grid,
+        "created_at": utc_now_iso(),
+        "git_commit": git["commit"],
+        "git_dirty": git["dirty"],
+        "code_sha256": _hash_of_file_hashes(code),
+        "code_files": code,
+        "config_sha256": config_hash(config),
+        "config": config,
+        "environment": environment,
+        "seed": seed,
+        "inputs": file_hashes(inputs, root),
+        "command": command,
+    }
+
+
+def sidecar_bytes(stage: str, artifact_name: str, content: bytes, provenance: dict,
+                  schema_version: int = 1) -> bytes:
+    """The sidecar file: indented for people to read, keys sorted so it is reproducible,
+    non-ASCII escaped (as in the register: no character of a value is a line break)."""
+    sidecar = {
+        "schema": f"inferlab/{stage}",
+        "schema_version": schema_version,
+        "artifact": artifact_name,
+        "sha256": sha256_bytes(content),
+        "provenance": provenance,
+    }
+    reject_nonfinite(sidecar, "sidecar")
+    return (json.dumps(sidecar, sort_keys=True, indent=2, ensure_ascii=True,
+                       allow_nan=False) + "\n").encode("utf-8")
+
+
+def _check_write_args(content, seed, command, environment, schema_version) -> None:
+    if not isinstance(content, bytes):
+        raise ValueError(f"content must be bytes (the artifact as written), got "
+                         f"{type(content).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} must be an int")
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError(f"command={command!r} must be the command line that reproduces it")
+    if not isinstance(environment, dict):
+        raise ValueError(f"environment={environment!r} must be a dict (environment.fingerprint)")
+    if isinstance(schema_version, bool) or not isinstance(schema_version, int) \
+            or schema_version < 1:
+        raise ValueError(f"schema_version={schema_version!r} must be an int >= 1")
+
+
+def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
+                   config: dict, code_files: list, inputs: list[Path], seed: int,
+                   command: str, environment: dict, schema_version: int = 1,
+                   bookkeeping_files: list | None = None) -> dict:
+    """Write one stage artifact with its sidecar, retain both, register them; return the
+    register entry. See the module docstring for why the steps come in this order.
+
+    Args:
+        content: the artifact's bytes (CSV or JSON text), computed in memory by the stage.
+        config: the effective stage config; code_files: library and script files that ran;
+        inputs: artifacts this one was computed from; environment: environment.fingerprint;
+        bookkeeping_files: the other files that ran (runner, register ...), recorded only.
+    """
+    _check_write_args(content, seed, command, environment, schema_version)
+    artifact = layout.artifact_path(root, key, stage)
+    provenance = build_provenance(root, key, stage, config=config, code_files=code_files,
+                                  inputs=inputs, seed=seed, command=command,
+                                  environment=environment, bookkeeping_files=bookkeeping_files)
+    sidecar = sidecar_bytes(stage, artifact.name, content, provenance, schema_version)
+    register = Register(root, key)
+    written = ((artifact, content), (layout.sidecar_path(artifact), sidecar))
+    with register.locked():  # the whole write: another run on this key waits for it
+        content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)
+        with restored_on_failure([path for path, _ in written]):
+            for path, data in written:
+                atomic_write(path, data)
+            return register.append(stage, relative(artifact, root), content_sha,
+                                   sidecar_sha, provenance)

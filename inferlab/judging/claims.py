@@ -1,0 +1,326 @@
+"""claims.yaml, loaded into typed checks.
+
+``claims.yaml`` lists each claim of the chapter with its sentence, the value the chapter
+printed, its kind and a declarative check (``schemas/claims.schema.json``; the file's
+header explains the vocabulary). Loading validates the file against that schema, then
+builds frozen dataclasses and checks every column a check names against the schema of
+the artifact it reads, so a typo is an error naming the claim and the column, not a
+verdict of "not measurable here". Nothing in a claim is executed.
+
+``inferlab.judging.verdicts`` judges a ``Claim`` on a machine's artifacts;
+``inferlab.presentation.audit``
+traces a verdict to the evidence behind it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferlab.core import layout, validation
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence import artifacts
+
+# unit -> (the column suffix it converts from, factor)
+UNITS = {"MiB": ("_bytes", 2.0**-20), "us": ("_ms", 1e3), "s": ("_ms", 1e-3)}
+# per: the tensor whose bytes a memory column is counted in; its element count from the
+# row's columns (scores B*H*T*T, outputs B*H*T*d); the element size from its dtype
+TENSORS = {"score_matrix": ("batch", "heads", "T", "T"), "output": ("batch", "heads", "T", "d")}
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+# between-run checks read the differences of these columns (inferlab.evidence.compare)
+COMPARED = ("median_ms", "ratio")
+DIFF_SUFFIXES = ("_old", "_new", "_diff", "_spread")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A row filter on one column: equal to one of ``values``, or within [low, high]."""
+
+    column: str
+    values: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class Best:
+    """Keep one row per ``by`` group: the one with the lowest ``lowest`` (the fastest)."""
+
+    by: tuple[str, ...]
+    lowest: str
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A selection of rows: filters, then the best row per group."""
+
+    where: tuple[Condition, ...] = ()
+    best: Best | None = None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """The statistic ``stat`` of ``column`` over the selected rows (per ``by`` group).
+
+    A ratio has ``numerator`` and ``denominator`` row sets, joined on ``join``: its value
+    per joined row is numerator ``column`` / denominator ``column``. Otherwise ``over``
+    divides ``column`` by another column of the same row, ``invert`` takes 1 / value,
+    ``unit`` converts it, ``per`` counts bytes in tensors of the row's shape (``TENSORS``),
+    and a value above ``valid_max`` is not physical.
+    """
+
+    column: str
+    stat: str
+    over: str | None = None
+    invert: bool = False
+    unit: str | None = None
+    per: str | None = None                          # score_matrix | output (TENSORS)
+    valid_max: float | None = None
+    by: tuple[str, ...] = ()
+    x: str | None = None
+    at: str | None = None
+    numerator: Rows | None = None
+    denominator: Rows | None = None
+    join: tuple[str, ...] = ()
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.numerator is not None
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What the sentence needs of the value: ``kind`` is between | max | min | approx |
+    equals | direction | approx_at, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``.
+    ``printed`` says, per bound (lo, hi; or the one target), whether it is a figure the
+    chapter printed: such a bound stands for every number that rounds to it (0.58 for
+    0.575-0.585, ``printed_rounding``); a logical bound (1 for "slower") is exact."""
+
+    kind: str
+    target: Any = None
+    bounds: tuple[float, float] | None = None
+    rel: float | None = None
+    abs: float | None = None
+    printed: tuple[bool, bool] = (False, False)
+    points: tuple[tuple[Any, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Check:
+    stage: str
+    rows: Rows
+    measure: Measure
+    expect: Expect | None                           # None: an open question's plain answer
+    dtype: str = "fp16"                             # fp16 | 16-bit | each | any | a dtype
+    scope: tuple[tuple[str, tuple], ...] = ()       # the sentence's own values
+    device: str | None = None                       # the device class it needs / is about
+    between_runs: bool = False
+    table: str = "availability"                     # probe.json's list: or backend_map
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the chapter: its words, its printed value, and how to check it."""
+
+    id: str
+    sentence: str
+    chapter_value: str
+    kind: str
+    check: Check | None = None
+    source: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    claims: tuple[Claim, ...]
+    hardware: str
+    fp16_stand_in: dict[str, str]   # device class -> the dtype that stands for fp16
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _condition(column: str, cond: Any) -> Condition:
+    if isinstance(cond, dict):
+        return Condition(column, low=cond.get("min"), high=cond.get("max"))
+    return Condition(column, values=tuple(cond) if isinstance(cond, list) else (cond,))
+
+
+def _rows(spec: dict) -> Rows:
+    best = spec.get("best")
+    return Rows(tuple(_condition(c, v) for c, v in (spec.get("where") or {}).items()),
+                Best(tuple(best["by"]), best["lowest"]) if best else None)
+
+
+def _measure(check: dict) -> Measure:
+    spec = check.get("ratio") or check["value"]
+    common = {"column": spec["column"], "stat": spec["stat"], "by": tuple(spec.get("by", ())),
+              "x": spec.get("x"), "at": spec.get("at")}
+    if "ratio" in check:
+        return Measure(**common, numerator=_rows(spec["numerator"]),
+                       denominator=_rows(spec["denominator"]), join=tuple(spec["join"]))
+    return Measure(**common, over=spec.get("over"), invert=spec.get("invert", False),
+                   unit=spec.get("unit"), per=spec.get("per"), valid_max=spec.get("valid_max"))
+
+
+def _expect(spec: dict) -> Expect:
+    printed = spec.get("printed", False)
+    printed = tuple(printed) if isinstance(printed, list) else (printed, printed)
+    if "between" in spec:
+        return Expect("between", bounds=tuple(spec["between"]), printed=printed)
+    if "approx_at" in spec:
+        return Expect("approx_at", rel=spec.get("rel"), points=tuple(map(tuple, spec["approx_at"])),
+                      printed=printed)
+    kind = next(k for k in ("max", "min", "approx", "equals", "direction") if k in spec)
+    return Expect(kind, target=spec[kind], rel=spec.get("rel"), abs=spec.get("abs"),
+                  printed=printed)
+
+
+def printed_rounding(x: float) -> float:
+    """Half a unit in the last significant digit of ``x`` as printed: 0.58 -> 0.005,
+    5.5 -> 0.05, 16 -> 0.5, 29000 -> 500 (an integer's trailing zeros are not
+    significant), 2e-4 -> 5e-5. The widest number a printed figure stands for."""
+    x = abs(float(x))
+    if x == 0:
+        return 0.0
+    if x.is_integer():
+        digits = str(int(x))
+        return 0.5 * 10 ** (len(digits) - len(digits.rstrip("0")))
+    mantissa, _, exponent = f"{x!r}".partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+
+
+def _check(spec: dict) -> Check:
+    return Check(stage=spec["stage"], rows=_rows(spec), measure=_measure(spec),
+                 expect=_expect(spec["expect"]) if "expect" in spec else None,
+                 dtype=spec.get("dtype", "fp16"),
+                 scope=tuple((c, tuple(v)) for c, v in (spec.get("scope") or {}).items()),
+                 device=spec.get("device"), between_runs=spec.get("between_runs", False),
+                 table=spec.get("table", "availability"))
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def columns_named(check: Check) -> set[str]:
+    m = check.measure
+    named = {c for c, _ in check.scope} | {m.column, *m.by, *m.join}
+    named |= {c for c in (m.over, m.x, m.at) if c}
+    if m.per:
+        named |= {*TENSORS[m.per], "dtype"}
+    for rows in (check.rows, m.numerator, m.denominator):
+        if rows is not None:
+            named |= {c.column for c in rows.where}
+            if rows.best is not None:
+                named |= {*rows.best.by, rows.best.lowest}
+    return named
+
+
+def artifact_columns(check: Check) -> set[str]:
+    """The columns a check may name: its artifact's, or for a between-run check the
+    point's key columns and the differences of the compared columns."""
+    if check.stage == "probe":
+        return set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
+    if check.between_runs:
+        return {*STAGES[check.stage].key_columns, "status",
+                *(c + s for c in COMPARED for s in DIFF_SUFFIXES)}
+    return set(artifacts.columns(check.stage))
+
+
+def _check_claim(claim: Claim, name: str) -> None:
+    """Every column a check names exists in its artifact; a unit fits its column."""
+    check = claim.check
+    if check is None:
+        return
+    if check.between_runs and not STAGES[check.stage].timed:
+        raise ValueError(f"{name}: claim {claim.id} compares runs of {check.stage!r}, "
+                         "which times nothing")
+    if claim.kind == "device-specific" and check.device is None:
+        raise ValueError(f"{name}: claim {claim.id} is device-specific but names no device")
+    if check.expect is None and claim.kind != "question":
+        raise ValueError(f"{name}: claim {claim.id} has no check.expect; only a question "
+                         "(kind: question) may be answered without one")
+    if check.table != "availability" and check.stage != "probe":
+        raise ValueError(f"{name}: claim {claim.id}, field check.table: table="
+                         f"{check.table!r} names a list of probe.json; stage is {check.stage!r}")
+    known = artifact_columns(check)
+    for column in sorted(columns_named(check) - known):
+        close = difflib.get_close_matches(column, sorted(known), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(f"{name}: claim {claim.id} names column {column!r}, which "
+                         f"{STAGES[check.stage].artifact} does not have{hint}")
+    unit, column = check.measure.unit, check.measure.column
+    if check.measure.per and not (column.endswith("_bytes") and unit is None):
+        raise ValueError(f"{name}: claim {claim.id}, field check.value.per: "
+                         f"per={check.measure.per!r} counts a *_bytes column in tensors "
+                         f"(no unit), not {column!r} with unit {unit!r}")
+    if unit and not column.endswith(UNITS[unit][0]):
+        raise ValueError(f"{name}: claim {claim.id}, field check.value.unit: unit={unit!r} "
+                         f"converts from a *{UNITS[unit][0]} column, not {column!r}")
+
+
+def _validate(data: Any, name: str) -> None:
+    schema = json.loads(layout.schema_path("claims.schema.json").read_text(encoding="utf-8"))
+    errors = sorted(validation.validator(schema).iter_errors(data),
+                    key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        err = errors[0]
+        where = list(err.absolute_path)
+        claim = "(file)"
+        if len(where) >= 2 and where[0] == "claims" and isinstance(data, dict):
+            claim = str(data["claims"][where[1]].get("id", f"#{where[1]}"))
+            where = where[2:]
+        field = ".".join(map(str, where)) or "(whole claim)"
+        raise ValueError(f"{name}: claim {claim}, field {field}: {err.message} "
+                         f"({len(errors)} schema error(s) in all)")
+    ids = [c["id"] for c in data["claims"]]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"{name}: claim ids must be unique; repeated: {dupes}")
+
+
+@functools.lru_cache(maxsize=8)
+def _parse(text: str, name: str) -> ClaimsFile:
+    # cached on the text: the report and audit read the same file for every machine
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is 10x faster
+    try:
+        data = yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+    _validate(data, name)
+    claims = tuple(Claim(id=c["id"], sentence=" ".join(c["sentence"].split()),
+                         chapter_value=c["chapter_value"], kind=c["kind"],
+                         check=_check(c["check"]) if "check" in c else None,
+                         source=c.get("source"),
+                         note=" ".join(c["note"].split()) if "note" in c else None)
+                   for c in data["claims"])
+    for claim in claims:
+        _check_claim(claim, name)
+    stand_in = {k: v for k, v in data["fp16_stand_in"].items() if k in ("cuda", "cpu")}
+    return ClaimsFile(claims, data.get("chapter_hardware", ""), stand_in)
+
+
+def load(path: Path | str | None = None) -> ClaimsFile:
+    """Read, validate and type ``claims.yaml``; errors name the claim id and the field."""
+    path = Path(path) if path is not None else layout.CLAIMS_FILE
+    if not path.is_file():
+        raise ValueError(f"claims file {str(path)!r} does not exist; expected a claims.yaml")
+    return _parse(path.read_text(encoding="utf-8"), path.name)
+
+
+def find(claim_id: str, claims: tuple[Claim, ...] | list[Claim]) -> Claim:
+    """The claim with ``claim_id``; unknown -> ValueError listing close matches."""
+    by_id = {c.id: c for c in claims}
+    if claim_id in by_id:
+        return by_id[claim_id]
+    close = difflib.get_close_matches(claim_id.upper(), list(by_id), n=5, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"known ids: {', '.join(by_id)}"
+    raise ValueError(f"claim_id={claim_id!r} is not in claims.yaml; {hint}")

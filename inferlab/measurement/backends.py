@@ -1,0 +1,368 @@
+"""Which SDPA backend can run here, which one actually ran, and why the others did not.
+
+The chapter's rule: a timing row names the kernel that ran, read from the profiler and
+not assumed, and every backend that did not run carries PyTorch's own reason. So the
+probe keeps two facts per backend and never lets one overwrite the other:
+
+- the *check*: PyTorch's verdict before running, from the SDPA dispatcher itself
+  (``torch._fused_sdp_choice`` with only this backend enabled), with the reasons it gave
+  for this backend (``reason_source="pytorch"``); where PyTorch says nothing useful (a
+  CUDA-only kernel asked about CPU tensors) the reason is ours, built from stated facts
+  (``reason_source="inferlab"``);
+- the *run*: the backend forced with ``sdpa_kernel([backend])`` under the profiler,
+  recording whether it ran, the ATen op that executed, and the exception if it failed.
+
+Each reason is classified as a ``build`` limit (this PyTorch binary lacks the kernel),
+a ``hardware`` limit (this device cannot run it) or an ``input`` limit (dtype, head
+dimension, mask, device of the tensors): the chapter's distinction between
+"FlashAttention is not in this build" and "cuDNN attention needs a newer GPU".
+
+Why the dispatcher and not ``torch.backends.cuda.can_use_*_attention(params, debug=True)``:
+those are plain pybind11 functions, so their ``TORCH_WARN`` reasons go to stderr as
+``[W...] Warning:`` lines and never become Python warnings, and every refusal on CUDA
+would read "no reason given". ``torch._fused_sdp_choice`` is an ATen op: its warnings
+reach Python. When nothing is enabled that can run, it re-runs every backend's check
+with debug on, each headed "<backend> kernel not used because:", then raises; the
+reasons under this backend's header are this backend's.
+
+References: PyTorch ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
+(``select_sdp_backend``: the CUDA checks, their warnings and headers) and
+``sdp_utils_cpp.cpp`` (the CPU checks).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from itertools import groupby
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from inferlab.algorithms.shapes import check_qkv
+from inferlab.measurement.kernel_names import kernel_that_ran
+
+# Our names, in the order the table prints them -> PyTorch's enum.
+BACKENDS: dict[str, SDPBackend] = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+LIMIT_KINDS = ("build", "hardware", "input")
+# "The fused kernel" of the chapter: the SDPA backends that never write the score matrix
+# (math is the unfused composite). Rows timing one of them carry fused_sdpa = True.
+FUSED_SDPA = ("flash", "efficient", "cudnn")
+
+_CUDA_ONLY = ("efficient", "cudnn")
+# The dispatcher's header line before each backend's reasons (select_sdp_backend; the
+# CPU dispatcher has flash only). cuDNN's read "CuDNN" in older releases.
+_SECTIONS = {
+    "efficient": re.compile(r"^memory efficient kernel not used because", re.IGNORECASE),
+    "flash": re.compile(r"^flash attention kernel not used because", re.IGNORECASE),
+    "cudnn": re.compile(r"^cudnn attention kernel not used because", re.IGNORECASE),
+}
+
+# Reason text -> limit kind, first match wins: a missing kernel in the build makes
+# every other limit moot, and a hardware limit outranks an input one.
+_LIMIT_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("build", re.compile(
+        r"not (?:been )?(?:compiled|built)|was not compiled|this build|"
+        r"cudnn version too old|requires cudnn \d", re.IGNORECASE)),
+    ("hardware", re.compile(
+        r"gpu architectures?|attempting to run on a sm|compute capability|\bis_sm\d|"
+        r"gpus? or newer|requires a cuda device|not supported on this gpu", re.IGNORECASE)),
+    ("input", re.compile(
+        r"dtype|head_?dim|size\(-1\)|last dimension|mask|device|shape|seq_?len|"
+        r"sequence length|dropout|stride|layout|nested|batch size|num_heads|"
+        r"requires_grad|causal|divisible|multiple of|align", re.IGNORECASE)),
+)
+# PyTorch adds a source location to each message; it is not part of the reason.
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\s*$")
+_MAX_ERROR_CHARS = 500
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One backend's check and run on one input.
+
+    ``can_run``: the check's verdict (PyTorch's, or ours where ``reason_source`` is
+    ``"inferlab"``; None where this PyTorch has no dispatcher to ask). ``ran``: it
+    actually ran under ``sdpa_kernel([backend])``.
+    ``reason``: why the check said no (``None`` when it said yes). ``limit_kind``:
+    ``"build"``, ``"hardware"``, ``"input"`` or ``None`` (unclassified or no limit).
+    ``op``: the ATen op the profiler saw. ``error``: the exception text if running
+    failed. ``shape`` is the query's ``(B, H, T, D)``; ``kv_heads`` the keys' heads (fewer
+    under grouped-query attention); ``mask`` the explicit attention mask's dtype, if any.
+    """
+
+    backend: str
+    can_run: bool | None
+    ran: bool
+    reason: str | None
+    reason_source: str
+    limit_kind: str | None
+    op: str | None
+    error: str | None
+    dtype: str
+    causal: bool
+    shape: tuple[int, int, int, int]
+    device: str
+    kv_heads: int | None = None
+    mask: str | None = None
+    dropout_p: float = 0.0
+    enable_gqa: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``probe.json`` availability row (docs/contracts.md), in contract order."""
+        row = asdict(self)
+        _, heads, tokens, head_dim = self.shape
+        return {"dtype": self.dtype, "causal": self.causal, "T": tokens, "heads": heads,
+                "d": head_dim, **{k: row[k] for k in (
+                    "backend", "can_run", "ran", "reason", "reason_source", "limit_kind",
+                    "op", "error")}}
+
+
+@dataclass(frozen=True)
+class _Check:
+    """What a backend's check said before anything ran."""
+
+    can_run: bool | None
+    reason: str | None
+    reason_source: str
+    limit_kind: str | None
+
+
+def _check_backend(backend: str) -> SDPBackend:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not an SDPA backend; "
+                         f"expected one of {list(BACKENDS)}")
+    return BACKENDS[backend]
+
+
+def sdpa_options(causal: bool = False, attn_mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0, enable_gqa: bool = False) -> dict[str, Any]:
+    """The keyword arguments that ``scaled_dot_product_attention`` and the dispatcher's
+    ``_fused_sdp_choice`` share, checked: the inputs besides q, k, v that pick a backend."""
+    if not isinstance(causal, bool) or not isinstance(enable_gqa, bool):
+        raise ValueError(f"causal={causal!r} and enable_gqa={enable_gqa!r} must be bools")
+    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+        raise ValueError(f"attn_mask must be a tensor or None; got {type(attn_mask).__name__}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) \
+            or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p={dropout_p!r} must be a number in [0, 1)")
+    return {"attn_mask": attn_mask, "dropout_p": float(dropout_p), "is_causal": causal,
+            "enable_gqa": enable_gqa}
+
+
+def run_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str,
+             causal: bool = False, **options: Any) -> torch.Tensor:
+    """``scaled_dot_product_attention`` forced to one backend; raises if it cannot run.
+
+    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v) -> (B, H, T_q, D_v);
+    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
+    """
+    sdp_backend = _check_backend(backend)
+    check_qkv(q, k, v, strict=False)
+    kwargs = sdpa_options(causal, **options)
+    with sdpa_kernel([sdp_backend]):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def classify_reason(reason: str | None) -> str | None:
+    """``"build"``, ``"hardware"`` or ``"input"`` from a refusal's text, else ``None``."""
+    if not reason:
+        return None
+    for kind, pattern in _LIMIT_PATTERNS:
+        if pattern.search(reason):
+            return kind
+    return None
+
+
+def _pytorch_reasons(caught: Iterable[warnings.WarningMessage], backend: str) -> list[str]:
+    """PyTorch's refusal warnings for ``backend`` as clean sentences: the ones under its
+    header when the dispatcher headed them (other backends' sections are theirs), all of
+    them when it did not; headers and source locations dropped."""
+    sections: dict[str | None, list[str]] = {None: []}
+    current = None
+    for w in caught:
+        text = _TRIGGERED.sub("", str(w.message)).strip()
+        header = next((b for b, pattern in _SECTIONS.items() if pattern.search(text)), None)
+        if header is not None:
+            current = header
+            sections.setdefault(current, [])
+        elif text and text not in sections[current]:
+            sections[current].append(text)
+    headed = len(sections) > 1
+    return sections.get(backend, []) if headed else sections[None]
+
+
+def _from_pytorch(ok: bool, caught: Iterable[warnings.WarningMessage], backend: str) -> _Check:
+    if ok:
+        return _Check(True, None, "pytorch", None)
+    reasons = _pytorch_reasons(caught, backend)
+    if not reasons:
+        # TORCH_WARN_ONCE messages appear once per process; say so rather than invent one.
+        return _Check(False, "PyTorch's check said no and gave no reason (a once-per-process "
+                      "warning may have been shown earlier)", "inferlab", None)
+    kinds = [classify_reason(r) for r in reasons]
+    kind = next((k for k in LIMIT_KINDS if k in kinds), None)
+    return _Check(False, "; ".join(reasons), "pytorch", kind)
+
+
+def _cuda_only_check(backend: str, q: torch.Tensor) -> _Check:
+    """Our reason for a CUDA-only kernel asked about non-CUDA tensors, from stated facts."""
+    kernel = f"{backend} attention is a CUDA-only kernel"
+    if not torch.backends.cuda.is_built():
+        return _Check(False, f"{kernel} and this PyTorch build has no CUDA "
+                      f"(torch.version.cuda is {torch.version.cuda}, torch {torch.__version__})",
+                      "inferlab", "build")
+    if not torch.cuda.is_available():
+        return _Check(False, f"{kernel}; this build has CUDA {torch.version.cuda} but no CUDA "
+                      "device is available to this process", "inferlab", "hardware")
+    return _Check(False, f"{kernel} and the tensors are on {q.device.type}",
+                  "inferlab", "input")
+
+
+def _dispatcher_check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      options: dict[str, Any]) -> _Check:
+    """Ask PyTorch's SDPA dispatcher, with only ``backend`` enabled, and keep its reasons."""
+    choose = getattr(torch, "_fused_sdp_choice", None)  # private, so guarded
+    if choose is None:
+        return _Check(None, f"torch {torch.__version__} has no torch._fused_sdp_choice to ask; "
+                      "the ran column says what happened", "inferlab", None)
+    with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ok = choose(q, k, v, **options) == BACKENDS[backend].value
+        except RuntimeError:  # "No available kernel": the reasons were warned first
+            ok = False
+    return _from_pytorch(ok, caught, backend)
+
+
+def _check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           options: dict[str, Any]) -> _Check:
+    if backend in _CUDA_ONLY and not q.is_cuda:
+        return _cuda_only_check(backend, q)
+    return _dispatcher_check(backend, q, k, v, options)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_ERROR_CHARS else flat[:_MAX_ERROR_CHARS - 3] + "..."
+
+
+def _run(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+         options: dict[str, Any]) -> tuple[bool, str | None, str | None]:
+    """(ran, op, error) from actually running the backend under the profiler."""
+    with warnings.catch_warnings(record=True) as caught, sdpa_kernel([BACKENDS[backend]]):
+        warnings.simplefilter("always")
+        try:
+            op = kernel_that_ran(lambda: F.scaled_dot_product_attention(q, k, v, **options))
+            return True, op, None
+        except RuntimeError as exc:  # a refused backend raises; that is the fact to keep
+            said = _pytorch_reasons(caught, backend)
+            suffix = f" PyTorch warned: {'; '.join(said)}" if said else ""
+            return False, None, _one_line(f"{exc}{suffix}")
+
+
+def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                 backends: Iterable[str] = BACKENDS, **options: Any) -> list[BackendStatus]:
+    """Check, then run, each SDPA backend of ``backends`` (all four by default) on these
+    inputs; one status per backend. A stage asks only for the backends it times: running
+    the unfused math backend at 8,192 tokens only to leave it out cost 8 s a mask.
+
+    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v), all on one device;
+    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
+    """
+    check_qkv(q, k, v, strict=False)
+    kwargs = sdpa_options(causal, **options)
+    mask = kwargs["attn_mask"]
+    context = {"dtype": str(q.dtype).removeprefix("torch."), "causal": causal,
+               "shape": tuple(q.shape), "device": str(q.device), "kv_heads": k.shape[1],
+               "mask": None if mask is None else str(mask.dtype).removeprefix("torch."),
+               "dropout_p": kwargs["dropout_p"], "enable_gqa": kwargs["enable_gqa"]}
+    rows = []
+    for backend in (b for b in BACKENDS if b in backends):
+        check = _check(backend, q, k, v, kwargs)
+        ran, op, error = _run(backend, q, k, v, kwargs)
+        rows.append(BackendStatus(backend, check.can_run, ran, check.reason,
+                                  check.reason_source, check.limit_kind, op, error, **context))
+    return rows
+
+
+def sdpa_cases(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               backends: Iterable[str]) -> tuple[dict, dict, list]:
+    """SDPA forced to each of ``backends`` that runs on these inputs: ({label: fn},
+    {label: row fields with the ATen op that ran}, [a row for each that does not, with
+    PyTorch's reason or "oom"]). Labels are "sdpa_<backend>", the rows' ``impl``."""
+    cases, meta, refused = {}, {}, []
+    for status in availability(q, k, v, causal=causal, backends=tuple(backends)):
+        label = f"sdpa_{status.backend}"
+        if status.ran:
+            cases[label] = lambda b=status.backend: run_sdpa(q, k, v, b, causal)
+            meta[label] = {"impl": label, "kernel": status.op,
+                           "fused_sdpa": status.backend in FUSED_SDPA}
+        else:
+            refused.append({"impl": label, "fused_sdpa": status.backend in FUSED_SDPA,
+                            "status": _refusal_status(status)})
+    return cases, meta, refused
+
+
+def _refusal_status(status: BackendStatus) -> str:
+    """'oom' when forcing the backend ran out of memory, else 'unavailable: <reason>'."""
+    from inferlab.measurement.memory import is_oom
+
+    if status.error and is_oom(RuntimeError(status.error)):
+        return "oom"
+    return f"unavailable: {status.reason or status.error or 'refused without a reason'}"
+
+
+def _yes_no(flag: bool | None) -> str:
+    return "?" if flag is None else "yes" if flag else "no"
+
+
+def format_availability(rows: list[BackendStatus]) -> str:
+    """A fixed-width table of ``availability`` rows, headed by the facts they rest on."""
+    if not rows:
+        raise ValueError("rows is empty; pass the list that availability(q, k, v) returned")
+    cuda_build = torch.version.cuda or "no"
+    columns = ("backend", "can run", "ran", "op", "limit", "source", "reason")
+    lines: list[str] = []
+    for (device, dtype, shape, causal), group in groupby(
+            rows, key=lambda r: (r.device, r.dtype, r.shape, r.causal)):
+        group = list(group)
+        lines.append(f"torch {torch.__version__} | CUDA build: {cuda_build} | device {device} | "
+                     f"dtype {dtype} | (B, H, T, D) = {shape} | causal {causal}")
+        table = [columns] + [(r.backend, _yes_no(r.can_run), _yes_no(r.ran), r.op or "-",
+                              r.limit_kind or "-", r.reason_source, r.reason or "-")
+                             for r in group]
+        widths = [max(len(row[i]) for row in table) for i in range(len(columns) - 1)]
+        for row, status in zip(table, [None, *group], strict=True):
+            cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+            lines.append("  ".join([*cells, row[-1]]).rstrip())
+            if status is not None and status.error:
+                lines.append(f"    error: {status.error}")
+    return "\n".join(lines)
+
+
+def cpu_flash_split_sizes(T_q: int, T_k: int) -> tuple[int, int]:
+    """(qSplitSize, kvSplitSize): the query and key/value blocks of PyTorch's CPU flash kernel.
+
+    Read from pytorch/pytorch ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``
+    (commit 008ec6b1840c94ff6d0f685bc10fbf585167c673; the index gave no release tag):
+    ``flash_attention_kernel_impl`` picks the query block from the query length
+    (256 if T_q >= 768, 64 if T_q >= 192, else 32) and always 512 for key/value, and
+    ``cpu_flash_attention`` clips each to the sequence length. The forward rule was
+    checked against torch 2.13.0's per-thread buffer size (tests/test_backends.py).
+    """
+    for name, value in (("T_q", T_q), ("T_k", T_k)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name}={value!r} must be a positive integer sequence length")
+    q_split = 256 if T_q >= 768 else 64 if T_q >= 192 else 32
+    kv_split = 512
+    return min(q_split, T_q), min(kv_split, T_k)

@@ -1,0 +1,82 @@
+"""Numbers and text for people: a value with its unit, table cells, and the chapter's
+LaTeX as plain Unicode.
+
+Every value a reader sees (the report, the audit) is formatted here or in
+``numtext`` (three significant figures, ranges, a check's unit), which the reasons in
+claims.json are written with, so a number reads the same everywhere. ``format_value``
+and ``display_unit`` are named here too (``__all__``); inferlab's modules import them
+from ``numtext``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from inferlab.judging.numtext import display_unit, format_value
+
+__all__ = ["display_unit", "format_value", "plain_text", "table_cell", "text_table",
+           "with_unit"]
+
+
+def with_unit(value: Any, unit: str | None) -> str:
+    """'2.48–43.4×', '704–1,070 µs', '—' when there is no value."""
+    if value is None:
+        return "—"
+    text = format_value(value)
+    if not unit:
+        return text
+    return f"{text}{unit}" if unit == "×" else f"{text} {unit}"
+
+
+_SUPERSCRIPT = dict(zip("0123456789-+()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁽⁾ⁿ", strict=True))
+_SYMBOLS = {"times": "×", "cdot": "·", "approx": "≈", "le": "≤", "ge": "≥", "sim": "∼",
+            "ldots": "…", "infty": "∞", "to": "→"}
+
+
+def _superscript(text: str) -> str:
+    if all(ch in _SUPERSCRIPT for ch in text):
+        return "".join(_SUPERSCRIPT[ch] for ch in text)
+    return "^" + (text if text.startswith("(") and text.endswith(")") else f"({text})")
+
+
+def plain_text(text: str) -> str:
+    r"""A sentence's LaTeX as plain Unicode: ``\(O(S^2)\)`` -> O(S²), ``\(4.7 \times
+    10^{-5}\)`` -> 4.7 × 10⁻⁵, ``\(1\times S\)`` -> 1×S, ``->`` -> →."""
+    text = text.replace(r"\(", "").replace(r"\)", "").replace(r"\,", " ").replace(" -> ", " → ")
+    text = re.sub(r"(\s?)\\([a-zA-Z]+)\s*",
+                  lambda m: m.group(1) + _SYMBOLS.get(m.group(2), m.group(2)) + m.group(1), text)
+    text = re.sub(r"\^\{([^{}]*)\}", lambda m: _superscript(m.group(1)), text)
+    return re.sub(r"\^(\w)", lambda m: _superscript(m.group(1)), text)
+
+
+# How a raw-table cell reads, by kind (units are in the column's header).
+_FORMATS = {"int": lambda v: f"{int(v):,}", "mask": lambda v: "causal" if v else "full",
+            "yes": lambda v: "yes" if v else "no", "num": lambda v: format_value(float(v)),
+            "mib": lambda v: format_value(float(v) / 2**20),
+            "pct": lambda v: f"{format_value(float(v) * 100)} %"}
+
+
+def table_cell(value, kind: str, nonfinite: bool = False) -> str:
+    """One cell for people: 3 significant figures, "—" where the column does not apply,
+    nan/inf where a number was computed and is not finite."""
+    if nonfinite:
+        return str(value)
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "—"
+    return _FORMATS.get(kind, str)(value)
+
+
+def text_table(rows: list[list[str]] | list[tuple[str, ...]]) -> str:
+    """Rows of cells (the first is the header) as aligned text for a terminal: each column
+    as wide as its widest cell, two spaces between, no trailing blanks. (``verify``'s
+    history keeps its own loop: the evidence layer does not import the report's.)"""
+    short = [row for row in rows if len(row) != len(rows[0])]
+    if short:
+        raise ValueError(f"text_table: row {list(short[0])!r} has {len(short[0])} cells, the "
+                         f"header {len(rows[0])}")
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)

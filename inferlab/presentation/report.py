@@ -1,0 +1,242 @@
+"""report/index.html: every results key's evidence side by side, in one page a reader can
+decide from.
+
+It opens with what was found (per key: verdict counts, hardware, torch build, date,
+commit, and what a verdict compares). The claims matrix is its spine: per claim the
+sentence (LaTeX as plain Unicode), the chapter's value and, per key, the verdict, the
+value with its unit, what it was judged on, and links to its figure and its provenance.
+Then one section per stage that has a view (``inferlab.presentation.views``: its title, caption,
+figures and tables, with the raw rows one click away), in the declaration's order, and one
+collapsed provenance block per claim and key, its hashes re-checked when the page is
+written. This module names no stage: a stage's content is its view's.
+
+The data is prepared here; the markup is ``templates/report.html.j2`` (Jinja2, autoescaped:
+an artifact's string is data, never markup; only matplotlib's SVG goes in as markup). The
+page is self-contained (inline style and SVG, no script). An unreadable artifact, or one
+whose hash no longer matches its register entry, is said on the page, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections import Counter
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from inferlab.core import layout
+from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
+from inferlab.evidence.register import Register
+from inferlab.judging.claims import Claim, load
+from inferlab.presentation import sections
+from inferlab.presentation.formats import plain_text, table_cell, with_unit
+from inferlab.presentation.sections import NOT_MEASURED, KeyData, Page, load_key
+
+TEMPLATE = "report.html.j2"
+VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here",
+            "not measurable here", "not comparable on this device", "not checkable")
+# Each stage's view (inferlab/presentation/views/<stage>.py), in the declaration's order; None: no
+# view
+VIEWS = {name: sections.load(name) for name in STAGES}
+# The page's sections: the claims matrix, every view's, the provenance
+SECTIONS = (("summary", "Summary"), (CLAIMS_STAGE, "Claims"),
+            *((v.SECTION["id"], v.SECTION["title"]) for v in VIEWS.values() if v),
+            ("provenance", "Provenance"))
+__all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
+
+# ---------------------------------------------------------------- data
+
+
+def _environment(data: KeyData) -> dict:
+    """The environment a stage recorded in its artifact (the probe's), else in a sidecar."""
+    recorded = next((e.data["environment"] for e in data.evidence.values()
+                     if isinstance(e.data, dict) and e.data.get("environment")), None)
+    return recorded or next((e.provenance.get("environment") for e in data.evidence.values()
+                 if e.provenance.get("environment")), {})
+
+
+def summary_card(data: KeyData) -> dict:
+    """The first screen for one key: verdict counts, hardware, torch, date, commit."""
+    env = _environment(data)
+    host, cuda = env.get("host") or {}, env.get("cuda") or {}
+    device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
+    n = host.get("torch_threads")
+    threads = f", {n} thread{'' if n == 1 else 's'}" if n else ""
+    provs = [e.provenance for e in data.evidence.values() if e.provenance]
+    commits = sorted({((p.get("git_commit") or "")[:10] or "not recorded")
+                      + (" (dirty)" if p.get("git_dirty") else "") for p in provs})
+    dates = sorted(p["created_at"] for p in provs if p.get("created_at"))
+    counts = Counter(c["verdict"] for c in data.results)
+    shown = [*VERDICTS, *(v for v in counts if v not in VERDICTS)]
+    check = data.integrity[CLAIMS_STAGE]
+    problem = data.missing(CLAIMS_STAGE) if data.evidence[CLAIMS_STAGE].data is None else (
+        f"claims.json MISMATCH: {check['detail']}" if check["status"] == "MISMATCH" else None)
+    return {"key": data.key,
+            "grid": "book grid (config.yaml)" if data.grid is None else f"grid “{data.grid}”",
+            "hardware": f"{env.get('device') or '?'}: {device}{threads}",
+            "torch": (env.get("build") or {}).get("torch") or "?",
+            "date": dates[-1][:16].replace("T", " ") + " UTC" if dates else "no date",
+            "commit": ", ".join(commits) or "not recorded", "problem": problem,
+            "mismatch": check["status"] == "MISMATCH",
+            "changed": [STAGES[s].artifact for s, c in data.integrity.items()
+                        if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
+            "counts": [{"verdict": v, "count": counts[v]} for v in shown],
+            "flipped": [c["id"] for c in data.results if data.was(c["id"], c["verdict"])],
+            "previous_version": data.previous[0]}
+
+
+def figure_of(claim: Claim) -> str | None:
+    """The id of the report figure that shows a claim's evidence (None: no check)."""
+    check = claim.check
+    view = VIEWS[check.stage] if check is not None else None
+    return sections.figure_of(view, check) if view else None
+
+
+def value_text(result: dict) -> str:
+    """A claims.json value for people, with its unit and, where it has one, its 95 %
+    interval: '1.89–2.57× (95 %: 1.85–2.61)'; '—' when there is none."""
+    value, ci = result["value"], result.get("interval")
+    text = with_unit(value, result["unit"])
+    items = value if isinstance(value, list) else [value]
+    nums = [v[-1] if isinstance(v, list) else v for v in items]
+    nums = [v for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not ci or not nums or ci == [min(nums), max(nums)]:
+        return text  # no interval, or no noise: the value says it all
+    return f"{text} (95 %: {with_unit(ci, result['unit'])})"
+
+
+def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
+    """The claims matrix: a row per claim; the sentence spans the claims that share it."""
+    rows = []
+    for i, claim in enumerate(claims):
+        span = 0
+        if i == 0 or claims[i - 1].sentence != claim.sentence:
+            span = next((j for j in range(i + 1, len(claims))
+                         if claims[j].sentence != claim.sentence), len(claims)) - i
+        cells = []
+        for k in keys:
+            r = k.result(claim.id)
+            cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
+                "key": k.key, "missing": None, "verdict": r["verdict"],
+                "value_text": value_text(r), "judged_on": r["judged_on"] or r["reason"],
+                "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
+                "was": k.was(claim.id, r["verdict"])})
+        rows.append({"id": claim.id, "kind": claim.kind, "span": span,
+                     "sentence": plain_text(claim.sentence),
+                     "chapter_value": plain_text(claim.chapter_value), "cells": cells})
+    return rows
+
+
+# ---------------------------------------------------------------- provenance
+
+
+def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
+                      hardware: str) -> list[dict]:
+    """One block per claim and key: verdict, why, the artifact version and its hash
+    (checked now), commit, config and the command that reproduces it."""
+    entries = {}
+    for k in keys:
+        try:
+            entries[k.key] = {(e.get("stage"), e.get("version")): e
+                              for e in Register(root, k.key).history()}
+        except ValueError:  # an unreadable register: the blocks say what they can
+            entries[k.key] = {}
+    return [_block(k.result(c.id), k, entries[k.key])
+            for c in claims for k in keys if k.result(c.id) is not None]
+
+
+def _block(result: dict, k: KeyData, entries: dict) -> dict:
+    """A claim's provenance on one key; the chapter's hardware is said once, above."""
+    artifact = result.get("artifact") or {}
+    stage = artifact.get("stage")
+    prov = (entries.get((stage, artifact.get("version"))) or {}).get("provenance") or {}
+    items = [("value here", value_text(result), ""),
+             ("chapter value", plain_text(result["chapter_value"]), ""),
+             ("why", result["reason"], ""),
+             ("our reading", result.get("note") or "", ""),
+             ("judged on", result.get("judged_on") or "", "")]
+    if stage:
+        check = k.integrity[stage]
+        latest = (k.evidence[stage].entry or {}).get("version")
+        version = f"{artifact.get('version')}" + (
+            f" (the register is now at version {latest})"
+            if latest not in (None, artifact.get("version")) else "")
+        config = prov.get("config") or {}
+        items += [("artifact", artifact.get("path"), "code"), ("version", version, ""),
+                  ("sha256", artifact.get("sha256") or "not in the register", "code"),
+                  ("integrity now", f"{check['status']}: {check['detail']}",
+                   "ok" if check["status"] == "sha256 OK" else "bad"),
+                  ("created", prov.get("created_at"), ""),
+                  ("commit", (prov.get("git_commit") or "not recorded")
+                             + (" (dirty)" if prov.get("git_dirty") else ""), "code"),
+                  ("config", json.dumps(config.get(stage, config), sort_keys=True), "code"),
+                  ("command", prov.get("command") or "not recorded", "code")]
+    return {"claim": result["id"], "key": k.key, "anchor": f"prov-{result['id']}-{k.key}",
+            "verdict": result["verdict"], "items": [item for item in items if item[1]]}
+
+
+def artifact_rows(k: KeyData) -> dict:
+    rows = []
+    for stage, found in k.evidence.items():
+        entry, prov = found.entry or {}, found.provenance
+        rows.append({"cells": [stage, table_cell(entry.get("version"), "int"),
+                               entry.get("sha256") or "—", k.integrity[stage]["status"],
+                               prov.get("created_at") or "—",
+                               (prov.get("git_commit") or "—")[:10], prov.get("command") or "—"],
+                     "noisy": False})
+    return {"columns": ["stage", "version", "sha256", "integrity now", "created", "commit",
+                        "command"], "rows": rows}
+
+
+# ---------------------------------------------------------------- page
+
+
+def section(stage: str, view, page: Page) -> dict:
+    """Stage ``stage``'s section, from its view, for the template's generic loop."""
+    return {**view.SECTION, "title": Markup(view.SECTION["title"]), "missing": page.missing(stage)
+            if view.SECTION.get("missing", True) else [],
+            "figures": sections.figures(view, page), "tables": view.tables(page)}
+
+
+def page_data(root: Path, keys: list[KeyData]) -> dict:
+    claims_file = load()
+    claims = list(claims_file.claims)
+    page = Page(root, keys, claims)
+    return {"cards": [summary_card(k) for k in keys],
+            "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
+            "hardware": claims_file.hardware,
+            "sections": SECTIONS,
+            "views": [section(stage, v, page) for stage, v in VIEWS.items() if v],
+            "provenance": provenance_blocks(claims, keys, root, claims_file.hardware),
+            "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
+
+
+def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:
+    """Write the report to ``out`` for ``keys`` (default: every results key under
+    ``root``); return its path."""
+    root, path = Path(root), Path(out)
+    names = layout.keys(root) if keys is None else list(keys)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(layout.TEMPLATE_DIR),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    text = env.get_template(TEMPLATE).render(
+        page_data(root, [load_key(root, k) for k in names]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def from_snakemake(smk) -> Path:
+    """Entry point of scripts/report.py: the report of exactly the keys the rule names."""
+    log = Path(smk.log[0])
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as f:
+        try:
+            path = render_report(Path.cwd(), Path(smk.output.html), list(smk.params.results_keys))
+        except BaseException:
+            f.write(traceback.format_exc())
+            raise
+        f.write(f"[report] wrote {path} for {', '.join(smk.params.results_keys)}\n")
+    return path

@@ -1,0 +1,182 @@
+"""The report's per-stage hook: what each stage shows on report/index.html, beside the
+stage, so that adding a stage touches the report nowhere else.
+
+A stage ``name`` with report content has a view, ``inferlab/presentation/views/<name>.py``
+(``pipeline.Stage.view``), exposing
+
+* ``SECTION``: ``{"id", "title", "caption"}`` (the caption is markup written here, never
+  an artifact's text; ``"missing": False`` when the view says per key itself that a key
+  has nothing to show);
+* ``tables(page) -> list[dict]``, and optionally ``figures(page) -> list[dict]`` (none
+  by default; ``figure``: an anchor, a heading, one SVG per key, a caption); the tables
+  are the blocks below: tables, raw rows, the between-run spread, per-key columns;
+* optionally ``figure_of(check) -> str | None`` (by default its section's id): the
+  anchor on the page that shows a claim's evidence, for the claims of its stage.
+
+``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims and the
+repository root. A stage without a view is declared in ``NO_VIEW`` with the reason;
+``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
+section to one generic loop of the template, which renders the blocks made here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from markupsafe import Markup
+
+from inferlab.core import layout
+from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
+from inferlab.evidence.artifacts import Table
+from inferlab.evidence.loading import Evidence, load_evidence
+from inferlab.judging.claims import Claim
+from inferlab.presentation.audit import integrity
+from inferlab.presentation.report_tables import previous_verdicts
+
+# Stages that show nothing of their own on the page, and why.
+NO_VIEW = {
+    CLAIMS_STAGE: "its verdicts are the page's spine: the claims matrix and the provenance "
+                  "blocks, laid out by the report itself",
+}
+NOT_MEASURED = "not measured here"
+NOISY_NOTE = ("A hollow marker is a timing flagged noisy: its rounds' medians disagreed by more "
+              "than the noise threshold, so read it as a range, not a value.")
+
+
+@dataclass
+class KeyData:
+    """One results key: its artifacts (claims.json included) and what the page says."""
+
+    key: str
+    grid: str | None
+    evidence: dict[str, Evidence]
+    integrity: dict[str, dict]
+    previous: tuple[int | None, dict[str, str]] = (None, {})  # the run before, made alike
+
+    def was(self, claim_id: str, verdict: str) -> str | None:
+        """The verdict of the previous run made the same way, when it was another one."""
+        version, verdicts = self.previous
+        before = verdicts.get(claim_id)
+        return f"was {before} (version {version})" if before not in (None, verdict) else None
+
+    @property
+    def results(self) -> list[dict]:
+        return (self.evidence[CLAIMS_STAGE].data or {}).get("claims", [])
+
+    def result(self, claim_id: str) -> dict | None:
+        return next((r for r in self.results if r["id"] == claim_id), None)
+
+    def frame(self, stage: str) -> Table | None:
+        found = self.evidence[stage]
+        return found.table if found.data is not None and len(found.table) else None
+
+    @property
+    def no_verdict(self) -> str:
+        return "no verdict: " + ("see this machine's summary" if self.evidence[CLAIMS_STAGE]
+                                 .data is None else "claims.json does not list this claim")
+
+    def missing(self, stage: str) -> str:
+        """Why a stage has nothing to show: not run, or unreadable (with the error)."""
+        found = self.evidence[stage]
+        if found.error:
+            return f"{STAGES[stage].artifact} cannot be read: {found.error}"
+        return (f"{NOT_MEASURED} ({STAGES[stage].artifact} is missing: the {stage} stage "
+                "did not run)")
+
+
+def load_key(root: Path, key: str) -> KeyData:
+    evidence = {stage: load_evidence(root, key, stage) for stage in STAGES}
+    return KeyData(key, layout.split_key(key)[1], evidence,
+                   {s: integrity(root, key, e) for s, e in evidence.items()},
+                   previous_verdicts(root, key))
+
+
+@dataclass
+class Page:
+    """What a view is handed: the repository, every key's evidence, the claims."""
+
+    root: Path
+    keys: list[KeyData]
+    claims: list[Claim] = field(default_factory=list)
+
+    def present(self, stage: str) -> list[KeyData]:
+        """The keys with rows of ``stage``."""
+        return [k for k in self.keys if k.frame(stage) is not None]
+
+    def frames(self, stage: str) -> dict:
+        """{key: its rows of ``stage`` (a DataFrame)} for the keys that have some."""
+        return {k.key: k.frame(stage).frame for k in self.present(stage)}
+
+    def missing(self, stage: str) -> list[tuple[str, str]]:
+        return [(k.key, k.missing(stage)) for k in self.keys if k.frame(stage) is None]
+
+
+def figure_of(view: ModuleType, check) -> str | None:
+    """The anchor of a claim's evidence: the view's ``figure_of``, else its section."""
+    return view.figure_of(check) if hasattr(view, "figure_of") else view.SECTION["id"]
+
+
+def figures(view: ModuleType, page: Page) -> list[dict]:
+    """The view's figures (``figures(page)``), none where it defines none."""
+    return view.figures(page) if hasattr(view, "figures") else []
+
+
+def load(stage: str) -> ModuleType | None:
+    """The view of ``stage``, or None where it has none (``NO_VIEW``)."""
+    name = STAGES[stage].view
+    return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+
+# ---------------------------------------------------------------- blocks for the template
+
+
+def figure(svgs: list[str], caption: str, anchor: str | None = None,
+           title: str | None = None) -> dict:
+    """A figure: one SVG per key (None: nothing drawn, left out), under an anchor."""
+    return {"id": anchor, "title": title, "svgs": [Markup(s) for s in svgs if s],
+            "caption": caption}
+
+
+def table(t: dict, cls: str = "") -> dict:
+    return {"kind": "table", "table": t, "cls": cls}
+
+
+def text(html: str, cls: str = "") -> dict:
+    """A paragraph: a plain string is escaped, a ``Markup`` (written here) is not."""
+    return {"kind": "text", "html": html, "cls": cls}
+
+
+def raw(blocks: list[dict]) -> dict:
+    """Raw rows (``report_tables.raw_block``), each in a collapsed <details>."""
+    return {"kind": "raw", "blocks": blocks}
+
+
+def between(found: list[dict]) -> dict:
+    """The between-run spread (``report_tables.between_runs``) of some keys."""
+    return {"kind": "between", "entries": found}
+
+
+def bullets(entries: list[str], cls: str = "notes") -> dict:
+    return {"kind": "list", "entries": entries, "cls": cls}
+
+
+def heading(words: str) -> dict:
+    return {"kind": "heading", "text": words}
+
+
+def details(cls: str, summary: str, blocks: list[dict]) -> dict:
+    return {"kind": "details", "cls": cls, "summary": summary, "blocks": blocks}
+
+
+def div(blocks: list[dict], cls: str = "", anchor: str | None = None,
+        title: str | None = None) -> dict:
+    return {"kind": "div", "cls": cls, "id": anchor, "title": title, "blocks": blocks}
+
+
+def per_key(columns: list[tuple[str, list[dict]]]) -> dict:
+    """One column per key, side by side: [(key, its blocks)]."""
+    return div([div(blocks, "key", title=key) for key, blocks in columns], "keys")

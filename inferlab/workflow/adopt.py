@@ -1,0 +1,138 @@
+"""``inferlab adopt``: let Snakemake treat committed, still-valid results as up to date.
+
+A fresh clone has no ``.snakemake/`` metadata and checkout mtimes in no useful order, so
+Snakemake would either redo everything or trust whatever happens to look newer. Adopt
+decides instead, stage by stage in DAG order. A stage is *current* when
+
+* ``trust.doubt`` finds nothing: the register's chain and its anchor in git are intact,
+  and the artifact and sidecar are its latest version, the sidecar agreeing with it;
+* that version is anchored: it is in the register committed at HEAD (a version made
+  or forged here since the last commit is rerun; so is every version where the register
+  is not committed, or git cannot be asked: nothing vouches for it there);
+* the inputs it recorded are the artifacts there now (a prefill version committed
+  without rerunning traffic leaves traffic computed from another prefill.csv);
+* the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
+  the effective config it was made with equal today's (the same effective config the
+  Snakefile hands the rule);
+* it was measured on this hardware (CPU model and ISA level, or GPU), not merely under
+  this machine id.
+
+A current stage's outputs get mtimes newer than every code file its rule reads and than
+its upstream outputs, yet in the past (Snakemake stops a run whose outputs look older
+than their inputs, and fails the report on a file from the future); every other stage,
+and all downstream of it, an old one, so that it reruns.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from inferlab.core import layout
+from inferlab.core.files import sha256_file
+from inferlab.core.pipeline import STAGES, code_files
+from inferlab.evidence.provenance import config_hash, file_hashes
+from inferlab.evidence.register import Register
+from inferlab.evidence.trust import doubt
+from inferlab.measurement.environment import fingerprint, hardware
+from inferlab.workflow.config import Config, load_config, resolve
+
+STEP_S = 0.001      # between the stamps of consecutive stages
+MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
+
+
+def code_changed(root: Path, name: str, recorded: dict[str, str]) -> list[str]:
+    """The files of stage ``name``'s computing code (``pipeline.code_files``) whose sha256
+    today is not the one the version recorded; the bookkeeping it recorded besides (an
+    older version recorded its runner, register ... as code too) is not compared."""
+    today = file_hashes([root / f for f in code_files(name)], root)
+    return sorted(f for f, sha in today.items() if recorded.get(f) != sha)
+
+
+def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
+    """None if the committed artifact of stage ``name`` is current, else why it must rerun.
+    ``here`` is this machine's ``environment.hardware``: results measured on other
+    hardware under the same id are not this machine's."""
+    why = doubt(root, config.key, name)
+    if why is not None:
+        return why
+    register = Register(root, config.key)
+    entry, anchor = register.latest(name), register.anchor()
+    if anchor.unchecked is not None:
+        return f"could not check its register's anchor in git: {anchor.unchecked}"
+    if anchor.committed is None:
+        return ("its register is not committed in git here, so git does not vouch for it "
+                "(commit evidence/ to anchor it)")
+    if entry["seq"] >= anchor.committed:
+        return (f"version {entry['version']} was registered after the last commit, so git "
+                "does not vouch for it (a run made here, or a forged entry)")
+    changed = inputs_changed(root, entry)
+    if changed:
+        return changed
+    changed = code_changed(root, name, entry["provenance"].get("code_files") or {})
+    if changed:
+        return f"its code changed since it was made ({', '.join(changed)})"
+    if config_hash(config.effective(name)) != entry["provenance"]["config_sha256"]:
+        return "its effective config changed since it was made"
+    missing = [f for f in STAGES[name].derived
+               if not layout.derived_path(root, config.key, name, f).is_file()]
+    if missing:
+        return f"the files derived from it are missing: {', '.join(missing)}"
+    there = hardware(entry["provenance"].get("environment") or {})
+    if there != here:
+        return f"it was made on other hardware ({there}; here {here})"
+    return None
+
+
+def inputs_changed(root: Path, entry: dict) -> str | None:
+    """Why the inputs ``entry`` recorded ({path: sha256}) are not the files there now."""
+    inputs = entry["provenance"].get("inputs")
+    if not isinstance(inputs, dict):
+        return "its provenance records no inputs"
+    for rel, sha in sorted(inputs.items()):
+        path = root / rel
+        if not path.is_file():
+            return f"its input {rel} is missing"
+        if sha256_file(path) != sha:
+            return f"it was computed from another version of {rel} than the one there now"
+    return None
+
+
+def stamps(root: Path, n: int) -> list[float]:
+    """``n`` increasing mtimes after the newest code file of any stage, and before now."""
+    files = {f for name in STAGES for f in code_files(name)}
+    newest = max((root / f).stat().st_mtime for f in files if (root / f).is_file())
+    wait = newest + (n + 1) * STEP_S - time.time()
+    if wait > MAX_WAIT_S:
+        raise ValueError(f"a code file's mtime is {wait:.1f} s in the future (clock skew?): "
+                         "fix the clock or touch the files, then run adopt again")
+    if wait > 0:
+        time.sleep(wait)
+    return [newest + (i + 1) * STEP_S for i in range(n)]
+
+
+def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> int:
+    root = Path(root)
+    if (root / ".snakemake" / "metadata").is_dir():
+        print("adopt: .snakemake/metadata exists; Snakemake already tracks these results")
+        return 0
+    config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
+    here = hardware(fingerprint(config.device, collect_env=False))
+    stale: set[str] = set()
+    when = stamps(root, len(STAGES))
+    for i, name in enumerate(STAGES):
+        stale_up = sorted(stale & set(STAGES[name].reads))
+        why = (f"upstream {', '.join(stale_up)} reruns" if stale_up
+               else why_stale(root, config, name, here))
+        stamp = when[i] if why is None else 0  # stale: 1970, older than anything
+        path = layout.artifact_path(root, config.key, name)
+        derived = [layout.derived_path(root, config.key, name, f) for f in STAGES[name].derived]
+        for p in (path, layout.sidecar_path(path), *derived):
+            if p.is_file():
+                os.utime(p, (stamp, stamp))
+        if why is not None:
+            stale.add(name)
+        print(f"adopt: {config.key}: {name}: " +
+              ("adopted (current)" if why is None else f"will rerun: {why}"))
+    return 0

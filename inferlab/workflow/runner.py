@@ -1,0 +1,185 @@
+"""Runs one stage end to end: the process settled (``process``) -> its inputs read and
+checked against the register (``inputs``) -> ``Params.from_config`` -> ``run(params, ctx)``
+-> the artifact's bytes (``artifacts``) -> ``provenance.write_artifact`` (results/,
+retained copies, register entry), the log to stderr and the rule's log file (``logs``).
+
+Two entry points take the same path, so an artifact does not depend on which ran it:
+``from_snakemake`` (``scripts/run_stage.py``), which uses the paths, threads and params
+the rule hands it, and ``cli_stage`` (``python -m inferlab stage NAME``), which builds
+them from the config the way the Snakefile does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inferlab.core import layout
+from inferlab.core.logs import Log
+from inferlab.core.pipeline import bookkeeping_files, code_files, stage
+from inferlab.evidence import artifacts
+from inferlab.evidence.inputs import nonfinite_cells, read_input
+from inferlab.evidence.loading import Evidence
+from inferlab.measurement.process import seed_and_threads, steady_process
+from inferlab.workflow.config import load_config, resolve, resolve_threads
+
+__all__ = ["Job", "StageContext", "cli_stage", "from_snakemake", "read_input", "run_job",
+           "steady_process"]
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage may know beyond its params: where it runs and what it reads."""
+
+    stage: str
+    root: Path
+    key: str                  # results key: machine, or machine@grid
+    device: str
+    threads: int
+    seed: int
+    evidence: dict[str, Evidence] = field(default_factory=dict)  # upstream stage -> artifact
+    log: Callable[[str], None] = print
+    # a timing stage's run-level variance from the register (compare.run_level_of):
+    # {"var": float | None, "pairs": [...]}; None for a stage without paired ratios
+    run_level: dict | None = None
+
+    @property
+    def inputs(self) -> dict:
+        """upstream stage -> its artifact as read (a Table, or probe.json's dict)."""
+        return {name: e.data for name, e in self.evidence.items()}
+
+    def progress(self, i: int, n: int, what: str) -> None:
+        """'[prefill] 7/24 naive T=2048 float32 causal' to stderr and the stage's log."""
+        self.log(f"[{self.stage}] {i}/{n} {what}")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One stage to run, as Snakemake's rule or the command line describes it."""
+
+    stage: str
+    root: Path
+    key: str
+    config: dict              # the stage's effective config (config.effective_config)
+    inputs: dict[str, Path]   # upstream stage -> its artifact
+    output: Path
+    threads: int
+    command: str
+    log_file: Path | None = None
+
+
+def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
+    """Run the stage of ``job`` and write its artifact; return the register entry.
+
+    Nothing is written before the stage has finished and its output passed its schema,
+    so an interrupted or failing stage leaves no artifact and no register entry.
+    """
+    process = steady_process()  # before torch is imported
+    from inferlab.evidence.provenance import write_artifact
+    from inferlab.measurement.environment import fingerprint
+
+    declared = stage(job.stage)
+    if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
+        raise ValueError(f"stage {job.stage!r} was asked to write {job.output}, but the "
+                         f"register tracks {layout.artifact_path(job.root, job.key, job.stage)}")
+    evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
+                for name in declared.reads}
+    run_level = None
+    if declared.timed and declared.table:  # what earlier alike runs moved beyond them
+        from inferlab.evidence.compare import run_level_of
+
+        var, pairs = run_level_of(job.root, job.key, job.stage)
+        run_level = {"var": var, "pairs": pairs}
+        log(f"[{job.stage}] run-level sd of the paired ratios: " + (
+            f"{var ** 0.5:.2%}, from the register's pairs of runs " + ", ".join(
+                f"{p['old']['version']}→{p['new']['version']}" for p in pairs)
+            if var is not None else "none known (no earlier pair of runs made alike)"))
+    ctx = StageContext(job.stage, job.root, job.key, job.config["device"], job.threads,
+                       job.config["seed"], evidence, log, run_level)
+    seed_and_threads(job.threads, job.config["seed"])
+    started = time.perf_counter()
+    module = importlib.import_module(declared.module)
+    # a bad config or claims file is named as it is, never blamed on the inputs' values
+    params = module.Params.from_config(job.config)
+    try:
+        content = artifacts.encode(job.stage, module.run(params, ctx))
+    except ValueError as exc:
+        cells = nonfinite_cells(evidence.values(), job.root)
+        if not cells:
+            raise
+        raise ValueError(f"stage {job.stage} failed: {exc}; its inputs hold values that are "
+                         f"not finite, the likely cause: {'; '.join(cells)}") from exc
+    entry = write_artifact(
+        job.root, job.key, job.stage, content, config=job.config,
+        code_files=[job.root / f for f in code_files(job.stage)],
+        bookkeeping_files=[job.root / f for f in bookkeeping_files(job.stage)],
+        inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
+        environment={**fingerprint(ctx.device, collect_env=False), "process": process},
+        schema_version=artifacts.schema_version(job.stage))
+    write_derived(job.root, job.key, job.stage, module, content)
+    log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
+        f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
+    return entry
+
+
+def write_derived(root: Path, key: str, stage_name: str, module, content: bytes) -> None:
+    """The files a stage declares as ``derived`` (results/{key}/{stage}/), made from its
+    artifact as registered; a pure function of it (``module.derived_files``)."""
+    from inferlab.core.files import atomic_write
+
+    declared = stage(stage_name)
+    if not declared.derived:
+        return
+    files = module.derived_files(artifacts.decode(stage_name, content))
+    if sorted(files) != sorted(declared.derived):
+        raise ValueError(f"stage {stage_name!r} derived {sorted(files)}, but its declaration "
+                         f"lists {sorted(declared.derived)}")
+    for name, data in files.items():
+        atomic_write(layout.derived_path(root, key, stage_name, name), data)
+
+
+def run_logged(job: Job) -> dict:
+    log = Log(job.log_file)
+    try:
+        return run_job(job, log=log)
+    except BaseException:
+        log(traceback.format_exc().rstrip())
+        raise
+    finally:
+        log.close()
+
+
+def from_snakemake(smk) -> dict:
+    """Entry point of scripts/run_stage.py: the rule name is the stage name, and every
+    path, the threads and the effective config come from the rule."""
+    job = Job(stage=smk.rule, root=Path.cwd(), key=smk.params.key, config=dict(smk.params.config),
+              inputs={name: Path(smk.input[name]) for name in stage(smk.rule).reads},
+              output=Path(smk.output.artifact), threads=int(smk.threads),
+              command=smk.params.command, log_file=Path(smk.log[0]))
+    return run_logged(job)
+
+
+def cli_stage(name: str, root: Path | str, machine: str | None, configfiles=(),
+              overrides=()) -> int:
+    """``python -m inferlab stage NAME``: the same stage without Snakemake."""
+    root = Path(root)
+    stage(name)
+    raw = load_config(configfiles, overrides, base=root / "config.yaml")
+    config = resolve(raw, machine=machine)
+    command = ["python", "-m", "inferlab", "stage", name, "--machine", config.machine]
+    for path in configfiles:
+        command += ["--configfile", str(path)]
+    for text in overrides:
+        command += ["--set", text]
+    job = Job(stage=name, root=root, key=config.key, config=config.effective(name),
+              inputs={up: layout.artifact_path(root, config.key, up)
+                      for up in stage(name).reads},
+              output=layout.artifact_path(root, config.key, name), threads=resolve_threads(raw),
+              command=shlex.join(command), log_file=layout.log_path(root, config.key, name))
+    run_logged(job)
+    return 0
