@@ -13,7 +13,13 @@ TORCH_VERSION := 2.13.0
 TORCH_SPEC ?= torch==$(TORCH_VERSION)
 TORCH_INDEX ?=
 
-.PHONY: setup evidence regenerate smoke test test-isa lint clean-venv mutation gpu-wheels
+# Snakemake does not quote the interpreter's path in the commands it runs: in a folder whose
+# path holds a space every job exits 127 (after removing its outputs). Refused up front.
+ifneq ($(words $(CURDIR)),1)
+$(error the path '$(CURDIR)' holds a space: Snakemake does not quote it in the commands it runs, so every job would fail with exit status 127 after removing its outputs; move or clone the repository to a path without spaces)
+endif
+
+.PHONY: setup evidence regenerate series smoke test test-isa lint clean-venv mutation gpu-wheels
 
 setup: $(STAMP)
 
@@ -27,12 +33,24 @@ $(STAMP): pyproject.toml
 
 # The main job: every stage for this machine, then claims and report/index.html.
 evidence: $(STAMP)
-	$(VPY) -m inferlab adopt
+	$(VPY) -m inferlab adopt --cores $(CORES)
 	$(VENV)/bin/snakemake --cores $(CORES)
 
 # Rerun every stage for this machine even if its results are current.
 regenerate: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --forceall
+
+# Add RUNS runs of the timing stages to this machine's series (inferlab.stages.series), one
+# after another with the series stage between them, then the rest once: the committed book
+# evidence of a machine is a series of at least 3 runs. Each run is about 4 minutes.
+RUNS ?= 3
+series: $(STAMP)
+	$(VPY) -m inferlab adopt
+	@for i in $$(seq 1 $(RUNS)); do \
+	  echo "series: run $$i of $(RUNS)"; \
+	  $(VENV)/bin/snakemake $$( [ $$i -lt $(RUNS) ] && echo series ) --cores $(CORES) \
+	    --forcerun prefill decode series || exit 1; \
+	done
 
 smoke: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile profiles/smoke.yaml

@@ -5,11 +5,23 @@
 # Each stage is a library module (inferlab/stages/); scripts/ is glue only.
 import json
 import os
+import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
+
+
+# Snakemake does not quote the interpreter's path in a job's command: where it or this
+# folder holds a space, every job exits 127 after removing its outputs. Refused first.
+for _path in (sys.executable, workflow.basedir, os.getcwd()):
+    if any(c.isspace() for c in _path):
+        raise WorkflowError(
+            f"the path {_path!r} holds a space: Snakemake does not quote it in the commands it "
+            "runs, so every job would fail with exit status 127 after removing its outputs; "
+            "move or clone the repository (and make its venv) in a path without spaces"
+        )
 
 
 configfile: "config.yaml"

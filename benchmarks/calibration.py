@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import statistics
 import time
@@ -192,6 +193,44 @@ def _measure(args) -> list[dict]:
     return raw
 
 
+def _check_saved(saved) -> list[dict]:
+    """The runs of a file ``--save`` wrote, every value checked; a ValueError naming the
+    first that is not what it wrote (a run, a point, a process, a ratio)."""
+    if not isinstance(saved, dict) or "runs" not in saved:
+        raise ValueError("expected an object with 'args' and 'runs'")
+    if not isinstance(saved.get("args"), dict):
+        raise ValueError("no 'args' (the settings the runs were made with) as an object")
+    runs = saved["runs"]
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise ValueError("'runs' is not a list of runs (objects of point|case -> processes)")
+    for i, run in enumerate(runs, start=1):
+        for key, groups in run.items():
+            if not isinstance(groups, list):
+                raise ValueError(f"run {i}, {key!r}: {groups!r} is not a list of processes")
+            for j, group in enumerate(groups, start=1):
+                if not isinstance(group, list):
+                    raise ValueError(f"run {i}, {key!r}, process {j}: {group!r} is not a "
+                                     "list of ratios")
+                for ratio in group:
+                    if isinstance(ratio, bool) or not isinstance(ratio, int | float) \
+                            or not math.isfinite(ratio) or ratio <= 0:
+                        raise ValueError(f"run {i}, {key!r}, process {j}: {ratio!r} is not a "
+                                         "ratio (a finite number > 0)")
+    return runs
+
+
+def _check_args(p: argparse.ArgumentParser, args) -> None:
+    """Refuse, naming it, every argument no run could use."""
+    for name in ("runs", "workers", "rounds", "heads", "threads"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            p.error(f"--{name} {value}: must be at least 1")
+    if args.min_run_ms is not None and not (math.isfinite(args.min_run_ms)
+                                            and args.min_run_ms > 0):
+        p.error(f"--min-run-ms {args.min_run_ms}: must be a number of milliseconds > 0 (the "
+                "shortest a timing may run)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=4)
@@ -210,17 +249,16 @@ def main() -> None:
                    help="measure nothing: reanalyse the runs a --save wrote, with at most "
                         "--workers processes of --rounds rounds each")
     args = p.parse_args()
-    for name in ("runs", "workers", "rounds"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name} {getattr(args, name)}: must be at least 1")
+    _check_args(p, args)
     if args.load:
         try:
-            saved = json.loads(Path(args.load).read_text())
-            raw = saved["runs"]
-            if not (isinstance(raw, list) and all(isinstance(r, dict) for r in raw)):
-                raise TypeError("'runs' is not a list of runs")
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            p.error(f"--load {args.load}: not a file --save wrote ({exc!r})")
+            saved = json.loads(Path(args.load).read_bytes())
+            raw = _check_saved(saved)
+        except OSError as exc:
+            p.error(f"--load {args.load}: not a file --save wrote: it cannot be read "
+                    f"({exc.strerror or exc})")
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            p.error(f"--load {args.load}: not a file --save wrote: {exc}")
         print(f"{len(raw)} runs from {args.load} (made with {saved['args']}); reanalysed with "
               f"workers {args.workers or 'all'}, rounds {args.rounds or 'all'}")
     else:

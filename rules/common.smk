@@ -3,6 +3,7 @@
 from inferlab.core import layout
 from inferlab.workflow.config import (
     available_cpus,
+    load_config,
     effective_config,
     resolve_device,
     resolve_grid,
@@ -17,6 +18,12 @@ GRID = resolve_grid(config, DEVICE)
 # book grid): rules name this one folder, never a wildcard, so a run can never write into
 # another machine's or another grid's folder.
 KEY = layout.results_key(MACHINE, GRID)
+# The series and the manuscript read this key's register, so it is their input, which must
+# exist when Snakemake plans (an empty register is one with no entries yet); an input that
+# appeared between two runs would rerun them. A dry run leaves the checkout as it is.
+if not workflow.dryrun and not layout.register_path(".", KEY).is_file():
+    layout.register_path(".", KEY).parent.mkdir(parents=True, exist_ok=True)
+    layout.register_path(".", KEY).touch()
 
 
 # torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
@@ -41,8 +48,16 @@ def derived_outputs(stage):
 
 
 def stage_inputs(stage):
-    """The artifacts stage ``stage`` reads, by stage name, and the files of its code."""
-    return {"code": code_files(stage), **{up: artifact(up) for up in STAGES[stage].reads}}
+    """The artifacts stage ``stage`` reads, by stage name, and the files of its code; for a
+    stage that reads the register's history, the registers there are (this key's and those
+    of machines of its kind: the series' prior), as ``ancient``: what it reads from them
+    changes with its other inputs, and every stage appends to its key's register."""
+    files = {"code": code_files(stage), **{up: artifact(up) for up in STAGES[stage].reads}}
+    if STAGES[stage].reads_register:
+        keys = {KEY, *(k for k in layout.keys(".") if "@" not in k)}
+        registers = [layout.register_path(".", k) for k in sorted(keys)]
+        files["registers"] = [ancient(p.as_posix()) for p in registers if p.is_file()]
+    return files
 
 
 def reproduce_command(stage):
@@ -52,7 +67,12 @@ def reproduce_command(stage):
     parts = ["snakemake", stage, "--cores", "1", "--forcerun", stage]
     for path in workflow.config_settings.configfiles or ():
         parts += ["--configfile", os.path.relpath(path)]
-    overrides = {**(workflow.config_settings.config or {}), "machine": MACHINE}
+    # only what differs from config.yaml: restating a default (--config seed=0) changes no
+    # command, so it reruns nothing (params are a rerun trigger)
+    base = load_config()
+    overrides = {k: v for k, v in (workflow.config_settings.config or {}).items()
+                 if base.get(k, object()) != v}
+    overrides["machine"] = MACHINE
     parts += ["--config", *(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
                             for k, v in sorted(overrides.items()))]
     return shlex.join(parts)

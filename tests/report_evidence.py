@@ -17,11 +17,13 @@ import random
 from pathlib import Path
 
 import pandas as pd
+from series_helper import series_rows
 from test_claims import CPU, GPU, SEED, _cells, correctness_rows, probe_json, write_stage
 
 from inferlab.algorithms.traffic import decode_cache_bytes
 from inferlab.evidence import artifacts
 from inferlab.evidence.loading import Evidence
+from inferlab.measurement.status import status_fields
 from inferlab.presentation.audit import evaluate_key
 from inferlab.stages import traffic
 from inferlab.stages.traffic import CPU_FLASH_OP
@@ -68,7 +70,8 @@ def _timing(rnd: random.Random, ms: float, ref_ms: float | None, ref: str | None
                 iqr_ms=ms * width, rounds=rnd.choice((6, 12, 30)), converged=width <= 0.02,
                 noisy=width > 0.1, timing_method="synthetic", ratio_to=ref, ratio=ratio,
                 ratio_ci_low=None if ratio is None else ratio * (1 - width),
-                ratio_ci_high=None if ratio is None else ratio * (1 + width))
+                ratio_ci_high=None if ratio is None else ratio * (1 + width), workers=4,
+                process_sd=width / 2, ratio_process_sd=None if ratio is None else width / 2)
 
 
 def _prefill_row(rnd: random.Random, impl: str, T: int, dtype: str, causal: bool,
@@ -86,6 +89,12 @@ def _prefill_row(rnd: random.Random, impl: str, T: int, dtype: str, causal: bool
                 achieved_gflops=4 * HEADS * T * T * D / ms / 1e6 if ms == ms else None,
                 frac_matmul_ceiling=rnd.uniform(0.1, 0.6) if ms == ms else None,
                 kernel="aten::bmm" if ms == ms else None, status=status)
+
+
+def with_status(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows' one-string status ("unavailable: <reason>") as the artifact's columns."""
+    fields = pd.DataFrame([status_fields(s) for s in frame["status"]], index=frame.index)
+    return frame.drop(columns=["status"]).join(fields)
 
 
 def prefill_frame(rnd: random.Random, lengths, dtypes, fused_speedup, tiled_slowdown,
@@ -111,7 +120,7 @@ def prefill_frame(rnd: random.Random, lengths, dtypes, fused_speedup, tiled_slow
                     ms = math.nan if impl in unavailable else ms
                     rows.append(_prefill_row(rnd, impl, T, dtype, causal, block, ms,
                                              fused_sdpa, status, naive))
-    return pd.DataFrame(rows)
+    return with_status(pd.DataFrame(rows))
 
 
 def decode_frame(rnd: random.Random, cache_lens, batches, dtype: str, copy_gbs: float,
@@ -136,16 +145,16 @@ def decode_frame(rnd: random.Random, cache_lens, batches, dtype: str, copy_gbs: 
                     frac_copy_ceiling=cache_bytes / ms / 1e6 / copy_gbs if ok else None,
                     floor_ms=floor_ms, kernel="aten::bmm" if ok else None,
                     status="ok" if ok else "unavailable: " + CUDA_ONLY.format("efficient")))
-    return pd.DataFrame(rows)
+    return with_status(pd.DataFrame(rows))
 
 
-def traffic_rows(prefill: pd.DataFrame, device: str,
+def traffic_rows(series, device: str,
                  model_lengths=(1024, 2048, 4096, 8192)) -> list[dict]:
-    """The traffic stage's own rows from the prefill rows as written: measured where
+    """The traffic stage's own rows from the series' rows as written: measured where
     prefill ran (at the assumed tile, and at the known tile of a kernel that ran with one),
     model-only (empty dtype) at the chapter's lengths it did not."""
-    table = artifacts.decode("prefill", artifacts.encode("prefill", _cells(prefill)))
-    evidence = {"prefill": Evidence("prefill", Path("prefill.csv"), table, None, None)}
+    table = artifacts.decode("series", artifacts.encode("series", _cells(pd.DataFrame(series))))
+    evidence = {"series": Evidence("series", Path("series.csv"), table, None, None)}
     ctx = StageContext("traffic", Path("."), "synthetic", device, 1, SEED, evidence,
                        lambda _: None)
     return traffic.run(traffic.Params(block_q_model=128, model_lengths=model_lengths), ctx)
@@ -175,20 +184,25 @@ def two_machines(root: Path) -> Path:
     prefill.loc[(prefill["impl"] == "sdpa_flash") & (prefill["status"] == "ok"),
                 "kernel"] = CPU_FLASH_OP
     write_stage(root, CPU, "prefill", prefill, "cpu")
-    write_stage(root, CPU, "decode", decode_frame(rnd, (1024, 4096, 16384), (1, 4), "float32",
-                                                  16.0), "cpu")
-    write_stage(root, CPU, "traffic", traffic_rows(prefill, "cpu"), "cpu")
+    decode = decode_frame(rnd, (1024, 4096, 16384), (1, 4), "float32", 16.0)
+    write_stage(root, CPU, "decode", decode, "cpu")
+    series = series_rows(prefill=prefill, decode=decode)
+    write_stage(root, CPU, "series", pd.DataFrame(series), "cpu")
+    write_stage(root, CPU, "traffic", traffic_rows(series, "cpu"), "cpu")
 
     write_stage(root, GPU, "probe", _probe("cuda", ("float16",), {"flash": "not built"}, 300.0),
                 "cuda")
     write_stage(root, GPU, "correctness", pd.concat(
         [pd.DataFrame(correctness_rows(rnd, ("float32", "float16"))),
          splitkv_rows(rnd, "float16")]), "cuda")
-    write_stage(root, GPU, "prefill", prefill_frame(
-        rnd, (1024, 2048, 4096, 8192), ("float16",), (6.0, 13.0), (13.0, 22.0),
-        {"sdpa_flash": "not built"}), "cuda")
-    write_stage(root, GPU, "decode", decode_frame(rnd, (4096, 16384, 65536), (1, 8), "float16",
-                                                  300.0, unavailable=()), "cuda")
+    gpu_prefill = prefill_frame(rnd, (1024, 2048, 4096, 8192), ("float16",), (6.0, 13.0),
+                                (13.0, 22.0), {"sdpa_flash": "not built"})
+    gpu_decode = decode_frame(rnd, (4096, 16384, 65536), (1, 8), "float16", 300.0,
+                              unavailable=())
+    write_stage(root, GPU, "prefill", gpu_prefill, "cuda")
+    write_stage(root, GPU, "decode", gpu_decode, "cuda")
+    gpu_series = series_rows(prefill=gpu_prefill, decode=gpu_decode)
+    write_stage(root, GPU, "series", pd.DataFrame(gpu_series), "cuda")
     for key in (CPU, GPU):
         write_stage(root, key, "claims", evaluate_key(root, key), "cpu")
     return root

@@ -45,10 +45,11 @@ def _commit(root: Path, message: str = "evidence") -> None:
 
 
 def _hold_lock(root: Path, key: str = MACHINE) -> int:
-    """Take the key's register lock as another process would; returns the descriptor."""
+    """Take the key's register lock (its folder's ``flock``) as another process would;
+    returns the descriptor."""
     folder = layout.evidence_dir(root, key)
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
 
@@ -111,6 +112,7 @@ def _adoptable(tmp_path: Path) -> tuple[Path, str]:
     root = copy_repo(tmp_path / "repo")
     config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
     environment = fingerprint(config.device, collect_env=False)
+    environment["host"]["torch_threads"] = 1  # what `snakemake --cores 1` gives a stage
     for name, declared in STAGES.items():
         write_artifact(root, config.key, name, f"made {name}\n".encode(),
                        config=config.effective(name),
@@ -139,9 +141,10 @@ def test_attack_04_adopt_does_not_mix_versions(tmp_path, capsys):
     assert cli_adopt(root, machine=MACHINE) == 0
     out = capsys.readouterr().out
     assert f"adopt: {key}: prefill: adopted (current)" in out
-    assert (f"adopt: {key}: traffic: will rerun: it was computed from another version of "
-            f"results/{key}/prefill.csv") in out
-    assert f"adopt: {key}: claims: will rerun: upstream traffic reruns" in out
+    reader = next(s for s in STAGES if "prefill" in STAGES[s].reads)  # series; once traffic
+    assert (f"adopt: {key}: {reader}: will rerun: it was computed from another version "
+            f"of results/{key}/prefill.csv") in out
+    assert f"adopt: {key}: claims: will rerun: upstream " in out
 
 
 def _write_again(root: Path, key: str, name: str) -> dict:
@@ -487,12 +490,12 @@ def test_sweep_repair_during_an_append_cuts_nothing_and_says_nothing(tmp_path, c
 def test_sweep_verify_of_a_read_only_checkout_reads_without_the_lock(tmp_path, monkeypatch,
                                                                       capsys):
     three_versions(tmp_path)
-    (layout.evidence_dir(tmp_path, MACHINE) / ".lock").unlink()
     real = os.open
+    folder = str(layout.evidence_dir(tmp_path, MACHINE).resolve())
 
     def read_only(path, flags, *args):
-        if str(path).endswith(".lock"):
-            raise PermissionError(13, "Read-only file system", str(path))
+        if str(path) == folder:  # the lock (the folder's flock) cannot be had
+            raise PermissionError(13, "Permission denied", str(path))
         return real(path, flags, *args)
 
     monkeypatch.setattr(os, "open", read_only)

@@ -41,8 +41,8 @@ SECTION = """() => {
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
     root = two_machines(tmp_path_factory.mktemp("browser_manuscript"))
-    prefill = artifacts.read(layout.artifact_path(root, GPU, "prefill"), "prefill").frame
-    write_stage(root, GPU, "traffic", traffic_rows(prefill, "cuda"), "cuda")
+    series = artifacts.read(layout.artifact_path(root, GPU, "series"), "series").frame
+    write_stage(root, GPU, "traffic", traffic_rows(series, "cuda"), "cuda")
     for key in (CPU, GPU):
         make_manuscript(root, key)
     return render_report(root, layout.report_path(root))

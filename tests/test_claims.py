@@ -26,8 +26,10 @@ from inferlab.judging import claims, verdicts
 from inferlab.judging import rule as judging
 from inferlab.presentation import audit
 from inferlab.presentation.audit import evaluate_key
+from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.report import value_text
 from inferlab.workflow.cli import main as cli_main
+from tests.series_helper import series_rows
 
 SEED = 20240613
 CPU, GPU = "cpu-synth-2t", "cuda-synth-gpu"
@@ -109,7 +111,8 @@ def _prefill_row(rnd, impl, T, dtype, causal, ms, naive_ms) -> dict:
     return {"impl": impl, "fused_sdpa": impl in FUSED, "T": T, "batch": 1, "heads": 12,
             "d": 64, "dtype": dtype, "causal": causal, "block_q": 128, "block_k": 128,
             "threads": 2, "flops": 4 * 12 * T * T * 64, **timing,
-            "status": "ok" if ok else "unavailable: needs sm80"}
+            **({"status": "ok"} if ok else {"status": "unavailable", "cause": "backend_refused",
+                                            "reason": "needs sm80"})}
 
 
 def correctness_rows(rnd: random.Random, dtypes=("float32", "bfloat16")) -> list[dict]:
@@ -178,7 +181,8 @@ def write_claims(tmp_path: Path, *items: dict) -> Path:
 
 def claim(cid: str, check: dict | None = None, kind: str | None = None, **extra) -> dict:
     base = {"id": cid, "sentence": "A sentence.", "chapter_value": "v",
-            "kind": kind or ("measured" if check else "reported")}
+            "kind": kind or ("measured" if check else "reported"),
+            "reading": {"quantity": "a quantity", "why": "a reason"}}
     return {**base, **({"check": check} if check else {"source": "someone"}), **extra}
 
 
@@ -188,9 +192,18 @@ SPEEDUP = {"stage": "prefill", "scope": {"causal": [True]}, "where": {"fused_sdp
            "expect": {"between": [7.8, 13.5], "printed": True}}
 
 
-def one(tmp_path: Path, root: Path, machine: str, check: dict | None, kind=None) -> dict:
+class Rendered(dict):
+    """A claims.json entry, with the words the report renders from it (``reason``)."""
+
+    def __init__(self, result: dict, claim: claims.Claim, key: str):
+        super().__init__(result)
+        self.reason = reason_text(result, claim, key)
+
+
+def one(tmp_path: Path, root: Path, machine: str, check: dict | None, kind=None) -> Rendered:
     path = write_claims(tmp_path, claim("C13-01", check, kind))
-    return evaluate_key(root, machine, path)["claims"][0]
+    return Rendered(evaluate_key(root, machine, path)["claims"][0],
+                    claims.load(path).claims[0], machine)
 
 
 # ---------------------------------------------------------------- claims.yaml
@@ -473,12 +486,12 @@ def test_find_a_claim_by_id_or_name_the_close_ones():
 
 def test_speedup_reproduced_with_the_planted_ratios(tmp_path, evidence):
     result = one(tmp_path, evidence, GPU, SPEEDUP)
-    assert result["verdict"] == "reproduced", result["reason"]
+    assert result["verdict"] == "reproduced", result.reason
     lo, hi = result["value"]
     assert 8.0 <= lo <= hi <= 12.0  # the fastest fused row, not the faster sdpa_math one
     assert result["unit"] == "×" and value_text(result).startswith(f"{lo:.3g}")
     assert "× (95 %: " in value_text(result)  # with the interval of the paired ratios
-    assert "dtype=float16" in result["judged_on"]
+    assert result["judged_on"]["dtype"] == ["float16"]
 
 
 def test_speedup_not_reproduced_reports_the_value_here_in_the_stand_in_dtype(tmp_path,
@@ -488,7 +501,7 @@ def test_speedup_not_reproduced_reports_the_value_here_in_the_stand_in_dtype(tmp
     assert result["verdict"] == "not reproduced"
     lo, hi = result["value"]
     assert 2.0 <= lo <= hi <= 3.0  # no bf16 value pooled in
-    assert "dtype=float32" in result["reason"] and "bfloat16" not in result["reason"]
+    assert "dtype=float32" in result.reason and "bfloat16" not in result.reason
 
 
 def test_an_explicit_dtype_is_never_substituted(tmp_path, evidence):
@@ -496,7 +509,7 @@ def test_an_explicit_dtype_is_never_substituted(tmp_path, evidence):
              "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-3}}
     cpu = one(tmp_path, evidence, CPU, check)
     assert cpu["verdict"] == "not measurable here"
-    assert "no float16 rows" in cpu["reason"] and "no other dtype" in cpu["reason"]
+    assert "no float16 rows" in cpu.reason and "no other dtype" in cpu.reason
     assert one(tmp_path, evidence, GPU, check)["verdict"] == "reproduced"
 
 
@@ -505,7 +518,7 @@ def test_each_dtype_is_judged_separately_and_named(tmp_path, evidence):
              "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-4}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "not reproduced"  # fp32 passes, bf16 (4e-3) does not
-    assert "bfloat16: value" in result["reason"] and "float32: value" in result["reason"]
+    assert "bfloat16: value" in result.reason and "float32: value" in result.reason
 
 
 def test_a_nan_row_makes_the_verdict_not_reproduced_and_is_named(tmp_path, evidence, rnd):
@@ -517,8 +530,8 @@ def test_a_nan_row_makes_the_verdict_not_reproduced_and_is_named(tmp_path, evide
                        "stat": "max"}, "expect": {"max": 2}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "not reproduced"
-    assert "NaN or infinite in 1 row(s)" in result["reason"]
-    assert f"T={rows[3]['T']}" in result["reason"]
+    assert "NaN or infinite in 1 row(s)" in result.reason
+    assert f"T={rows[3]['T']}" in result.reason
 
 
 def test_an_empty_cell_is_not_applicable_not_a_failure(tmp_path, evidence, rnd):
@@ -529,7 +542,7 @@ def test_an_empty_cell_is_not_applicable_not_a_failure(tmp_path, evidence, rnd):
              "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-4}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "reproduced"
-    assert "1 row(s) have no max_abs_err" in result["reason"]
+    assert "1 row(s) have no max_abs_err" in result.reason
 
 
 def test_an_oom_row_inside_the_scope_is_named_and_the_subset_said(tmp_path, evidence, rnd):
@@ -538,12 +551,15 @@ def test_an_oom_row_inside_the_scope_is_named_and_the_subset_said(tmp_path, evid
     for r in rows:
         if r["T"] == 8192:
             r.update({k: None for k in r if k.endswith(("_ms", "ratio", "_low", "_high"))},
-                     status="oom", peak_extra_bytes=None)
+                     status="oom", cause="memory", peak_extra_bytes=None)
     write_stage(evidence, CPU, "prefill", rows, "cpu")
     check = {**SPEEDUP, "scope": {"T": [1024, 2048, 4096, 8192], "causal": [True]}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "reproduced"
-    assert "judged on 3 of 4 values of T; 8192: oom" in result["reason"]
+    assert result["judged"][0]["missing"][0] | {"statuses": None} == {
+        "column": "T", "value": 8192, "kind": "device_cannot", "statuses": None}
+    assert "1 value(s) of T not measured here: 8192: 6 row(s) out of memory (" \
+        in result.reason
 
 
 def test_a_scope_value_the_grid_lacks_is_not_measurable_and_said(tmp_path, evidence):
@@ -551,7 +567,7 @@ def test_a_scope_value_the_grid_lacks_is_not_measurable_and_said(tmp_path, evide
     result = one(tmp_path, evidence, GPU, check)
     assert result["verdict"] == "not measurable here"
     assert "needs T = 8192 (8192: not in this grid; this grid has 1024, 2048, 4096)" \
-        in result["reason"]
+        in result.reason
 
 
 def test_a_device_specific_figure_elsewhere_is_shown_not_judged(tmp_path, evidence):
@@ -561,14 +577,14 @@ def test_a_device_specific_figure_elsewhere_is_shown_not_judged(tmp_path, eviden
     result = one(tmp_path, evidence, CPU, check, kind="device-specific")
     assert result["verdict"] == "not comparable on this device"
     assert result["value"] is not None and "µs (95 %: " in value_text(result)
-    assert "about a CUDA device" in result["reason"]
+    assert "about a CUDA device" in result.reason
 
 
 def test_a_measured_claim_needing_cuda_is_not_measurable_on_cpu(tmp_path, evidence):
     check = {"stage": "prefill", "device": "cuda",
              "value": {"column": "median_ms", "stat": "max"}, "expect": {"min": 0}}
     result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not measurable here" and "CUDA" in result["reason"]
+    assert result["verdict"] == "not measurable here" and "CUDA" in result.reason
 
 
 def test_a_value_above_its_physical_limit_is_a_probe_error_not_a_verdict(tmp_path, evidence):
@@ -576,7 +592,7 @@ def test_a_value_above_its_physical_limit_is_a_probe_error_not_a_verdict(tmp_pat
              "value": {"column": "peak_extra_bytes", "valid_max": 1, "stat": "max"},
              "expect": {"max": 10}}
     result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not measurable here" and "not physical" in result["reason"]
+    assert result["verdict"] == "not measurable here" and "not physical" in result.reason
 
 
 def test_missing_stage_is_not_measurable(tmp_path, evidence):
@@ -584,12 +600,12 @@ def test_missing_stage_is_not_measurable(tmp_path, evidence):
              "expect": {"min": 0}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "not measurable here"
-    assert "decode" in result["reason"] and "missing" in result["reason"]
+    assert "decode" in result.reason and "missing" in result.reason
 
 
 def test_reported_claim_is_not_checkable(tmp_path, evidence):
     result = one(tmp_path, evidence, GPU, None)
-    assert result["verdict"] == "not checkable" and "someone" in result["reason"]
+    assert result["verdict"] == "not checkable" and "someone" in result.reason
     assert result["artifact"] is None
 
 
@@ -640,22 +656,22 @@ def test_modified_results_file_is_named_in_the_reason(tmp_path, evidence):
     path = layout.artifact_path(evidence, GPU, "prefill")
     path.write_text(path.read_text() + "\n")
     result = one(tmp_path, evidence, GPU, SPEEDUP)
-    assert "no longer matches register version 1" in result["reason"]
-    assert result["verdict"] == "not measurable here" and "cannot be read" in result["reason"]
+    assert "no longer matches register version 1" in result.reason
+    assert result["verdict"] == "not measurable here" and "cannot be read" in result.reason
 
 
 # ---------------------------------------------------------------- between runs
 
 
-def test_a_between_run_claim_reads_two_register_versions(tmp_path, evidence, rnd):
-    """Two versions made alike: the fused time at 4096 differs by 60 % between them."""
+def test_a_between_run_claim_reads_the_spread_of_the_series(tmp_path, evidence, rnd):
+    """Two runs made alike in the series: the fused time at 4096 differs by 60 % between
+    them, the series' largest difference between two runs."""
     first = prefill_rows(rnd, "float16", (8.0, 12.0), (14.0, 22.0))
     second = [dict(r) for r in first]
     for r in second:
         if r["impl"] == "sdpa_flash" and r["T"] == 4096:
             r["median_ms"] *= 1.6
-    for rows in (first, second):
-        write_stage(evidence, GPU, "prefill", rows, "cuda")
+    write_stage(evidence, GPU, "series", series_rows(prefill=[first, second]), "cuda")
     check = {"stage": "prefill", "between_runs": True,
              "scope": {"T": [4096], "causal": [True]}, "where": {"fused_sdpa": True},
              "best": {"by": ["T", "dtype", "causal"], "lowest": "median_ms_new"},
@@ -664,17 +680,17 @@ def test_a_between_run_claim_reads_two_register_versions(tmp_path, evidence, rnd
     result = one(tmp_path, evidence, GPU, check, kind="between-run")
     assert result["value"] == pytest.approx(0.6)
     assert result["verdict"] == "reproduced"  # 0.6 is within 25 % of 0.67
-    assert result["compared_with"]["version"] == 2 and result["artifact"]["version"] == 3
-    previous = Register(evidence, GPU).history("prefill")[1]
-    assert result["compared_with"] == {"stage": "prefill", "path": previous["path"],
-                                       "version": 2, "sha256": previous["sha256"]}
+    assert result["artifact"]["stage"] == "series"
 
 
-def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence):
+def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence, rnd):
+    rows = prefill_rows(rnd, "float32", (1.5, 3.0), (1.5, 2.5))
+    write_stage(evidence, CPU, "series", series_rows(prefill=rows), "cpu")
     check = {"stage": "prefill", "between_runs": True,
              "value": {"column": "median_ms_spread", "stat": "max"}, "expect": {"max": 1}}
     result = one(tmp_path, evidence, CPU, check, kind="between-run")
-    assert result["verdict"] == "not measurable here" and "no earlier one" in result["reason"]
+    assert result["verdict"] == "not measurable here"
+    assert result["cause"]["kind"] == "too_few_runs"
 
 
 # ---------------------------------------------------------------- the vocabulary
@@ -829,7 +845,7 @@ def test_a_probe_without_a_backend_map_is_not_probed(tmp_path, evidence):
              "expect": {"equals": False}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "not measurable here"
-    assert "backend_map: not probed" in result["reason"]
+    assert "backend_map: not probed" in result.reason
     with pytest.raises(ValueError, match="names column 'bogus'"):
         claims.load(write_claims(tmp_path, claim("C13-01", {
             **check, "where": {"bogus": 1}})))

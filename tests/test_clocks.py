@@ -176,3 +176,36 @@ def test_gpu_clock_reuses_its_events_in_batches(gpu, monkeypatch):
     assert clock.seconds_per_call(3) == pytest.approx(CALL_MS / 1e3)
     assert gpu.log.count("call") == 13
     assert len(made) == 2 * 4, "one batch of event pairs, reused"
+
+
+class WallClock:
+    """A clock whose call takes 10 us on the GPU's events but 110 us of wall time (the
+    flush, the sleep and the launch around it)."""
+
+    method = "fake"
+
+    def __init__(self, *args, **kwargs):
+        self.calls = 0
+        self.last_wall_s = None
+
+    def seconds_per_call(self, number):
+        self.calls += number
+        self.last_wall_s = 110e-6
+        return 10e-6
+
+
+def test_calls_per_timing_are_sized_by_wall_time(monkeypatch):
+    from inferlab.measurement import measure
+
+    monkeypatch.setattr(measure, "make_clock", lambda *a, **k: WallClock())
+    timing = time_interleaved({"decode": lambda: None}, threads=1, min_rounds=6,
+                              max_rounds=6, warmup=1, min_run_s=0.010)["decode"]
+    # 10 ms of wall is 91 calls of 110 us; by kernel time it was 1,000 (110 ms a timing)
+    assert timing.calls_per_timing == 91
+
+
+def test_the_cpu_clock_sizes_as_before(monkeypatch):
+    # On a CPU the timed calls are the wall time: the calls per timing are what they were.
+    clock = make_clock(lambda: None, "cpu", threads=1, min_run_s=0.0)
+    seconds = clock.seconds_per_call(10)
+    assert clock.last_wall_s == seconds

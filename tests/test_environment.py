@@ -19,7 +19,7 @@ from inferlab.measurement.environment import default_device, fingerprint, machin
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
-TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "notes"}
+TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "runtime", "notes"}
 BUILD_KEYS = {"torch", "torch_git_version", "torch_cuda", "torch_hip", "cuda_built",
               "cudnn_version", "flash_attention_compiled", "mem_efficient_attention_compiled",
               "mkldnn_available", "cpu_capability", "blas_info", "lapack_info", "triton"}

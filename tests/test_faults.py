@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from inferlab.core import files, layout
-from inferlab.evidence import trust
+from inferlab.evidence import trust, upkeep
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register, entry_hash
 from inferlab.evidence.verify import cli_verify
@@ -177,7 +177,7 @@ def test_repair_completes_a_whole_entry_missing_only_its_newline(root):
     path = layout.register_path(root, MACHINE)
     whole = path.read_bytes()
     path.write_bytes(whole[:-1])
-    assert Register(root, MACHINE).cut_torn_tail() == b""
+    assert upkeep.cut_torn_tail(root, MACHINE) == b""
     assert path.read_bytes() == whole
 
 

@@ -1,24 +1,34 @@
-"""The prepared GPU run (scripts/gpu-check.sh, docs/gpu-run.md) rehearsed on this CPU.
+"""The prepared GPU call (scripts/gpu-check.sh, docs/gpu-run.md) rehearsed on this CPU.
 
-The dry run installs the carried wheels with pip --no-index into an empty folder, runs
-the smoke grid stage by stage without Snakemake in a copy of the repository (no .git, as
-the working tree travels to the lent machine), and checks its own $OUT against what
-comes back from there. The $OUT checker and the lazy jsonschema import are tested alone.
+The dry run replays the GPU call's plan (inferlab.workflow.gpu_plan) in a temporary copy
+of the repository: the stages of the declaration with the cuda blocks' points, workers,
+rounds, budgets and step limits, timed by the simulated GPU clock (the chapter's times on
+a virtual clock), with the carried wheels installed with pip --no-index and used by the
+stages. Here it runs in a copy without .git (as the working tree travels). The $OUT checks
+(issue 35 item 18), the $OUT checker and the lazy jsonschema import are tested alone.
 """
 
 from __future__ import annotations
 
+import csv
 import glob
+import io
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 
 from inferlab.core.layout import REPO_ROOT
+from inferlab.core.pipeline import STAGES
+from inferlab.workflow import gpu_plan
+from inferlab.workflow.gpu_dry_run import SIMULATED_MACHINE
 from tests.pipeline_repo import copy_repo
 
 CHECK_OUT = REPO_ROOT / "scripts" / "check-out.py"
@@ -29,7 +39,7 @@ def _check_out(out: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
-def _python312() -> str | None:
+def python312() -> str | None:
     """A CPython 3.12 that runs here, to import the device's cp312 wheels; else None."""
     for candidate in [shutil.which("python3.12"),
                       *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))]:
@@ -39,10 +49,11 @@ def _python312() -> str | None:
     return None
 
 
-def _wheels(repo: Path) -> None:
+def wheels(repo: Path) -> None:
     """gpu-wheels/ in the copy: this checkout's, else downloaded (skipped without PyPI)."""
-    if (REPO_ROOT / "gpu-wheels").is_dir() and list((REPO_ROOT / "gpu-wheels").glob("*.whl")):
-        shutil.copytree(REPO_ROOT / "gpu-wheels", repo / "gpu-wheels")
+    have = REPO_ROOT / "gpu-wheels"
+    if list(have.glob("*.whl")) and list(have.glob("host/*.whl")):
+        shutil.copytree(have, repo / "gpu-wheels")
         return
     made = subprocess.run(["bash", "scripts/gpu-wheels.sh"], cwd=repo, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHON": sys.executable})
@@ -51,45 +62,97 @@ def _wheels(repo: Path) -> None:
     assert made.returncode == 0, made.stderr
 
 
+def script_env(out: Path, tmp: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
+    env.update(OUT=str(out), PYTHON=sys.executable, TMPDIR=str(tmp),
+               GPU_CHECK_PY312=python312() or "python3.12-absent")
+    return {**env, **extra}
+
+
+def files_of(repo: Path) -> set[str]:
+    return {str(p.relative_to(repo)) for p in repo.rglob("*")}
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """One whole dry run in a copy of the repository: (repo, out, what ran, files before)."""
+    base = tmp_path_factory.mktemp("dry-run")
+    repo = copy_repo(base / "repo")
+    wheels(repo)
+    before = files_of(repo)
+    (base / "tmp").mkdir()
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(base / "out", base / "tmp"), capture_output=True,
+                          text=True, timeout=280)
+    return repo, base / "out", done, before, base / "tmp"
+
+
+def _member(out: Path, name: str) -> str:
+    with tarfile.open(out / "evidence.tar.gz") as tar:
+        return tar.extractfile(name).read().decode()
+
+
 @pytest.mark.slow
-def test_dry_run_installs_only_carried_wheels_and_returns_what_fits(tmp_path):
-    repo = copy_repo(tmp_path / "repo")
-    _wheels(repo)
-    out = tmp_path / "out"
-    out.mkdir()
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable,
-           "GPU_CHECK_SITE": str(tmp_path / "site"),
-           "GPU_CHECK_PY312": _python312() or "python3.12-absent"}
-    env.pop("GPU_CHECK_PARENT", None)
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=280)
+def test_dry_run_replays_the_plan_and_returns_what_fits(dry_run):
+    repo, out, done, _, _ = dry_run
     summary = (out / "summary.log").read_text()
     assert done.returncode == 0, summary + done.stderr[-2000:]
     assert sorted(p.name for p in out.iterdir()) == ["evidence.tar.gz", "summary.log"]
-    assert "OUT check: ok" in summary
-    assert "(no index)" in summary  # the wheels were installed, not found elsewhere
+    assert "OUT check: ok" in summary and "(no index)" in summary
+    steps = [line.split() for line in _member(out, "logs/gpu-check/steps.txt").splitlines()]
+    plan = gpu_plan.load_plan([repo / "profiles" / "book.yaml"])
+    # every planned step in the plan's order (the tests are not run on a CPU), each under
+    # its planned backstop and limit, on the script's clock, which reads the simulated one
+    assert [s[0] for s in steps] == ["exactness"] + [s.name for s in plan.steps][:-2]
+    for step, ran in zip(plan.steps, steps[1:], strict=False):
+        fields = dict(f.split("=") for f in ran[1:])
+        assert fields["timeout"] == str(step.timeout_s)
+        assert fields["limit"] == str(step.limit_s or "-")
+        assert int(fields["seconds"]) <= step.timeout_s, ran
+
+
+@pytest.mark.slow
+def test_dry_run_artifacts_say_the_clock_was_simulated_and_hold_the_plans_points(dry_run):
+    _, out, _, _, _ = dry_run
+    key = SIMULATED_MACHINE
     with tarfile.open(out / "evidence.tar.gz") as tar:
-        names = tar.getnames()
-    key = next(n.split("/")[1] for n in names if n.startswith("results/"))
-    for stage in ("probe.json", "prefill.csv", "decode.csv", "claims.json"):
-        assert f"results/{key}/{stage}" in names
+        names = set(tar.getnames())
+    for name in STAGES:
+        assert f"results/{key}/{STAGES[name].artifact}" in names, name
     assert f"evidence/{key}/register.jsonl" in names
-    for log in ("steps.txt", "preflight.txt", "install.log", "ncu-bytes.csv"):
-        assert f"logs/gpu-check/{log}" in names
-    installed = {p.name.split("-")[0] for p in (tmp_path / "site").glob("*.dist-info")}
-    assert {"jsonschema", "referencing", "rpds_py", "jsonschema_specifications"} <= installed
+    prefill = list(csv.DictReader(io.StringIO(_member(out, f"results/{key}/prefill.csv"))))
+    assert {int(r["T"]) for r in prefill} == {1024, 2048, 4096, 8192}
+    timed = [r for r in prefill if r["status"] == "ok"]
+    assert timed and all(r["timing_method"].startswith("SIMULATED") for r in timed)
+    decode = list(csv.DictReader(io.StringIO(_member(out, f"results/{key}/decode.csv"))))
+    assert {(int(r["cache_len"]), int(r["batch"])) for r in decode} == \
+        {(n, b) for n in (4096, 16384, 65536) for b in (1, 8)}
+    assert "NOT A MEASUREMENT" in _member(out, f"results/{key}/probe.json")
+    sidecar = json.loads(_member(out, f"results/{key}/prefill.csv.prov.json"))
+    assert '"simulated_gpu_clock": true' in json.dumps(sidecar)
+
+
+@pytest.mark.slow
+def test_dry_run_uses_the_carried_wheels_checks_exactness_and_leaves_nothing(dry_run):
+    repo, out, _, before, tmp = dry_run
+    preflight = _member(out, "logs/gpu-check/preflight.txt")
+    carried = next(line for line in preflight.splitlines() if line.startswith("jsonschema from"))
+    assert "/site-host/jsonschema/" in carried  # the stages' jsonschema: the carried wheel's
+    rows = list(csv.DictReader(io.StringIO(_member(out, "logs/gpu-check/exactness.csv"))))
+    assert any(r["status"] == "ok" for r in rows)
+    assert not [r for r in rows if r["status"].startswith("error")]
+    assert files_of(repo) == before, "the dry run left files in the checkout"
+    assert list(tmp.iterdir()) == [] or all(p.name.startswith("torchinductor") for p in
+                                            tmp.iterdir()), "its temporary folders stay"
 
 
 def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
-    # 25 s leave no step its 15 s after the 20 s kept for a kill and the pack: every step
-    # is skipped, and what ran (install, preflight) still comes back within the limits.
     repo = copy_repo(tmp_path / "repo")
-    _wheels(repo)
+    wheels(repo)
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "GPU_CHECK_BUDGET_S": "25",
-           "GPU_CHECK_SITE": str(tmp_path / "site"), "GPU_CHECK_PY312": "python3.12-absent"}
-    env.pop("GPU_CHECK_PARENT", None)
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo, env=env,
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(out, tmp_path, GPU_CHECK_BUDGET_S="5",
+                                         GPU_CHECK_PY312="python3.12-absent"),
                           capture_output=True, text=True, timeout=120)
     summary = (out / "summary.log").read_text()
     assert done.returncode == 1, summary
@@ -98,19 +161,96 @@ def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
     assert "OUT check: ok" in summary
     with tarfile.open(out / "evidence.tar.gz") as tar:
         names = tar.getnames()
-    assert "logs/gpu-check/preflight.txt" in names and "logs/gpu-check/steps.txt" in names
+    assert "logs/gpu-check/preflight.txt" in names and "logs/gpu-check/plan.txt" in names
 
 
 def test_dry_run_refuses_without_carried_wheels(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable,
-           "GPU_CHECK_SITE": str(tmp_path / "site")}
-    env.pop("GPU_CHECK_PARENT", None)
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(out, tmp_path), capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 2
     assert "scripts/gpu-wheels.sh" in (out / "summary.log").read_text()
+
+
+# --------------------------------------------------------------- $OUT (issue 35 item 18)
+
+
+def _refused(tmp_path, out: str) -> subprocess.CompletedProcess:
+    repo = copy_repo(tmp_path / "repo")
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(Path(out), tmp_path), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "nothing was run" in done.stderr
+    assert not list(tmp_path.glob("inferlab-gpu-check.*")), "it went on before $OUT was checked"
+    return done
+
+
+def test_a_non_empty_out_is_refused_and_left_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "evidence.tar.gz").write_text("from an earlier call")
+    done = _refused(tmp_path, str(out))
+    assert "is not empty" in done.stderr and "evidence.tar.gz" in done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["evidence.tar.gz"]
+    assert (out / "evidence.tar.gz").read_text() == "from an earlier call"
+
+
+def _unwritable_empty_folder(tmp_path) -> Path:
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    for candidate in sorted(glob.glob("/sys/kernel/*/")):  # root writes anywhere but sysfs
+        path = Path(candidate)
+        try:
+            if not any(path.iterdir()) and not os.access(path / "x", os.F_OK):
+                probe = subprocess.run(["touch", str(path / "probe")], capture_output=True)
+                if probe.returncode != 0:
+                    return path
+        except OSError:
+            continue
+    pytest.skip("running as root with no empty read-only folder to use as $OUT")
+
+
+def test_a_read_only_out_fails_before_any_step(tmp_path):
+    done = _refused(tmp_path, str(_unwritable_empty_folder(tmp_path)))
+    assert "is not writable" in done.stderr
+
+
+def test_a_relative_out_is_refused(tmp_path):
+    done = _refused(tmp_path, "out")
+    assert "is relative" in done.stderr and "absolute" in done.stderr
+
+
+def test_two_runs_at_once_install_into_folders_of_their_own(tmp_path):
+    # The wheels' default folder was /tmp/inferlab-site for every run, removed at each start.
+    repo = copy_repo(tmp_path / "repo")
+    wheels(repo)
+    runs, results = [], {}
+    for i in range(2):
+        env = script_env(tmp_path / f"out{i}", tmp_path, GPU_CHECK_STAGES="none",
+                         GPU_CHECK_PY312="python3.12-absent")
+        runs.append(threading.Thread(target=lambda i=i, env=env: results.__setitem__(
+            i, subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=120))))
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    sites = []
+    for i in range(2):
+        summary = (tmp_path / f"out{i}" / "summary.log").read_text()
+        assert results[i].returncode == 0, summary + results[i].stderr[-1500:]
+        sites.append(re.search(r"wheels into (\S+/site)\b", summary).group(1))
+    assert sites[0] != sites[1]
+    assert not any(Path(s).exists() for s in sites), "a run's folder outlived it"
+
+
+# --------------------------------------------------------------- the $OUT checker
 
 
 def test_out_check_accepts_two_files(tmp_path):

@@ -1,6 +1,7 @@
-"""The manuscript stage (the chapter's four tables, its named numbers as JSON and LaTeX),
-``inferlab manuscript check`` on the chapter and its Q&A, and the report's "For the
-manuscript" section, on synthetic evidence of two machines (tests/report_evidence.py)."""
+"""The manuscript stage (the values of the chapter's four tables and its numbers, rendered
+as Markdown, LaTeX and JSON) and the report's "For the manuscript" section, on synthetic
+evidence of two machines (tests/report_evidence.py). ``inferlab manuscript check`` is
+tests/test_manuscript_check.py's."""
 
 from __future__ import annotations
 
@@ -22,23 +23,20 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.loading import load_evidence
 from inferlab.judging.claims import load
 from inferlab.presentation.manuscript import (
-    Chapter,
     backends_table,
     decode_table,
     latex_text,
     macro_name,
-    named_numbers,
+    numbers_file,
     numbers_tex,
+    tables_of,
 )
-from inferlab.presentation.manuscript_check import check_text, load_not_claims
 from inferlab.presentation.report import render_report
 from inferlab.stages import manuscript as manuscript_stage
-from inferlab.workflow.cli import main as cli_main
 from inferlab.workflow.runner import StageContext, write_derived
 
 CHAPTER_DIR = layout.REPO_ROOT / "docs" / "chapter"
 SEEDS = ("chapter.txt", "qa.txt")
-CHAPTER = Chapter("float16", 128, (1024, 2048, 4096, 8192))
 DEVICE = {CPU: "cpu", GPU: "cuda"}
 
 
@@ -57,8 +55,8 @@ def make_manuscript(root: Path, key: str) -> dict:
 @pytest.fixture(scope="module")
 def two_keys(tmp_path_factory) -> Path:
     root = two_machines(tmp_path_factory.mktemp("manuscript"))
-    gpu_prefill = artifacts.read(layout.artifact_path(root, GPU, "prefill"), "prefill").frame
-    write_stage(root, GPU, "traffic", traffic_rows(gpu_prefill, "cuda"), "cuda")
+    gpu_series = artifacts.read(layout.artifact_path(root, GPU, "series"), "series").frame
+    write_stage(root, GPU, "traffic", traffic_rows(gpu_series, "cuda"), "cuda")
     for key in (CPU, GPU):
         make_manuscript(root, key)
     return root
@@ -69,7 +67,8 @@ def manuscript(root: Path, key: str) -> dict:
 
 
 def by_name(data: dict, name: str) -> dict:
-    return next(t for t in data["tables"] if t["name"] == name)
+    """A table as people read it, rendered from the artifact's values."""
+    return next(t for t in tables_of(data) if t["name"] == name)
 
 
 # ------------------------------------------------------------------ the stage
@@ -78,8 +77,8 @@ def by_name(data: dict, name: str) -> dict:
 def test_every_key_gets_the_four_tables_and_a_number_per_claim(two_keys):
     for key in (CPU, GPU):
         data = manuscript(two_keys, key)
-        assert [t["name"] for t in data["tables"]] == ["traffic", "prefill", "backends",
-                                                       "decode"]
+        assert list(data["tables"]) == ["traffic", "prefill", "backends", "decode"]
+        assert [t["name"] for t in tables_of(data)] == list(data["tables"])
         claims = artifacts.read(layout.artifact_path(two_keys, key, "claims"), "claims")
         assert [n["claim"] for n in data["numbers"]] == [c["id"] for c in claims["claims"]]
         assert data["dtype"] == {CPU: "float32", GPU: "float16"}[key]
@@ -108,11 +107,13 @@ def test_the_traffic_tables_elements_give_the_models_ratio(two_keys):
     traffic = artifacts.read(layout.artifact_path(two_keys, CPU, "traffic"), "traffic").frame
     model = {int(r.T): r.model_ratio for r in traffic.itertuples()
              if r.causal and r.tile == "assumed"}
-    rows = by_name(manuscript(two_keys, CPU), "traffic")["rows"]
-    assert [r[0] for r in rows] == ["1,024", "2,048", "4,096", "8,192"]
+    rows = manuscript(two_keys, CPU)["tables"]["traffic"]
+    assert [r["T"] for r in rows] == [1024, 2048, 4096, 8192]
     for row in rows:
-        direct, tiled = (int(c.replace(",", "")) for c in row[1:3])
-        assert direct / tiled == pytest.approx(model[int(row[0].replace(",", ""))], rel=1e-9)
+        assert row["naive_elements"] / row["tiled_elements"] == \
+            pytest.approx(model[row["T"]], rel=1e-9)
+    text = by_name(manuscript(two_keys, CPU), "traffic")["rows"]
+    assert [r[1] for r in text] == [f"{r['naive_elements']:,}" for r in rows]
 
 
 def test_decode_table_gives_fused_over_split_kv_over_every_split_count():
@@ -126,7 +127,9 @@ def test_decode_table_gives_fused_over_split_kv_over_every_split_count():
     rows += [dict(impl="splitkv", fused_sdpa=False, cache_len=4096, batch=1, dtype="float16",
                   splits=s, median_ms=ms, ratio=ms / fused_ms, status="ok")
              for s, ms in split.items()]
-    (row,) = decode_table(pd.DataFrame(rows), CHAPTER)["rows"]
+    values = manuscript_stage.decode_values(pd.DataFrame(rows), "float16")
+    assert values[0]["fused"]["impl"] == "sdpa_efficient" and values[0]["splits"] == [1, 16]
+    (row,) = decode_table(values, "float16")["rows"]
     low, high = (float(x) for x in row[-1].rstrip("×").split("–"))
     assert low == pytest.approx(fused_ms / max(split.values()), rel=5e-3)
     assert high == pytest.approx(fused_ms / min(split.values()), rel=5e-3)
@@ -141,7 +144,7 @@ def test_backends_table_gives_one_row_per_backend_when_the_masks_agree(same):
         {"dtype": "float16", "causal": causal, "T": 1024, "heads": 12, "d": 64,
          "backend": "flash", "can_run": False, "ran": False, "reason": reasons[causal],
          "reason_source": "pytorch", "limit_kind": "hardware"} for causal in (False, True)]}
-    rows = backends_table(probe, CHAPTER)["rows"]
+    rows = backends_table(manuscript_stage.backends_values(probe, "float16"), "float16")["rows"]
     assert [r[1] for r in rows] == (["both"] if same else ["full", "causal"])
     assert {r[3] for r in rows} == set(reasons.values())
 
@@ -170,7 +173,7 @@ def parse_numbers_tex(text: str) -> dict[str, tuple[str, str]]:
 
 
 def test_numbers_tex_has_one_macro_per_claim_with_its_provenance(two_keys):
-    data = manuscript(two_keys, CPU)
+    data = {"numbers": numbers_file(manuscript(two_keys, CPU))}
     text = layout.derived_path(two_keys, CPU, "manuscript", "numbers.tex").read_text()
     macros = parse_numbers_tex(text)
     assert len(macros) == len(data["numbers"])
@@ -188,14 +191,17 @@ def test_numbers_tex_has_one_macro_per_claim_with_its_provenance(two_keys):
 def test_new_verdicts_and_kinds_flow_through_and_are_marked():
     claims = {"claims": [
         {"id": "C13-77", "kind": "question", "verdict": "within noise here", "value": 1.5,
-         "ci_low": 1.2, "ci_high": 1.9, "unit": "×",
+         "interval": [1.2, 1.9], "unit": "×",
          "artifact": {"stage": "prefill", "path": "results/k/prefill.csv", "version": 3,
                       "sha256": "a" * 64}},
         {"id": "Q13-12", "kind": "measured", "verdict": "reproduced", "value": 0.25,
-         "unit": "", "artifact": None}]}
-    numbers = named_numbers(claims, {("prefill", 3): "c0ffee"})
-    assert [(n["marked"], n["ci_low"], n["commit"]) for n in numbers] == \
-        [(True, 1.2, "c0ffee"), (False, None, None)]
+         "interval": None, "unit": "", "artifact": None}]}
+    values = manuscript_stage.named_numbers(claims, {"C13-77": ["1.5"]},
+                                            {("prefill", 3): "c0ffee"})
+    assert "text" not in values[0] and "macro" not in values[0]  # the artifact holds values
+    numbers = numbers_file({"numbers": values})
+    assert [(n["marked"], n["interval"], n["commit"], n["figures"]) for n in numbers] == \
+        [(True, [1.2, 1.9], "c0ffee", ["1.5"]), (False, None, None, [])]
     macros = parse_numbers_tex(numbers_tex(numbers, "k"))
     assert macros["ILCThirteenSeventySeven"][0] == r"\ILcheck{1.50\ensuremath{\times}}"
     assert macros["ILQThirteenTwelve"][0] == "0.250"
@@ -211,6 +217,35 @@ def test_every_claim_id_gets_its_own_letters_only_macro():
 def test_latex_text_escapes_what_latex_would_read_as_markup():
     assert latex_text("50 % of B_q & #1 {x} 3–4×") == \
         r"50 \% of B\_q \& \#1 \{x\} 3--4\ensuremath{\times}"
+
+
+def test_latex_text_escapes_angles_and_bars_and_maps_any_unicode():
+    """Issue 35, item 17: <, > and | print as other glyphs in LaTeX's default encoding, and
+    pdflatex stops on a character it has no mapping for (≥)."""
+    assert latex_text("a < b > c | d") == r"a \textless{} b \textgreater{} c \textbar{} d"
+    assert latex_text("≥ 2") == r"\ensuremath{\geq} 2"
+    out = latex_text("é ≤ 中 ∑ \u2028 “q”")
+    assert out.isascii() and r"\texttt{[U+4E2D]}" in out and "``q''" in out
+
+
+@pytest.mark.parametrize("bad", ["C13-05\n", " C13-05", "C13-5", "c13-05"])
+def test_a_claim_id_that_is_not_exactly_an_id_names_no_macro(bad, tmp_path):
+    """Issue 35, item 17: "C13-05\\n" passed the schema ("$" matches before a trailing
+    newline) and numbers.tex got a duplicate macro."""
+    with pytest.raises(ValueError, match="is not C13-NN or Q13-NN"):
+        macro_name(bad)
+    claims_yaml = (layout.CLAIMS_FILE.read_text()).replace("  - id: C13-05\n",
+                                                           f"  - id: {json.dumps(bad)}\n", 1)
+    (tmp_path / "claims.yaml").write_text(claims_yaml)
+    with pytest.raises(ValueError, match="claim"):
+        load(tmp_path / "claims.yaml")
+
+
+def test_two_numbers_of_one_macro_are_refused():
+    one = {"claim": "C13-05", "macro": "ILCThirteenFive", "kind": "measured", "text": "1",
+           "verdict": "reproduced", "marked": False, "artifact": None}
+    with pytest.raises(ValueError, match="both define"):
+        numbers_tex([one, one | {"claim": "C13-05 "}], "k")
 
 
 TEX_ENGINES = ("pdflatex", "lualatex", "xelatex")
@@ -233,55 +268,6 @@ def test_numbers_tex_and_tables_tex_build_into_a_latex_document(two_keys, tmp_pa
     result = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
-
-
-# ------------------------------------------------------------------ the check of the text
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-def test_every_number_of_the_seeds_has_a_claim_or_a_reason(seed, capsys):
-    assert cli_main(["manuscript", "check", str(CHAPTER_DIR / seed)]) == 0, \
-        "\n".join(line for line in capsys.readouterr().out.splitlines() if "NO CLAIM" in line)
-    assert "0 with no claim and no reason" in capsys.readouterr().out
-
-
-def test_the_seeds_in_the_repository_are_the_chapter_and_its_qa():
-    shared = Path("/work/shared/seeds")
-    if not shared.is_dir():
-        pytest.skip("the steering repository's seeds are not on this machine")
-    for copy, seed in zip(SEEDS, ("000_a99461f755dc4e1b.txt", "001_910e4248bf5e3d8e.txt"),
-                          strict=True):
-        assert (CHAPTER_DIR / copy).read_bytes() == (shared / seed).read_bytes()
-
-
-def test_a_number_with_no_claim_and_no_reason_fails_the_check(tmp_path, capsys):
-    chapter = tmp_path / "chapter.md"
-    chapter.write_text("# Notes\n\nChapter 8 found it. The kernel took 7,357 microseconds.\n")
-    assert cli_main(["manuscript", "check", str(chapter)]) == 1
-    out = capsys.readouterr().out
-    assert "'7,357': NO CLAIM" in out and "'8': no claim: chapter reference" in out
-
-
-def test_a_claimed_number_shows_its_claim_and_verdict_per_machine(two_keys):
-    claims = load().claims
-    claim = next(c for c in claims if c.id == "C13-07")
-    verdicts = {key: {c["id"]: c["verdict"] for c in artifacts.read(
-        layout.artifact_path(two_keys, key, "claims"), "claims")["claims"]}
-        for key in (CPU, GPU)}
-    found = check_text(claim.sentence, claims, verdicts, [])
-    assert [f["number"] for f in found] == ["13", "23"]
-    for f in found:
-        assert [c["id"] for c in f["claims"]] == ["C13-07"]
-        assert f["claims"][0]["verdicts"] == {k: v["C13-07"] for k, v in verdicts.items()}
-
-
-@pytest.mark.parametrize("entry", [{"kind": "x", "pattern": "a"}, {"kind": "x", "reason": "r"},
-                                   {"kind": "x", "reason": "r", "pattern": "(",}])
-def test_a_not_claims_entry_needs_a_kind_a_reason_and_one_valid_rule(entry, tmp_path):
-    path = tmp_path / "not_claims.yaml"
-    path.write_text(json.dumps({"kinds": [entry]}))
-    with pytest.raises(ValueError, match="entry 0"):
-        load_not_claims(path)
 
 
 # ------------------------------------------------------------------ the report
@@ -324,12 +310,3 @@ def test_the_runner_refuses_derived_files_the_stage_does_not_declare(two_keys, t
     with pytest.raises(ValueError, match="extra.txt"):
         write_derived(tmp_path, CPU, "manuscript", Module, content)
     assert not (tmp_path / "results").exists()
-
-
-def test_the_check_speaks_json(tmp_path, capsys):
-    chapter = tmp_path / "chapter.txt"
-    chapter.write_text("And it was sixteen to eighteen times slower.\n")
-    assert cli_main(["manuscript", "check", str(chapter), "--json"]) == 0
-    found = json.loads(capsys.readouterr().out)
-    assert [(f["number"], [c["id"] for c in f["claims"]]) for f in found] == \
-        [("sixteen", ["C13-06"]), ("eighteen", ["C13-06"])]

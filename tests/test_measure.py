@@ -80,7 +80,8 @@ def test_statistics_of_known_sleeps_and_their_row():
                         "ratio_ci_low", "ratio_ci_high"}
     how = slow.process_row()
     assert how == {"workers": 1, "over_budget": False, "between_share": None,
-                   "interval_method": f"order statistics of {slow.rounds} rounds in one process"}
+                   "interval_method": "order_statistics", "process_sd": None,
+                   "ratio_process_sd": None}
     assert row["ratio_to"] == "fast" and fast.ratio is None
     assert row["ratio"] == statistics.median(
         [s / f for s, f in zip(slow.samples_ms, fast.samples_ms, strict=True)])
@@ -376,7 +377,8 @@ def test_a_failed_timing_reports_nothing_measured():
                    "ratio_to": None, "ratio": None, "ratio_ci_low": None,
                    "ratio_ci_high": None}
     assert t.process_row() == {"workers": None, "between_share": None,
-                               "interval_method": None, "over_budget": None}
+                               "interval_method": None, "over_budget": None,
+                               "process_sd": None, "ratio_process_sd": None}
 
 
 def test_the_row_of_a_paired_timing():
@@ -733,9 +735,9 @@ def test_a_timing_over_processes_takes_its_interval_from_them():
     assert t.workers == 3 and t.rounds == 9
     assert (t.median_ms, *t.ci_ms) == measure.process_interval(groups)
     row = t.process_row()
-    assert row["interval_method"] == ("prediction for another run: random effects over 3 "
-                                      "processes x 3 rounds (mean of log medians "
-                                      "± t(2)·s·√(2/3))")
+    assert row["interval_method"] == "random_effects"
+    logs = [math.log(statistics.median(g)) for g in t.per_process]
+    assert row["process_sd"] == pytest.approx(statistics.stdev(logs))
     assert 0 < row["between_share"] <= 1
 
 
@@ -817,7 +819,7 @@ def test_a_point_that_fits_no_worker_is_dropped_with_the_reason(monkeypatch):
                                         budget_s=1.0, time_cap_s=100.0, threads=1, warmup=1,
                                         min_run_s=0.0, run_worker=run_worker)
     assert first.timings["a"].over_budget and first.timings["a"].rounds == 1
-    assert second.dropped == "dropped: 0.0 s of the stage budget left for this worker"
+    assert second.dropped == {"status": "dropped", "cause": "budget", "budget_left_s": 0.0}
     assert len(jobs) == 1
 
 

@@ -63,3 +63,21 @@ def test_a_failing_ncu_is_a_row_with_its_message(monkeypatch):
     row = ncu.measure("naive", 64, "/usr/bin/ncu", timeout_s=5)
     assert row["status"].startswith("error: ncu exit 1, 0 kernels measured")
     assert "LibraryNotLoaded" in row["status"]
+
+
+def test_under_gvisor_ncu_is_not_started_and_every_row_says_why(tmp_path, monkeypatch):
+    # the lent machines under gVisor: "Failed to initialize the profiler: LibraryNotLoaded"
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: "/usr/local/bin/ncu")
+    monkeypatch.setattr(ncu.sandbox, "this_machine", lambda: {
+        "runtime": "gvisor", "evidence": ["/proc/version: release 4.4.0 (gVisor's)"]})
+
+    def no_ncu(*args, **kwargs):
+        raise AssertionError(f"ncu was started under gVisor: {args}")
+
+    monkeypatch.setattr(ncu.subprocess, "run", no_ncu)
+    out = tmp_path / "ncu-bytes.csv"
+    ncu.main(["run", "--tokens", "64", "--out", str(out)])
+    rows = out.read_text().splitlines()[1:]
+    assert len(rows) == len(ncu.CASES)
+    assert all("cannot read the hardware counters under gVisor" in row for row in rows)
+    assert all("release 4.4.0" in row for row in rows)

@@ -49,6 +49,16 @@ def _write(root: Path, stage: str, seed: int) -> dict:
                           environment={"torch": "test", "threads": 2})
 
 
+def full_provenance(stage: str, **fields) -> dict:
+    """A provenance with every field its schema requires (schemas/sidecar.schema.json),
+    ``fields`` over them: what a hand-made entry needs to be a whole register entry."""
+    return {"stage": stage, "machine": MACHINE, "grid": None,
+            "created_at": "2025-01-31T12:00:00Z", "git_commit": None, "git_dirty": None,
+            "code_sha256": "c" * 64, "code_files": {}, "config_sha256": "d" * 64,
+            "config": {}, "environment": {}, "seed": 0, "inputs": {}, "command": "x",
+            **fields}
+
+
 def three_versions(root: Path) -> Path:
     """prefill v1, decode v1, prefill v2."""
     for stage, seed in (("prefill", 11), ("decode", 12), ("prefill", 13)):
@@ -211,7 +221,7 @@ def _append_many(root: str, stage: str, n: int, start) -> None:
     reg = Register(root, MACHINE)
     for i in range(n):
         content = f"{stage},{i},{os.getpid()}\n".encode()
-        provenance = {"stage": stage, "i": i, "machine": MACHINE, "grid": None}
+        provenance = full_provenance(stage, config={"i": i})
         sha = reg.retain(content)
         side = reg.retain(sidecar_bytes(stage, STAGES[stage].artifact, content, provenance))
         reg.append(stage, f"results/{MACHINE}/{STAGES[stage].artifact}", sha, side,

@@ -23,6 +23,7 @@ from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
 from inferlab.presentation import figures, formats, plotting
+from inferlab.presentation.claim_text import judged_on_text
 from inferlab.presentation.report import (
     NOT_MEASURED,
     SECTIONS,
@@ -182,8 +183,8 @@ def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_ro
             figure = figure_of(by_id[result["id"]])
             if figure:
                 assert f'href="#{figure}"' in row
-            if result["judged_on"]:
-                assert result["judged_on"].split(";")[0] in row
+            if result["judged_on"]:  # claims.json holds {column: values}; the page says it
+                assert judged_on_text(result["judged_on"]).split(";")[0] in row
 
 
 def test_claim_sentences_are_plain_unicode(report_html):
@@ -344,29 +345,19 @@ def test_backend_map_is_a_grid_with_the_reasons(tmp_path, evidence_root, map_row
         render_report(evidence_root, tmp_path / "old.html", [CPU]).read_text(), "backends")
 
 
-def test_between_run_spread_of_two_versions_point_by_point(tmp_path, evidence_root):
+def test_the_series_section_draws_each_run_and_the_pooled_intervals(tmp_path, evidence_root):
+    """The series replaces the between-run tables: per machine a figure of every run's
+    paired ratio beside the pooled value and its two intervals, and the pooled points in
+    a collapsed table; a machine without a series says so."""
     root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
-    prefill = artifacts.read(layout.artifact_path(root, CPU, "prefill"), "prefill").frame
-    ok = prefill.index[prefill["status"] == "ok"]
-    slower = prefill.copy()
-    slower.loc[ok[0], "median_ms"] *= 1.10  # one point 10 % slower, the rest unchanged
-    write_stage(root, CPU, "prefill", slower, "cpu")
-    text = section(render_report(root, layout.report_path(root), [CPU]).read_text(), "prefill")
-    summary = re.search(r"between runs, version (\d) against version (\d) over (\d+) points; "
-                        r"[^<]*median time: median \|difference\| 0 %, largest ([\d.]+) %", text)
-    assert summary and summary.group(1, 2) == ("2", "1"), text[-3000:]
-    assert int(summary.group(3)) == len(ok) and float(summary.group(4)) == 10
-    assert text.count("+10.0 %") == 1 and text.count("+0.0 %") >= len(ok) - 1
-    # one pair made alike: no track record table yet; a third version gives two pairs
-    assert "Every pair of versions the register holds" not in text
-    write_stage(root, CPU, "prefill", prefill, "cpu")
-    text = section(render_report(root, layout.report_path(root), [CPU]).read_text(), "prefill")
-    record = text[text.index("Every pair of versions the register holds"):]
-    assert "<td>1 → 2</td>" in record and "<td>2 → 3</td>" in record
-    # one version only (the GPU key): says why there is no spread
-    gpu = section(render_report(root, layout.report_path(root), [GPU]).read_text(), "prefill")
-    assert "no between-run spread: prefill version 1" in gpu
-    assert "has no earlier version made with the same code, config and hardware" in gpu
+    layout.artifact_path(root, GPU, "series").unlink()
+    text = section(render_report(root, layout.report_path(root), [CPU, GPU]).read_text(),
+                   "series")
+    assert text.count("<svg") == 1 and "prediction interval" in text
+    series = artifacts.read(layout.artifact_path(root, CPU, "series"), "series").frame
+    pooled = int((series["kind"] == "pooled").sum())
+    assert f"{CPU}: the {pooled} rows of series.csv" in text
+    assert f"{GPU}: {NOT_MEASURED} (series.csv is missing" in text
 
 
 def test_model_rows_are_shown_with_units_and_sources(tmp_path, evidence_root):

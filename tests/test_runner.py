@@ -58,7 +58,7 @@ def test_a_malformed_registered_input_is_refused_naming_its_file(tmp_path, capsy
     write_artifact(root, "cpu-test-1c", "prefill", b"impl,T\nnaive,many\n", config={},
                    code_files=[], inputs=[], seed=0, command="x", environment={})
     _committed(root)
-    assert cli_main(["stage", "traffic", "--root", str(root), "--machine", "cpu-test-1c"]) == 2
+    assert cli_main(["stage", "series", "--root", str(root), "--machine", "cpu-test-1c"]) == 2
     err = capsys.readouterr().err
     assert "results/cpu-test-1c/prefill.csv" in err, err
     assert "version 1" in err and "--forcerun prefill" in err

@@ -1,6 +1,7 @@
 """Which rows a check judges (inferlab.judging.selection), at each boundary: the filters' inclusive
 bounds, the dtype rule, the sentence's scope, the status accounting, the best row per
-group and the non-finite flags; with the exact words a reader sees for what was left out.
+group and the non-finite flags; what was left out is recorded as data (its cause), and the
+words a reader sees for it are checked through ``claim_text``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ from inferlab.evidence import artifacts
 from inferlab.judging import claims, selection
 from inferlab.judging.claims import Best, Condition, Rows
 from inferlab.judging.selection import NotMeasurable
+from inferlab.presentation.claim_text import cause_text, missing_text
 
 STAND_IN = {"cpu": "float32", "cuda": "float16"}
+OOM = {"status": "oom", "cause": "memory", "median_ms": None}
+
+
+def error(reason: str) -> dict:
+    return {"status": "error", "cause": "exception", "reason": reason, "median_ms": None}
 
 
 def prefill_row(**cells) -> dict:
@@ -141,12 +148,15 @@ def test_a_dtype_without_rows_is_not_measurable_and_never_substituted():
     rows = frame([prefill_row(dtype="bfloat16")])
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(), rows, "cpu", STAND_IN)
-    assert str(info.value) == ("no float32 rows (the fp16 stand-in here): this machine did "
-                               "not run float32; no other dtype is used in its place")
+    assert info.value.cause == {"kind": "not_in_grid", "column": "dtype", "values": ["float32"],
+                                "grid": ["bfloat16"], "stand_in": True}
+    assert cause_text(info.value.cause) == (
+        "no float32 rows (the fp16 stand-in here): this machine did not run float32; no "
+        "other dtype is used in its place")
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(dtype="float16"), rows, "cpu", STAND_IN)
-    assert str(info.value) == ("no float16 rows: this machine did not run float16; no other "
-                               "dtype is used in its place")
+    assert cause_text(info.value.cause) == ("no float16 rows: this machine did not run "
+                                            "float16; no other dtype is used in its place")
 
 
 def test_each_dtype_is_its_own_selection():
@@ -160,36 +170,46 @@ def test_no_row_left_by_the_filters_is_not_measurable_naming_them():
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(where={"T": {"min": 8192}, "impl": ["sdpa_flash", "naive"]}),
                          LENGTHS, "cpu", STAND_IN)
-    assert str(info.value) == "no float32 rows with T=[8192, ], impl=sdpa_flash|naive"
+    assert info.value.cause == {"kind": "not_in_grid", "dtype": "float32",
+                                "where": {"T": {"min": 8192}, "impl": ["sdpa_flash", "naive"]}}
+    assert cause_text(info.value.cause) == "no float32 rows with T=[8192, ], impl=sdpa_flash|naive"
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(dtype="any", where={"T": {"max": 256}}), LENGTHS, "cpu",
                          STAND_IN)
-    assert str(info.value) == "no rows with T=[, 256]"
+    assert cause_text(info.value.cause) == "no rows with T=[, 256]"
 
 
 # ---------------------------------------------------------------- scope and status
 
 
 def test_the_scope_keeps_the_sentences_values_and_names_the_missing():
-    rows = frame([prefill_row(T=1024), prefill_row(T=2048), prefill_row(T=4096, status="oom",
-                                                                        median_ms=None)])
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048), prefill_row(T=4096, **OOM)])
     sels = selection.select(check(scope={"T": [1024, 4096, 8192]}), rows, "cpu", STAND_IN)
     assert list(sels[0].frame["T"]) == [1024]
-    assert sels[0].notes == ["judged on 1 of 3 values of T; 4096: oom; 8192: not in this grid"]
+    oom = {"status": "oom", "cause": "memory", "kind": "device_cannot", "rows": 1,
+           "impl": ["naive"]}
+    assert sels[0].missing == [
+        {"column": "T", "value": 4096, "kind": "device_cannot", "statuses": [oom]},
+        {"column": "T", "value": 8192, "kind": "not_in_grid"}]
+    assert [missing_text(m) for m in sels[0].missing] == [
+        "4096: 1 row(s) out of memory (naive)",
+        "8192: not in this grid"]
 
 
 def test_a_scope_with_none_of_its_values_is_not_measurable_saying_what_the_grid_has():
-    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="error: boom",
-                                                   median_ms=None)])
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, **error("boom"))])
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(scope={"T": [2048, 8192]}), rows, "cpu", STAND_IN)
-    assert str(info.value) == ("needs T = 2048, 8192 (2048: error: boom; 8192: not in this "
-                               "grid; this grid has 1024, 2048)")
+    assert info.value.cause["kind"] == "upstream_failed"  # an error before a grid's lack
+    assert cause_text(info.value.cause) == (
+        "needs T = 2048, 8192 (2048: 1 row(s) an error (naive); 8192: not in this grid; "
+        "this grid has 1024, 2048)")
 
 
 def test_a_scope_over_every_value_adds_no_note():
     sels = selection.select(check(scope={"T": [512, 1024]}), LENGTHS, "cpu", STAND_IN)
-    assert sels[0].notes == [] and list(sels[0].frame["T"]) == [512, 1024]
+    assert sels[0].missing == [] and sels[0].left_out == []
+    assert list(sels[0].frame["T"]) == [512, 1024]
 
 
 def test_every_scope_column_is_applied():
@@ -200,30 +220,34 @@ def test_every_scope_column_is_applied():
         [(2048, False)]
 
 
-def test_long_statuses_are_cut_to_their_first_words():
-    status = "unavailable: " + "x" * 80
-    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status=status, median_ms=None)])
-    sels = selection.select(check(scope={"T": [1024, 2048]}), rows, "cpu", STAND_IN)
-    cut = status[:57] + "..."
-    assert sels[0].notes == [f"judged on 1 of 2 values of T; 2048: {cut}"]
-    exact = "error: " + "y" * 53  # 60 characters: kept whole
-    assert selection._status_of(pd.DataFrame({"status": [exact]})) == exact
-    assert selection._status_of(pd.DataFrame({"x": [1]})) == "no row"
-
-
-def test_failed_rows_are_counted_named_and_left_out_unless_status_is_named():
-    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="oom", median_ms=None),
-                  prefill_row(T=4096, status="oom", median_ms=None)])
+def test_failed_rows_are_counted_by_status_and_left_out_unless_status_is_named():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, **OOM),
+                  prefill_row(T=4096, **OOM), prefill_row(T=4096, impl="tiled",
+                                                          **error("x"))])
     sels = selection.select(check(), rows, "cpu", STAND_IN)
     assert list(sels[0].frame["T"]) == [1024]
-    assert sels[0].notes == ["2 row(s) left out by status (T=2048, T=4096: oom)"]
+    assert sels[0].left_out == [
+        {"status": "error", "cause": "exception", "kind": "upstream_failed", "rows": 1,
+         "impl": ["tiled"]},
+        {"status": "oom", "cause": "memory", "kind": "device_cannot", "rows": 2,
+         "impl": ["naive"]}]
     named = selection.select(check(where={"status": ["ok", "oom"]}), rows, "cpu", STAND_IN)
-    assert list(named[0].frame["T"]) == [1024, 2048, 4096] and named[0].notes == []
+    assert list(named[0].frame["T"]) == [1024, 2048, 4096] and named[0].left_out == []
+
+
+def test_rows_that_all_failed_are_not_measurable_with_their_cause():
+    rows = frame([prefill_row(T=1024, status="dropped", cause="budget", budget_left_s=0.0,
+                              median_ms=None)])
+    with pytest.raises(NotMeasurable) as info:
+        selection.select(check(), rows, "cpu", STAND_IN)
+    assert info.value.cause == {"kind": "dropped_by_budget", "left_out": [
+        {"status": "dropped", "cause": "budget", "kind": "dropped_by_budget", "rows": 1,
+         "impl": ["naive"], "budget_left_s": 0.0}]}
 
 
 def test_a_frame_without_status_keeps_every_row():
     plain = pd.DataFrame({"T": [1, 2]})
-    notes: list[str] = []
+    notes: list[dict] = []
     assert len(selection.drop_failed(plain, notes, named_status=False)) == 2 and notes == []
     assert list(selection.apply_scope(plain, (("T", (2,)),), notes)["T"]) == [2]
 
@@ -231,12 +255,11 @@ def test_a_frame_without_status_keeps_every_row():
 # ---------------------------------------------------------------- names and flags
 
 
-def test_row_names_use_the_distinguishing_columns_and_say_how_many_more():
-    rows = frame([prefill_row(T=T) for T in (512, 1024, 2048, 4096)])
-    assert selection.row_names(rows) == "T=512, T=1024, T=2048, T=4096"
-    assert selection.row_names(rows, limit=2) == "T=512, T=1024 and 2 more"
-    same = frame([prefill_row(), prefill_row()])
-    assert selection.row_names(same) == "impl=naive T=1024, impl=naive T=1024"
+def test_plain_values_are_distinct_sorted_json_scalars():
+    rows = frame([prefill_row(T=T) for T in (2048, 512, 2048)])
+    assert selection.plain_values(rows["T"]) == [512, 2048]
+    assert selection.plain_values(pd.Series([1.0, None, 3.5])) == [1, 3.5]
+    assert selection.plain_values(pd.Series(["b", "a"], dtype="string")) == ["a", "b"]
 
 
 @pytest.mark.parametrize(("value", "text"), [(8192.0, "8192"), (0.5, "0.5"), (True, "True"),
@@ -257,13 +280,6 @@ def test_non_finite_flags_follow_the_judged_columns_only():
     assert list(subset[selection.NONFINITE]) == [False]
 
 
-def test_row_names_lists_six_rows_by_default_then_counts_the_rest():
-    six = frame([prefill_row(T=256 * (i + 1)) for i in range(6)])
-    assert "more" not in selection.row_names(six)
-    seven = frame([prefill_row(T=256 * (i + 1)) for i in range(7)])
-    assert selection.row_names(seven).endswith("T=1536 and 1 more")
-
-
 def test_a_flag_missing_for_a_row_means_finite():
     rows = pd.DataFrame({"a": [1.0, 2.0]}, index=[12, 99])
     nonfinite = pd.DataFrame({"a": [True, False, False]}, index=[10, 11, 12])
@@ -280,39 +296,41 @@ def test_a_range_condition_on_a_column_of_words_matches_nothing():
 # ---------------------------------------------------------------- empty cells in the scope
 
 
-MIXED = [prefill_row(impl="sdpa_math", block_q=None, status="unavailable: no tiles"),
+MIXED = [prefill_row(impl="sdpa_math", block_q=None, status="unavailable",
+                     cause="backend_refused", reason="no tiles"),
          prefill_row(block_q=128)]
 
 
 def test_an_empty_cell_is_not_a_value_the_scope_speaks_of():
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(scope={"block_q": [64]}), frame(MIXED), "cpu", STAND_IN)
-    assert str(info.value) == ("needs block_q = 64 (64: not in this grid; this grid has 128)")
+    assert cause_text(info.value.cause) == ("needs block_q = 64 (64: not in this grid; this "
+                                            "grid has 128)")
 
 
 def test_a_value_whose_rows_all_failed_is_named_by_their_status_alone():
-    rows = frame(MIXED + [prefill_row(block_q=64, status="oom", median_ms=None)])
+    rows = frame(MIXED + [prefill_row(block_q=64, **OOM)])
     sels = selection.select(check(scope={"block_q": [64, 128]}), rows, "cpu", STAND_IN)
-    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+    assert [(m["value"], m["kind"]) for m in sels[0].missing] == [(64, "device_cannot")]
     assert list(sels[0].frame["block_q"]) == [128]
     ok_empty = frame([prefill_row(impl="sdpa_math", block_q=None),
-                      prefill_row(block_q=64, status="oom", median_ms=None),
-                      prefill_row(block_q=128)])
+                      prefill_row(block_q=64, **OOM), prefill_row(block_q=128)])
     sels = selection.select(check(scope={"block_q": [64, 128]}), ok_empty, "cpu", STAND_IN)
-    assert sels[0].notes == ["judged on 1 of 2 values of block_q; 64: oom"]
+    assert [(m["value"], m["kind"]) for m in sels[0].missing] == [(64, "device_cannot")]
 
 
 def test_a_scope_column_with_no_value_at_all_says_none():
     rows = frame([prefill_row(impl="sdpa_math", block_q=None)])
     with pytest.raises(NotMeasurable) as info:
         selection.select(check(scope={"block_q": [64]}), rows, "cpu", STAND_IN)
-    assert str(info.value) == "needs block_q = 64 (64: not in this grid; this grid has none)"
+    assert cause_text(info.value.cause) == ("needs block_q = 64 (64: not in this grid; this "
+                                            "grid has none)")
 
 
-def test_several_statuses_of_one_value_are_all_named_and_long_ones_cut():
-    rows = frame([prefill_row(T=1024), prefill_row(T=2048, status="oom", median_ms=None),
-                  prefill_row(T=2048, impl="tiled", status="error: " + "z" * 54,
-                              median_ms=None)])
+def test_several_statuses_of_one_value_are_all_counted():
+    rows = frame([prefill_row(T=1024), prefill_row(T=2048, **OOM),
+                  prefill_row(T=2048, impl="tiled", **error("z" * 54))])
     sels = selection.select(check(scope={"T": [1024, 2048]}), rows, "cpu", STAND_IN)
-    cut = ("error: " + "z" * 54)[:57] + "..."  # 61 characters: cut
-    assert sels[0].notes == [f"judged on 1 of 2 values of T; 2048: {cut}; oom"]
+    (missing,) = sels[0].missing
+    assert missing["kind"] == "upstream_failed"  # an error is named before a lack of memory
+    assert [(s["status"], s["rows"]) for s in missing["statuses"]] == [("error", 1), ("oom", 1)]

@@ -15,6 +15,7 @@ from inferlab.evidence.loading import Evidence
 from inferlab.stages import correctness, decode, prefill, traffic
 from inferlab.workflow.config import effective_config, load_config
 from inferlab.workflow.runner import StageContext
+from tests.series_helper import series_table
 
 SEED = 20240611
 
@@ -132,7 +133,8 @@ def test_prefill_rows_and_rates(prefill_run):
 def test_prefill_names_refused_backends(prefill_run):
     _, _, _, rows = prefill_run
     cudnn = rows[rows["impl"] == "sdpa_cudnn"]
-    assert cudnn["status"].str.startswith("unavailable: ").all()  # CPU: no cuDNN kernel
+    assert (cudnn["status"] == "unavailable").all()  # CPU: no cuDNN kernel
+    assert (cudnn["cause"] == "backend_refused").all() and cudnn["reason"].notna().all()
     assert cudnn["median_ms"].isna().all()
 
 
@@ -140,8 +142,8 @@ def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
     _, _, _, rows = prefill_run
     ours = rows[rows["impl"] == "triton_flash"]
     assert sorted(ours["block_q"]) == [64, 64, 128, 128] and ours["median_ms"].isna().all()
-    assert ours["status"].str.startswith("unavailable: not measured here: needs CUDA and "
-                                         "Triton").all()
+    assert (ours["status"] == "unavailable").all()
+    assert ours["reason"].str.startswith("not measured here: needs CUDA and Triton").all()
 
 
 def test_only_fused_sdpa_backends_are_marked_fused(prefill_run):
@@ -208,15 +210,19 @@ def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
     prefill_table = artifacts.decode("prefill", artifacts.encode("prefill", rows))
     frame = prefill_table.frame
     params = _params("traffic", ["traffic.block_q_model=64"])
-    out = traffic.run(params, _ctx(tmp_path, "traffic", prefill=prefill_table))
+    series = series_table(prefill=prefill_table)
+    out = traffic.run(params, _ctx(tmp_path, "traffic", series=series))
     rows = _table("traffic", out).set_index("T")
+    pooled = series.frame[(series.frame["kind"] == "pooled") & (series.frame["T"] == 1024)
+                          & (series.frame["impl"] == "sdpa_flash")].iloc[0]
     first = frame[frame["T"] == 1024].set_index("impl")["median_ms"]
     # sdpa_math is faster here but is not a fused kernel: flash is the fused one
     assert rows.loc[1024, "fused_impl"] == "sdpa_flash"
     measured = first["naive"] / first["sdpa_flash"]
     assert rows.loc[1024, "measured_ratio"] == pytest.approx(measured)
-    assert rows.loc[1024, "measured_ratio_ci_low"] == pytest.approx(measured / 1.01)
-    assert rows.loc[1024, "measured_ratio_ci_high"] == pytest.approx(measured / 0.99)
+    # the series' interval of the fused kernel's ratio, inverted (one run with the prior)
+    assert rows.loc[1024, "measured_ratio_ci_low"] == pytest.approx(1 / pooled["ratio_ci_high"])
+    assert rows.loc[1024, "measured_ratio_ci_high"] == pytest.approx(1 / pooled["ratio_ci_low"])
     assert rows.loc[1024, "model_ratio"] == pytest.approx(traffic_ratio(1024, 64, 64))
     implied = implied_block_q(measured, 1024, 64, causal=True)
     assert rows.loc[1024, "implied_block_q"] == pytest.approx(implied)
@@ -248,7 +254,7 @@ def test_decode_rows_are_paired_with_the_fastest_fused_backend(tmp_path):
     ok = rows[rows["status"] == "ok"]
     assert set(ok["ratio_to"]) == {"sdpa_flash"}  # math is not a fused kernel
     ours = rows[rows["impl"] == "triton_decode"]  # CUDA only: said, not timed
-    assert sorted(ours["splits"]) == [1, 3] and ours["status"].str.contains("needs CUDA").all()
+    assert sorted(ours["splits"]) == [1, 3] and ours["reason"].str.contains("needs CUDA").all()
     flash = rows[rows["impl"] == "sdpa_flash"]
     assert (flash["ratio"] == 1.0).all() and bool(flash["fused_sdpa"].all())
 
@@ -319,13 +325,20 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = "cpu-amd-epyc-avx512bf16-2c"   # evidence committed by an earlier version
 NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]  # version 2
 RUN_LEVEL_COLUMNS = ["ratio_process_sd", "ratio_run_sd"]                       # version 3
+STATUS_COLUMNS = ["cause", "reason", "budget_left_s", "process_sd",             # version 4
+                  "causal_over_full_process_sd"]
 
 
 def _as_version_1(text: str) -> str:
     """A table in the layout of schema version 1: the columns added since left out."""
     frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
-    return frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS
-                               if c in frame]).to_csv(index=False)
+    if "reason" in frame:  # its status one string, as versions 1-3 wrote it
+        frame.loc[frame["status"] == "dropped", "status"] = \
+            "dropped: 0.0 s of the stage budget left for this worker"
+        frame.loc[frame["status"] == "unavailable", "status"] = "unavailable: " + frame["reason"]
+    frame = frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS + STATUS_COLUMNS
+                                if c in frame])
+    return frame.to_csv(index=False)
 
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
@@ -336,9 +349,17 @@ def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
     table = artifacts.read(old, stage)
     added = NEW_COLUMNS + RUN_LEVEL_COLUMNS
     assert len(table) == len(pd.read_csv(path)) and table.frame[added].isna().all().all()
-    assert artifacts.schema_version(stage) == 3
+    assert artifacts.schema_version(stage) == 4
     since = {c: artifacts.schema(stage)["properties"][c]["x-since-version"] for c in added}
     assert since == {**dict.fromkeys(NEW_COLUMNS, 2), **dict.fromkeys(RUN_LEVEL_COLUMNS, 3)}
+    # the one-string status of versions 1-3 reads as today's enum and cause
+    frame = table.frame
+    assert set(frame["status"]) <= {"ok", "dropped", "unavailable"}
+    unavailable = frame[frame["status"] == "unavailable"]
+    assert (unavailable["cause"] == "backend_refused").all()
+    assert unavailable["reason"].str.len().gt(0).all()
+    dropped = frame[frame["status"] == "dropped"]
+    assert (dropped["cause"] == "budget").all() and (dropped["budget_left_s"] >= 0).all()
 
 
 def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):
@@ -362,8 +383,10 @@ def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key
     evidence = {name: load_evidence(ROOT, key, name) for name in reads}
     assert all(e.data is not None for e in evidence.values()), \
         {n: e.error for n, e in evidence.items()}
-    ctx = StageContext("traffic", ROOT, key, "cpu", 1, SEED,
-                       {"prefill": evidence["prefill"]}, lambda line: None)
+    series = Evidence("series", ROOT, series_table(prefill=evidence["prefill"].data,
+                                                   decode=evidence["decode"].data), None, None)
+    ctx = StageContext("traffic", ROOT, key, "cpu", 1, SEED, {"series": series},
+                       lambda line: None)
     rows = traffic.run(traffic.Params.from_config(effective_config(load_config(), "traffic",
                                                                    "cpu")), ctx)
     assert any(r.get("measured_ratio") is not None for r in rows)
@@ -377,30 +400,39 @@ def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key
 
 def test_the_default_cpu_grid_has_the_chapters_8192_tokens_causal():
     params = _params("prefill", [])
-    assert (8192, "float32", (True,)) in params.points()
-    assert params.groups()[-1] == (1, 1, [(8192, "float32", (True,))])
+    # the chapter's points first, each required; bf16 at 512 an extra, timed last
+    assert (8192, "float32", (True,), 1, 1, True) in params.points()
+    assert params.points()[-1][:2] == (512, "bfloat16") and not params.points()[-1][5]
     assert params.budget_s > 0 and _params("decode", []).budget_s > 0
 
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
-def test_a_budget_that_covers_nothing_drops_every_point_with_rows_saying_why(stage, tmp_path):
-    """A budget the checks before the timings already spend: no worker starts, and every
-    planned case is a row 'dropped: <why>', valid under the schema, nothing measured."""
+def test_a_budget_that_covers_nothing_still_times_every_chapter_point_once(stage, tmp_path):
+    """A budget the checks before the timings already spend: the chapter's points are
+    never dropped, each gets one process (rounds and processes are what the budget cuts);
+    an extra point is rows ``dropped`` (cause budget, the seconds left), valid under the
+    schema, nothing measured."""
     probe = _probe(random.Random(SEED + 5))
     sizes = {"prefill": ["prefill.d=8", "prefill.implementations=[naive, tiled, sdpa]",
-                         "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [32, 64]}], "
+                         "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [32, 64]}, "
+                         "{dtype: float32, T: [48], extra: true}], "
                          "backends: [flash], budget_s: 0.001}"],
              "decode": ["decode.d=8", "decode.splits=[1, 3]", "decode.backends=[flash]",
-                        "decode.cpu={heads: 2, cache_lens: [64], batches: [1], "
+                        "decode.cpu={heads: 2, cache_lens: [64, 96], batches: [1], "
                         "dtypes: [float32], budget_s: 0.001}"]}[stage]
     params = _params(stage, [TIMING, *sizes])
     module = MODULES[stage]
     rows = _table(stage, module.run(params, _ctx(tmp_path, stage, probe=probe)))
-    assert rows["status"].str.startswith("dropped: ").all() and rows["median_ms"].isna().all()
-    assert "of the stage budget left" in rows["status"].iloc[0]
+    length = "T" if stage == "prefill" else "cache_len"
+    extra = rows[rows[length] == 48]
+    assert (extra["status"] == "dropped").all() and (extra["cause"] == "budget").all()
+    assert extra["median_ms"].isna().all() and (extra["budget_left_s"] >= 0).all()
+    chapter = rows[(rows[length] != 48) & (rows["status"] != "unavailable")]
+    assert len(chapter) and (chapter["status"] == "ok").all()
+    assert (chapter["workers"] == 1).all()
     expected = {"prefill": {"naive", "tiled", "sdpa_flash"},
                 "decode": {"splitkv", "sdpa_flash"}}[stage]
-    assert set(rows["impl"]) == expected
+    assert set(rows["impl"]) >= expected
 
 
 def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():

@@ -308,10 +308,12 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
     from inferlab.evidence.loading import Evidence
     from inferlab.stages import traffic
     from inferlab.workflow.runner import StageContext
+    from tests.series_helper import series_table
 
     table = prefill_rows if isinstance(prefill_rows, artifacts.Table) else artifacts.decode(
         "prefill", artifacts.encode("prefill", prefill_rows))
-    evidence = {"prefill": Evidence("prefill", Path(tmp_path), table, None, None)}
+    series = series_table(prefill=table)  # what traffic reads: the series of that one run
+    evidence = {"series": Evidence("series", Path(tmp_path), series, None, None)}
     ctx = StageContext("traffic", Path(tmp_path), "test", device, 1, 0, evidence, lambda _: None)
     out = traffic.run(traffic.Params(block_q_model=128), ctx)
     return artifacts.decode("traffic", artifacts.encode("traffic", out)).frame

@@ -23,6 +23,7 @@ from inferlab.judging import rule as judging
 from inferlab.judging.claims import Claim, Expect, Measure
 from inferlab.judging.verdicts import NotMeasurable, judge
 from inferlab.presentation import report
+from inferlab.presentation.claim_text import describe_expect, judged_on_text, reason_text
 from inferlab.presentation.report import value_text
 
 ROOT = Path("/nonexistent-root")
@@ -51,12 +52,21 @@ def evidence_of(stage: str, rows: list[dict] | None, error: str | None = None) -
     return {stage: Evidence(stage, path, data, None, None, error=error)}
 
 
+class Rendered(dict):
+    """A claims.json entry, with the words the report renders from it (``reason``)."""
+
+    def __init__(self, result: dict, claim: Claim, key: str):
+        super().__init__(result)
+        self.reason = reason_text(result, claim, key)
+
+
 def verdict(spec: dict, rows: list[dict] | None, stage: str = "decode", key: str = CPU_KEY,
-            kind: str = "measured", error: str | None = None, **check) -> dict:
+            kind: str = "measured", error: str | None = None, **check) -> Rendered:
     """The claims.json entry of a claim whose check is ``spec`` (claims.yaml's form)."""
     parsed = claims._check({"stage": stage, **check, **spec})
     claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
-    return verdicts.evaluate(claim, evidence_of(stage, rows, error), key, ROOT)
+    return Rendered(verdicts.evaluate(claim, evidence_of(stage, rows, error), key, ROOT),
+                    claim, key)
 
 
 def expect(**spec) -> Expect:
@@ -101,8 +111,8 @@ JUDGE_TABLE = [
 @pytest.mark.parametrize(("spec", "value", "ok"), JUDGE_TABLE)
 def test_judge_at_every_bound(spec, value, ok):
     verdict = "reproduced" if ok else "not reproduced"
-    assert judge(expect(**spec), value)[0] == verdict
-    assert judge(expect(**spec), [value])[0] == verdict
+    assert judge(expect(**spec), value) == verdict
+    assert judge(expect(**spec), [value]) == verdict
 
 
 NUMERIC_EXPECTATIONS = [{"between": [-1e9, 1e9]}, {"max": 1e9}, {"min": -1e9},
@@ -113,24 +123,24 @@ NUMERIC_EXPECTATIONS = [{"between": [-1e9, 1e9]}, {"max": 1e9}, {"min": -1e9},
 @pytest.mark.parametrize("spec", NUMERIC_EXPECTATIONS)
 @pytest.mark.parametrize("value", [None, True, False, "5", math.nan, math.inf, -math.inf])
 def test_a_value_that_is_not_a_finite_number_meets_no_numeric_expectation(spec, value):
-    assert judge(expect(**spec), value)[0] == "not reproduced"
-    assert judge(expect(**spec), [0.5, value, 2.0])[0] == "not reproduced"
+    assert judge(expect(**spec), value) == "not reproduced"
+    assert judge(expect(**spec), [0.5, value, 2.0]) == "not reproduced"
 
 
-def test_every_value_of_a_list_must_hold_and_the_reason_says_which():
+def test_every_value_of_a_list_must_hold():
     e = expect(max=2)
-    assert judge(e, [1, 2]) == ("reproduced", "every value at most 2")
-    assert judge(e, [1, 2.5]) == ("not reproduced", "every value at most 2")
-    assert judge(e, 2) == ("reproduced", "the value at most 2")
-    assert judge(e, [2]) == ("reproduced", "the value at most 2")
+    assert judge(e, [1, 2]) == "reproduced"
+    assert judge(e, [1, 2.5]) == "not reproduced"
+    assert judge(e, 2) == "reproduced" and judge(e, [2]) == "reproduced"
 
 
 @pytest.mark.parametrize("spec", [{"max": 2}, {"min": 0}, {"between": [0, 1]},
                                   {"approx": 1, "rel": 0.5}, {"equals": True},
                                   {"direction": ">1"}])
 def test_no_value_at_all_is_not_measurable_never_reproduced(spec):
-    with pytest.raises(NotMeasurable, match="^no value to judge$"):
+    with pytest.raises(NotMeasurable) as info:
         judge(expect(**spec), [])
+    assert info.value.cause == {"kind": "not_applicable", "rows": 0}
 
 
 @pytest.mark.parametrize(("spec", "words"), [
@@ -149,7 +159,7 @@ def test_no_value_at_all_is_not_measurable_never_reproduced(spec):
     ({"direction": "<1"}, "<1"),
 ])
 def test_the_expectation_in_words(spec, words):
-    assert judging.describe_expect(expect(**spec)) == words
+    assert describe_expect(expect(**spec)) == words
 
 
 # ---------------------------------------------------------------- approx_at
@@ -172,20 +182,21 @@ def at_pairs(pairs) -> list:
     ([[1024, 10.0], [2048, True]], False),
 ])
 def test_approx_at_judges_each_length_present_inclusively(value, ok):
-    assert judge(AT, at_pairs(value))[0] == ("reproduced" if ok else "not reproduced")
+    assert judge(AT, at_pairs(value)) == ("reproduced" if ok else "not reproduced")
 
 
 def test_approx_at_names_what_it_checked_and_what_is_absent():
-    verdict, text = judge(AT, at_pairs([[1024, 10.0], [2048, 20.0], [4096, 1e9]]))
-    assert verdict == "reproduced"  # a length the sentence does not speak of is not judged
-    assert text == "within 50% of [10.0, 20.0] at [1024, 2048]; 8192 not measured here"
-    assert judge(AT, at_pairs([[1024, 10.0], [2048, 20.0], [8192, 40.0]]))[1] == \
-        "within 50% of [10.0, 20.0, 40.0] at [1024, 2048, 8192]"
+    found = at_pairs([[1024, 10.0], [2048, 20.0], [4096, 1e9]])
+    assert judge(AT, found) == "reproduced"  # a length the sentence does not speak of
+    assert judging.absent_points(AT, found) == [8192]
+    assert describe_expect(AT) == "within 50% of [10.0, 20.0, 40.0] at [1024, 2048, 8192]"
 
 
 def test_approx_at_with_none_of_its_lengths_is_not_measurable():
-    with pytest.raises(NotMeasurable, match=r"^no rows at \[1024, 2048, 8192\]$"):
+    with pytest.raises(NotMeasurable) as info:
         judge(AT, at_pairs([[512, 10.0]]))
+    assert info.value.cause == {"kind": "not_in_grid", "values": [1024, 2048, 8192],
+                                "grid": [512]}
     with pytest.raises(NotMeasurable):
         judge(AT, [])
 
@@ -237,10 +248,12 @@ def test_a_boolean_column_stays_boolean():
 
 
 def test_empty_values_and_no_rows_are_not_measurable():
-    with pytest.raises(NotMeasurable, match="^every selected row has an empty y$"):
+    with pytest.raises(NotMeasurable) as info:
         verdicts.statistic(pd.DataFrame({"y": [math.nan, math.nan]}), "y", stat("y", "range"))
-    with pytest.raises(NotMeasurable, match="^no rows match the filter$"):
+    assert info.value.cause == {"kind": "not_applicable", "column": "y", "rows": 2}
+    with pytest.raises(NotMeasurable) as info:
         verdicts.statistic(KNOWN.iloc[:0], "y", stat("y", "max"))
+    assert info.value.cause == {"kind": "not_applicable", "column": "y", "rows": 0}
 
 
 @pytest.mark.parametrize(("xs", "ys", "slope"), [
@@ -266,8 +279,10 @@ def test_loglog_slope_drops_what_has_no_logarithm_and_needs_two_abscissae():
     frame = pd.DataFrame({"x": [0, 1, 2, 4, 8, -1], "y": [5, 3, 6, 12, 0, 4]})
     assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(1.0)  # x, y > 0
     one_x = pd.DataFrame({"x": [4, 4, 4], "y": [1, 2, 3]})
-    with pytest.raises(NotMeasurable, match="^a log-log slope needs at least two values of x$"):
+    with pytest.raises(NotMeasurable) as info:
         judging.loglog_slope(one_x, "y", "x")
+    assert info.value.cause == {"kind": "not_in_grid", "column": "x", "needs_values": 2,
+                                "grid": [4.0]}
     only_one_positive = pd.DataFrame({"x": [0, 4], "y": [1, 2]})
     with pytest.raises(NotMeasurable):
         judging.loglog_slope(only_one_positive, "y", "x")
@@ -302,11 +317,29 @@ def test_the_value_claims_json_records(value, recorded):
 def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
     """JSON has no infinity: a computed ±inf is written "inf" / "-inf", NaN is null, and
     every other value is kept as it is."""
-    rows = pd.DataFrame({"x": [math.inf, -math.inf, math.nan, 1.5], "n": [1, 2, 3, 4],
-                         "s": ["a", "b", "c", "d"]})
-    assert verdicts._records(rows) == [
-        {"x": "inf", "n": 1, "s": "a"}, {"x": "-inf", "n": 2, "s": "b"},
-        {"x": None, "n": 3, "s": "c"}, {"x": 1.5, "n": 4, "s": "d"}]
+    rows = pd.DataFrame({"median_ms": [math.inf, -math.inf, math.nan, 1.5],
+                         "splits": [1, 2, 3, 4], "impl": ["a", "b", "c", "d"]})
+    check = claims._check({"stage": "decode", "value": {"column": "median_ms", "stat": "max"},
+                           "expect": {"max": 1}})
+    assert verdicts._records(check, rows) == [
+        {"impl": "a", "splits": 1, "median_ms": "inf"},
+        {"impl": "b", "splits": 2, "median_ms": "-inf"},
+        {"impl": "c", "splits": 3, "median_ms": None},
+        {"impl": "d", "splits": 4, "median_ms": 1.5}]
+
+
+def test_the_rows_claims_json_keeps_are_references_and_numbers_never_prose():
+    """Issue 31: a deciding row keeps its key, the columns the check names, its status and
+    the claim's value; a column of prose (a method, a note, PyTorch's reason) stays in the
+    artifact."""
+    rows = [decode_row(timing_method="torch.utils.benchmark.Timer", median_ms=2.0)]
+    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
+                     rows)
+    (row,) = result["rows"]
+    assert "timing_method" not in row and "cache_bytes" not in row
+    assert {"impl", "cache_len", "splits", "median_ms", "status", "value", "ci_low",
+            "ci_high"} <= set(row)
+    assert not {"reason", "note", "chapter_value"} & set(result)
 
 
 # ---------------------------------------------------------------- every verdict path
@@ -318,11 +351,13 @@ def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason():
                       "expect": {"max": 3}}, rows)
     assert result["verdict"] == "reproduced" and result["value"] == 3.0
     assert result["unit"] == "ms" and value_text(result) == "3 ms"
-    assert result["reason"] == ("value 3 over 2 row(s) (impl=splitkv; cache_len=1024,2048; "
-                                "batch=1; dtype=float32; splits=4); needs the value at most 3; "
-                                f"judged on {CPU_KEY}")
-    assert result["judged_on"] == "impl=splitkv; cache_len=1024,2048; batch=1; " \
-                                  "dtype=float32; splits=4"
+    assert result.reason == ("value 3 over 2 row(s) (impl=splitkv; cache_len=1024,2048; "
+                             "batch=1; dtype=float32; splits=4); needs the value at most 3; "
+                             f"judged on {CPU_KEY}")
+    assert result["judged_on"] == {"impl": ["splitkv"], "cache_len": [1024, 2048],
+                                   "batch": [1], "dtype": ["float32"], "splits": [4]}
+    assert judged_on_text(result["judged_on"]) == ("impl=splitkv; cache_len=1024,2048; "
+                                                   "batch=1; dtype=float32; splits=4")
     assert [r["median_ms"] for r in result["rows"]] == [1.0, 3.0]
     assert result["artifact"] == {"stage": "decode", "version": None, "sha256": None,
                                   "path": f"results/{CPU_KEY}/decode.csv"}
@@ -334,7 +369,7 @@ def test_a_value_missing_the_sentence_is_not_reproduced_and_given():
     result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 1}},
                      [decode_row(median_ms=1.5)])
     assert result["verdict"] == "not reproduced" and result["value"] == 1.5
-    assert "value 1.50 over 1 row(s)" in result["reason"]
+    assert "value 1.50 over 1 row(s)" in result.reason
 
 
 def test_over_divides_by_the_other_column_of_the_same_row():
@@ -377,7 +412,7 @@ def test_a_value_at_its_physical_limit_is_judged_and_above_it_is_a_probe_error()
     assert verdict(spec, [decode_row(median_ms=2.0)])["verdict"] == "reproduced"
     above = verdict(spec, [decode_row(median_ms=2.5)])
     assert above["verdict"] == "not measurable here" and above["value"] is None
-    assert above["reason"] == ("value 2.50 is above 2, which is not physical: the ceiling it "
+    assert above.reason == ("value 2.50 is above 2, which is not physical: the ceiling it "
                                "is a fraction of is too low (a probe error)")
 
 
@@ -387,33 +422,35 @@ def test_a_computed_non_finite_value_is_not_reproduced_and_its_row_named(bad):
     result = verdict({"value": {"column": "median_ms", "stat": "max"},
                       "expect": {"min": -1e9}}, rows)
     assert result["verdict"] == "not reproduced" and result["value"] is None
-    assert result["reason"].startswith("median_ms is NaN or infinite in 1 row(s): "
+    assert result.reason.startswith("median_ms is NaN or infinite in 1 row(s): "
                                        "impl=splitkv cache_len=4096; ")
-    assert "a computation that overflowed does not pass" in result["reason"]
+    assert "a computation that overflowed does not pass" in result.reason
 
 
 def test_a_non_finite_divisor_fails_the_check_too():
     rows = [decode_row(median_ms=1.0, floor_ms=math.nan)]
     result = verdict({"value": {"column": "median_ms", "over": "floor_ms", "stat": "max"},
                       "expect": {"min": -1e9}}, rows)
-    assert result["verdict"] == "not reproduced" and "NaN or infinite" in result["reason"]
+    assert result["verdict"] == "not reproduced" and "NaN or infinite" in result.reason
 
 
 def test_empty_cells_are_left_out_and_counted_but_all_empty_is_not_measurable():
     spec = {"value": {"column": "floor_ms", "stat": "max"}, "expect": {"max": 5}}
     some = verdict(spec, [decode_row(floor_ms=None), decode_row(floor_ms=2.0, cache_len=2048)])
     assert some["verdict"] == "reproduced" and some["value"] == 2.0
-    assert "; 1 row(s) have no floor_ms (not applicable); needs" in some["reason"]
+    assert "; 1 row(s) have no floor_ms (not applicable); needs" in some.reason
     none = verdict(spec, [decode_row(floor_ms=None)])
     assert none["verdict"] == "not measurable here"
-    assert none["reason"] == "no rows match the filter"
+    assert none["cause"] == {"kind": "not_applicable", "column": "floor_ms", "rows": 1}
+    assert none.reason == ("every selected row has an empty floor_ms (1 row(s)): it does not "
+                           "apply to them")
 
 
 def test_a_reported_claim_is_not_checkable_and_reads_nothing():
     claim = Claim("C13-33", "s", "v", "reported", None, source="a vendor")
-    result = verdicts.evaluate(claim, {}, CPU_KEY, ROOT)
+    result = Rendered(verdicts.evaluate(claim, {}, CPU_KEY, ROOT), claim, CPU_KEY)
     assert result["verdict"] == "not checkable" and result["artifact"] is None
-    assert result["reason"] == "reported by a vendor; this pipeline's data cannot test it"
+    assert result.reason == "reported by a vendor; this pipeline's data cannot test it"
     assert result["value"] is None and value_text(result) == "—"
 
 
@@ -421,10 +458,10 @@ def test_a_missing_or_unreadable_artifact_is_not_measurable():
     spec = {"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}}
     missing = verdict(spec, None)
     assert missing["verdict"] == "not measurable here"
-    assert missing["reason"] == (f"stage decode has not run on {CPU_KEY}: "
+    assert missing.reason == (f"stage decode has not run on {CPU_KEY}: "
                                  f"results/{CPU_KEY}/decode.csv is missing")
     broken = verdict(spec, None, error="row 3: bad cell")
-    assert broken["reason"] == f"results/{CPU_KEY}/decode.csv cannot be read: row 3: bad cell"
+    assert broken.reason == f"results/{CPU_KEY}/decode.csv cannot be read: row 3: bad cell"
 
 
 def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
@@ -433,10 +470,10 @@ def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
     rows = [decode_row(median_ms=2.0)]
     measured = verdict(spec, rows, device="cuda")
     assert measured["verdict"] == "not measurable here"
-    assert measured["reason"] == f"needs a CUDA device; {CPU_KEY} ran on cpu"
+    assert measured.reason == f"needs a CUDA device; {CPU_KEY} ran on cpu"
     shown = verdict(spec, rows, kind="device-specific", device="cuda")
     assert shown["verdict"] == "not comparable on this device" and shown["value"] == 2000.0
-    assert shown["reason"].endswith(f"the sentence is about a CUDA device and {CPU_KEY} ran on "
+    assert shown.reason.endswith(f"the sentence is about a CUDA device and {CPU_KEY} ran on "
                                     "cpu: the value here is shown beside it, not judged")
     judged = verdict(spec, [decode_row(median_ms=2.0, dtype="float16")], key=GPU_KEY,
                      kind="device-specific", device="cuda")
@@ -450,7 +487,7 @@ def test_the_fp16_stand_in_decides_per_device_and_is_never_pooled():
     assert verdict(spec, rows)["value"] == 1.0  # the CPU's stand-in: float32
     on_gpu = verdict(spec, rows, key=GPU_KEY)
     assert on_gpu["verdict"] == "not measurable here"
-    assert on_gpu["reason"] == ("no float16 rows (the fp16 stand-in here): this machine did "
+    assert on_gpu.reason == ("no float16 rows (the fp16 stand-in here): this machine did "
                                 "not run float16; no other dtype is used in its place")
 
 
@@ -460,7 +497,7 @@ def test_each_dtype_is_judged_and_labelled_separately():
     result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 2}},
                      rows, dtype="each")
     assert result["verdict"] == "not reproduced" and result["value"] == [1.0, 9.0]
-    parts = result["reason"].split(" | ")
+    parts = result.reason.split(" | ")
     assert parts[0].startswith("bfloat16: value 9 over 1 row(s)")
     assert parts[1].startswith("float32: value 1 over 1 row(s)")
     passing = verdict({"value": {"column": "median_ms", "stat": "max"},
@@ -484,7 +521,7 @@ def test_rows_kept_in_claims_json_are_capped():
     result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
                      rows)
     assert len(result["rows"]) == verdicts.MAX_ROWS == 20
-    assert "over 25 row(s)" in result["reason"]
+    assert "over 25 row(s)" in result.reason
 
 
 # ---------------------------------------------------------------- ratios of two row sets
@@ -513,12 +550,12 @@ def test_a_ratio_joins_numerator_and_denominator_rows():
 
 def test_a_ratio_without_one_side_or_without_shared_rows_is_not_measurable():
     only_num = verdict(RATIO, [decode_row(impl="splitkv")])
-    assert only_num["reason"] == "no denominator rows among the selected rows"
+    assert only_num.reason == "no denominator rows among the selected rows"
     only_den = verdict(RATIO, [decode_row(impl="sdpa_math")])
-    assert only_den["reason"] == "no numerator rows among the selected rows"
+    assert only_den.reason == "no numerator rows among the selected rows"
     apart = verdict(RATIO, [decode_row(impl="splitkv"), decode_row(impl="sdpa_math",
                                                                    cache_len=2048)])
-    assert apart["reason"] == ("numerator and denominator rows share no values of "
+    assert apart.reason == ("numerator and denominator rows share no values of "
                                "['cache_len']")
 
 
@@ -527,7 +564,7 @@ def test_a_non_finite_side_of_a_ratio_fails_it():
             decode_row(impl="sdpa_math", median_ms=math.inf)]
     result = verdict(RATIO, rows)
     assert result["verdict"] == "not reproduced"
-    assert result["reason"].startswith("median_ms ratio is NaN or infinite in 1 row(s)")
+    assert result.reason.startswith("median_ms ratio is NaN or infinite in 1 row(s)")
 
 
 def test_figure_of_each_stage_is_the_reports():
@@ -557,8 +594,7 @@ def test_a_group_with_an_empty_key_is_a_group_too():
 
 
 def test_approx_at_names_every_absent_length():
-    _, text = judge(AT, at_pairs([[1024, 10.0]]))
-    assert text.endswith("; 2048, 8192 not measured here")
+    assert judging.absent_points(AT, at_pairs([[1024, 10.0]])) == [2048, 8192]
 
 
 def test_stat_at_over_one_length_records_its_pair():
@@ -582,7 +618,7 @@ def test_a_boolean_value_has_no_interval_and_its_empty_cells_are_named():
             decode_row(noisy=None, cache_len=4096)]
     result = verdict({"value": {"column": "noisy", "stat": "max"},
                       "expect": {"equals": True}}, rows)
-    assert "; 1 row(s) have no noisy (not applicable); needs" in result["reason"]
+    assert "; 1 row(s) have no noisy (not applicable); needs" in result.reason
     assert [(r["value"], r["ci_low"], r["ci_high"]) for r in result["rows"]] == [
         (False, None, None), (True, None, None)]
 
@@ -594,12 +630,12 @@ def test_a_non_finite_value_under_a_loglog_slope_is_not_dropped():
     result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
                                 "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
     assert result["verdict"] == "not reproduced"
-    assert "median_ms is NaN or infinite in 1 row(s)" in result["reason"]
+    assert "median_ms is NaN or infinite in 1 row(s)" in result.reason
     rows[1]["median_ms"] = None  # an empty cell is left out and said
     result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
                                 "x": "cache_len"}, "expect": {"approx": 1, "abs": 0.1}}, rows)
     assert result["verdict"] == "reproduced" and result["value"] == pytest.approx(1.0)
-    assert "1 row(s) have no median_ms (not applicable)" in result["reason"]
+    assert "1 row(s) have no median_ms (not applicable)" in result.reason
 
 
 def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
@@ -607,11 +643,15 @@ def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
                                                                   median_ms=2.0),
             decode_row(impl="splitkv", median_ms=None, cache_len=2048),
             decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
-            decode_row(impl="sdpa_math", median_ms=None, cache_len=4096, status="oom")]
+            decode_row(impl="sdpa_math", median_ms=None, cache_len=4096, status="oom",
+                       cause="memory")]
     result = verdict(RATIO, rows)
     assert result["value"] == 3.0
-    assert ("; 1 row(s) left out by status (impl=sdpa_math cache_len=4096: oom); "
-            "1 row(s) have no median_ms ratio (not applicable); needs") in result["reason"]
+    assert result["judged"][0]["left_out"] == [{"status": "oom", "cause": "memory",
+                                                "kind": "device_cannot", "rows": 1,
+                                                "impl": ["sdpa_math"]}]
+    assert ("; 1 row(s) left out by status (1 row(s) out of memory (sdpa_math)); "
+            "1 row(s) have no median_ms (not applicable); needs") in result.reason
 
 
 def test_a_list_value_above_its_physical_limit_is_a_probe_error():
@@ -626,7 +666,10 @@ def test_rows_are_summarised_in_order_numbers_before_words():
     frame = pd.DataFrame({"T": [2048, 512, 1024, 512], "impl": ["tiled", "naive", "tiled",
                                                                "naive"],
                           "splits": [8, "auto", 16, None]})
-    assert verdicts._rows_summary(frame) == "impl=naive,tiled; T=512,1024,2048; splits=8,16,auto"
+    assert verdicts.judged_on(frame) == {"impl": ["naive", "tiled"], "T": [512, 1024, 2048],
+                                         "splits": [8, 16, "auto"]}
+    assert judged_on_text(verdicts.judged_on(frame)) == \
+        "impl=naive,tiled; T=512,1024,2048; splits=8,16,auto"
 
 
 def test_the_chapters_hardware_is_left_to_the_report():
@@ -637,24 +680,23 @@ def test_the_chapters_hardware_is_left_to_the_report():
     evidence = evidence_of("decode", [decode_row(dtype="bfloat16")])
     result = verdicts.evaluate_all([claim, model], evidence, CPU_KEY, ROOT,
                                    {"cpu": "bfloat16", "cuda": "float16"})
-    measured, modelled = result["claims"]
+    measured, modelled = (Rendered(r, c, CPU_KEY)
+                          for r, c in zip(result["claims"], (claim, model), strict=True))
     assert measured["verdict"] == "reproduced"  # judged on the stand-in it was given
-    assert measured["reason"].endswith(f"judged on {CPU_KEY}")  # no hardware note appended
-    assert modelled["reason"].endswith(f"judged on {CPU_KEY}")
-    assert result["schema_version"] == 2
-    plain_all = verdicts.evaluate_all([claim], evidence_of("decode", [decode_row()]), CPU_KEY,
-                                      ROOT)
-    assert plain_all["claims"][0]["reason"].endswith(f"judged on {CPU_KEY}")
-    assert plain_all["claims"][0]["judged_on"] == "impl=splitkv; cache_len=1024; batch=1; " \
-                                                  "dtype=float32; splits=4"
+    assert measured.reason.endswith(f"judged on {CPU_KEY}")  # no hardware note appended
+    assert modelled.reason.endswith(f"judged on {CPU_KEY}")
+    assert result["schema_version"] == 3
+    assert "chapter_hardware" not in result and "hardware" not in measured
 
 
 def test_what_a_verdict_without_a_value_leaves_empty():
     missing = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
                       None)
-    assert missing["judged_on"] == "" and missing["rows"] == [] and missing["value"] is None
+    assert missing["judged_on"] == {} and missing["rows"] == [] and missing["value"] is None
     assert missing["unit"] is None and value_text(missing) == "—"
-    assert missing["compared_with"] is None and missing["note"] is None
+    assert missing["compared_with"] is None and missing["judged"] == []
+    assert missing["cause"] == {"kind": "upstream_failed", "stage": "decode",
+                                "state": "missing"}
 
 
 # ---------------------------------------------------------------- the interval rule
@@ -706,8 +748,8 @@ INTERVAL_TABLE = [
 def test_the_interval_decides_at_every_edge(spec, interval, verdict):
     low, high = interval
     estimate = verdicts.Estimate((low + high) / 2, low, high)
-    assert judge(expect(**spec), estimate)[0] == verdict
-    assert judge(expect(**spec), [estimate])[0] == verdict
+    assert judge(expect(**spec), estimate) == verdict
+    assert judge(expect(**spec), [estimate]) == verdict
 
 
 @pytest.mark.parametrize(("figure", "rounding"), [
@@ -721,16 +763,17 @@ def test_several_values_take_the_worst_verdict():
     e = expect(max=2)
     inside, across, outside = (verdicts.Estimate(1, 0.5, 1.5), verdicts.Estimate(2, 1.5, 2.5),
                                verdicts.Estimate(3, 2.5, 3.5))
-    assert judge(e, [inside, inside])[0] == "reproduced"
-    assert judge(e, [inside, across])[0] == "within noise here"
-    assert judge(e, [across, outside, inside])[0] == "not reproduced"
+    assert judge(e, [inside, inside]) == "reproduced"
+    assert judge(e, [inside, across]) == "within noise here"
+    assert judge(e, [across, outside, inside]) == "not reproduced"
 
 
 def test_tolerance_is_no_longer_a_word_of_the_vocabulary():
     with pytest.raises(ValueError, match="tolerance"):
         claims._validate({"version": 2, "fp16_stand_in": {"cuda": "float16", "cpu": "float32"},
                           "claims": [{"id": "C13-99", "sentence": "s", "chapter_value": "v",
-                                      "kind": "measured", "check": {
+                                      "kind": "measured",
+                                      "reading": {"quantity": "q", "why": "w"}, "check": {
                                           "stage": "decode", "value": {"column": "ratio",
                                                                        "stat": "max"},
                                           "expect": {"max": 1, "tolerance": 0.1}}}]}, "x")
@@ -825,10 +868,10 @@ def test_an_open_question_is_answered_never_reproduced():
     spec = {"value": {"column": "ratio", "stat": "max"}, "expect": {"direction": "<1"}}
     answered = verdict(spec, rows, kind="question")
     assert answered["verdict"] == "answered here"
-    assert "answered here: yes" in answered["reason"]
+    assert "answered here: yes" in answered.reason
     plain_answer = verdict({"value": {"column": "ratio", "stat": "max"}}, rows, kind="question")
     assert plain_answer["verdict"] == "answered here" and plain_answer["value"] == 0.5
-    assert "answered here: the value here" in plain_answer["reason"]
+    assert "answered here: the value here" in plain_answer.reason
 
 
 def test_no_claim_rests_on_a_width_wider_than_the_rounding_of_its_figure():
@@ -860,9 +903,10 @@ def test_tensor_bytes_of_each_row_and_a_dtype_it_cannot_size():
     assert verdicts.tensor_bytes(rows, "output").tolist() == [1 * 2 * 4 * 16 * 4,
                                                               2 * 2 * 8 * 16 * 2]
     odd = rows.assign(dtype=["float32", "int8"])
-    with pytest.raises(NotMeasurable, match=r"^per='output' needs a dtype of \['bfloat16', "
-                       r"'float16', 'float32', 'float64'\]; rows have \['int8'\]$"):
+    with pytest.raises(NotMeasurable) as info:
         verdicts.tensor_bytes(odd, "output")
+    assert info.value.cause == {"kind": "not_applicable", "column": "dtype", "values": ["int8"],
+                                "known": ["bfloat16", "float16", "float32", "float64"]}
 
 
 def test_the_reason_gives_the_interval_where_there_is_one_and_a_question_its_answer():
@@ -870,13 +914,13 @@ def test_the_reason_gives_the_interval_where_there_is_one_and_a_question_its_ans
     wide = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
                    rows)
     assert wide["interval"] == [0.9, 1.2]
-    assert wide["reason"] == ("value 1 (95 % interval 0.900–1.20) over 1 row(s) "
+    assert wide.reason == ("value 1 (95 % interval 0.900–1.20) over 1 row(s) "
                               "(impl=splitkv; cache_len=1024; batch=1; dtype=float32; "
                               f"splits=4); needs the value at most 3; judged on {CPU_KEY}")
     asked = verdict({"value": {"column": "median_ms", "stat": "max"}},
                     [decode_row(median_ms=1.0)], kind="question")
     assert asked["verdict"] == "answered here"
-    assert asked["reason"].startswith("value 1 over 1 row(s) (impl=splitkv; cache_len=1024; "
+    assert asked.reason.startswith("value 1 over 1 row(s) (impl=splitkv; cache_len=1024; "
                                       "batch=1; dtype=float32; splits=4); needs no test: the "
                                       "value is the answer; answered here: the value here")
 
@@ -888,5 +932,5 @@ def test_a_question_with_a_test_is_answered_from_where_its_interval_sits(cells, 
     asked = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
                     [decode_row(**cells)], kind="question")
     assert asked["verdict"] == "answered here"
-    assert asked["reason"].endswith(f"; needs the value at most 3; answered here: {answer}; "
+    assert asked.reason.endswith(f"; needs the value at most 3; answered here: {answer}; "
                                     f"judged on {CPU_KEY}")

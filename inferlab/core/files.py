@@ -247,7 +247,8 @@ def git_env() -> dict[str, str]:
 def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              text=True, timeout=30, check=False, env=git_env())
+                              text=True, errors="replace", timeout=30, check=False,
+                              env=git_env())
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -311,3 +312,46 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
     if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
         return None
     raise CannotCheck(f"git show {rev}:{path} failed: {said(out)[:300]}")
+
+
+def git_commit(root: Path | str, rev: str) -> str | None:
+    """The commit ``rev`` names (its full id), or None when there is none."""
+    out = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    return out.stdout.strip() or None if out is not None and out.returncode == 0 else None
+
+
+def git_witness_refs(root: Path | str) -> list[str]:
+    """The refs that saw this repository's history before HEAD did: the upstream of HEAD's
+    branch (a remote-tracking branch: what was pushed or fetched) and every annotated or
+    signed tag. A ``git commit --amend`` moves HEAD, not them."""
+    refs = []
+    upstream = _git(root, "rev-parse", "--symbolic-full-name", "@{upstream}")
+    if upstream is not None and upstream.returncode == 0 and upstream.stdout.strip():
+        refs.append(upstream.stdout.strip())
+    tags = _git(root, "for-each-ref", "--format=%(objecttype) %(refname)", "refs/tags")
+    if tags is not None and tags.returncode == 0:
+        refs += [line.split(" ", 1)[1] for line in tags.stdout.splitlines()
+                 if line.startswith("tag ")]  # "commit": a lightweight tag, no witness
+    return refs
+
+
+def git_is_ancestor(root: Path | str, older: str, newer: str) -> bool:
+    out = _git(root, "merge-base", "--is-ancestor", older, newer)
+    return out is not None and out.returncode == 0
+
+
+def git_removals(root: Path | str, path: str) -> list[tuple[str, int]]:
+    """(commit, lines removed) for each commit on HEAD's first-parent line that removed or
+    changed lines of ``path``: an append-only file's history only ever adds lines."""
+    out = _git(root, "log", "--first-parent", "--format=commit %H", "-p", "--no-ext-diff",
+               "--no-textconv", "--no-renames", "HEAD", "--", path)
+    if out is None or out.returncode != 0:
+        return []
+    found: dict[str, int] = {}
+    commit = None
+    for line in out.stdout.splitlines():
+        if line.startswith("commit "):
+            commit = line.split(" ", 1)[1]
+        elif commit and line.startswith("-") and not line.startswith("--- "):
+            found[commit] = found.get(commit, 0) + 1
+    return list(found.items())

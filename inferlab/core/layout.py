@@ -93,8 +93,14 @@ def artifact_path(root: Path | str, key: str, stage: str) -> Path:
 
 
 def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
-    """A file derived from ``stage``'s artifact: results/{key}/{stage}/{name}."""
-    return results_dir(root, key) / stage_of(stage).name / name
+    """A file derived from ``stage``'s artifact: results/{key}/{stage}/{name}, ``name`` one
+    the stage declares (``Stage.derived``): a name read from an artifact ("../../etc/x")
+    never makes a path outside the key's folder."""
+    declared = stage_of(stage)
+    if name not in declared.derived:
+        raise ValueError(f"{name!r} is not a file stage {stage!r} derives; it derives "
+                         f"{list(declared.derived)}")
+    return results_dir(root, key) / declared.name / name
 
 
 def sidecar_path(artifact: Path | str) -> Path:
@@ -122,6 +128,11 @@ def benchmark_path(root: Path | str, key: str, rule: str) -> Path:
 
 def report_path(root: Path | str) -> Path:
     return Path(root) / "report" / "index.html"
+
+
+def profile_path(grid: str) -> Path:
+    """``profiles/<grid>.yaml``: the profile that names the grid ``grid`` (e.g. smoke)."""
+    return REPO_ROOT / "profiles" / f"{check_grid(grid)}.yaml"
 
 
 def schema_path(name: str) -> Path:

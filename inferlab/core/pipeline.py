@@ -45,6 +45,16 @@ EARLIER = ("<every earlier stage>",)
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """What a stage's job asks a cluster for (``profiles/slurm``, generated): a GPU node or
+    a CPU one, its run time and memory. Sizes are the site's to edit there."""
+
+    gpu: bool = False
+    runtime_min: int = 5
+    mem_mb: int = 2000
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     table: bool                    # a CSV table ({name}.csv), else a JSON document ({name}.json)
@@ -56,6 +66,9 @@ class Stage:
     schema_file: str | None = None  # when not {name}.schema.json
     derived: tuple[str, ...] = ()  # files made from the artifact, in results/{key}/{name}/
     also_reads_config: tuple[str, ...] = ()  # other stages' config sections it computes from
+    reads_register: bool = False   # it reads the registers (its key's, and the series those
+    #                                of machines of its kind): declared as its inputs
+    cluster: Cluster = Cluster()   # its job on a cluster (profiles/slurm is generated)
 
     @property
     def module(self) -> str:
@@ -99,17 +112,23 @@ def _declare(*stages: Stage) -> dict[str, Stage]:
 
 
 STAGES: dict[str, Stage] = _declare(
-    Stage("probe", table=False, timed=True),
-    Stage("correctness", table=True,
+    Stage("probe", table=False, timed=True, cluster=Cluster(True, 15, 16000)),
+    Stage("correctness", table=True, cluster=Cluster(True, 20, 16000),
           key_columns=("check", "impl", "T", "dtype", "causal", "score_scale", "block_q",
                        "block_k", "splits")),
-    Stage("prefill", table=True, reads=("probe",), timed=True,
+    Stage("prefill", table=True, reads=("probe",), timed=True, cluster=Cluster(True, 60, 64000),
           key_columns=("impl", "fused_sdpa", "T", "dtype", "causal", "block_q", "block_k",
                        "batch", "heads", "d")),
-    Stage("decode", table=True, reads=("probe",), timed=True,
+    Stage("decode", table=True, reads=("probe",), timed=True, cluster=Cluster(True, 30, 16000),
           key_columns=("impl", "fused_sdpa", "cache_len", "batch", "dtype", "splits", "heads",
                        "d")),
-    Stage("traffic", table=True, reads=("prefill",),
+    # every timed point pooled over the machine's series of runs made alike: what traffic,
+    # claims and manuscript judge (a point the latest run dropped is still measured)
+    Stage("series", table=True, reads=("prefill", "decode"), reads_register=True,
+          key_columns=("stage", "kind", "version", "impl", "fused_sdpa", "T", "cache_len",
+                       "batch", "heads", "d", "dtype", "causal", "splits", "block_q",
+                       "block_k")),
+    Stage("traffic", table=True, reads=("series",),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
     Stage("model", table=True, reads=("probe",), key_columns=("quantity", "source", "dtype")),
     # configured by claims.yaml (one of its code files), not by a config section
@@ -118,12 +137,15 @@ STAGES: dict[str, Stage] = _declare(
     # The artifact holds the tables and numbers; the files the manuscript uses are derived
     # from it (inferlab.presentation.manuscript.derived_files) and their sha256 recorded in it. Its
     # lengths are the traffic model's (the chapter's 1,024-8,192 tokens).
-    Stage("manuscript", table=False, reads=("probe", "prefill", "decode", "traffic", "claims"),
+    Stage("manuscript", table=False, reads=("probe", "series", "traffic", "claims"),
           configured=False, also_reads_config=("traffic",), files=("claims.yaml",),
+          reads_register=True,  # the git commit of every version its numbers come from
           derived=("tables.md", "tables.tex", "numbers.json", "numbers.tex")),
 )
 # The stage whose artifact (claims.json) holds every verdict: the report's spine.
 CLAIMS_STAGE = "claims"
+# The report's job on a cluster (it is a rule, not a stage)
+REPORT_CLUSTER = Cluster(runtime_min=10, mem_mb=4000)
 
 
 @dataclass(frozen=True)

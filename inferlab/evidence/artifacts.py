@@ -33,6 +33,7 @@ import pandas as pd
 
 from inferlab.core import layout, validation
 from inferlab.core.pipeline import stage as declared
+from inferlab.measurement.status import from_legacy
 
 
 @dataclass(frozen=True)
@@ -190,11 +191,18 @@ def _records(stage: str, content: bytes) -> list[dict]:
     kinds = [column_type(stage, c) for c in header]
     absent = dict.fromkeys(c for c in columns(stage) if c not in header)
     records = []
+    legacy = "cause" in absent and "status" in header  # a status written as one string
     for i, cells in enumerate(reader):
         if len(cells) != len(header):
             raise ValueError(f"{name} row {i}: {len(cells)} cells, expected {len(header)}")
-        records.append({**absent, **{c: _parse(t, k, f"{name} row {i}, column {c}")
-                                     for c, t, k in zip(header, cells, kinds, strict=True)}})
+        record = {**absent, **{c: _parse(t, k, f"{name} row {i}, column {c}")
+                               for c, t, k in zip(header, cells, kinds, strict=True)}}
+        if legacy and isinstance(record["status"], str):
+            try:
+                record.update(from_legacy(record["status"]))
+            except ValueError as exc:
+                raise ValueError(f"{name} row {i}, column status: {exc}") from None
+        records.append(record)
     return records
 
 

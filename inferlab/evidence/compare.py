@@ -6,6 +6,12 @@ the same code, the same effective config and on the same hardware (``comparable`
 and gives, per point (the stage's ``key_columns``), the relative difference of each
 measured column between the two: ``inferlab history STAGE --compare`` prints it, and
 between-run claims are judged on it.
+
+Only entries that are whole register entries (``chain``: hash, link and schema) are
+compared, and a version is read from its retained copy with that copy's sha256 checked
+(``Register.read_copy``): a corrupt copy is named, never read as another table.
+``left_out`` says which pairs of versions made alike were left out of a comparison, and
+why.
 """
 
 from __future__ import annotations
@@ -15,41 +21,84 @@ from pathlib import Path
 
 import pandas as pd
 
+from inferlab.core import layout
+from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
+from inferlab.evidence.register import Register
 from inferlab.measurement import intervals
 from inferlab.measurement.environment import hardware
-from inferlab.core.pipeline import STAGES
-from inferlab.evidence.register import Register
 
 COMPARED = ("median_ms", "ratio")
-# the run-level variance of the paired ratios comes from the latest pairs of runs made
-# alike on the key (``run_level_of``): recent enough to be the harness as it is, with
-# 70-90 paired ratios between them
-RUN_LEVEL_PAIRS = 3
 # each compared column's 95 % interval in the artifact: (low, high)
 INTERVALS = {"median_ms": ("ci_low_ms", "ci_high_ms"), "ratio": ("ratio_ci_low", "ratio_ci_high")}
 
 
 def _made_alike(a: dict, b: dict) -> bool:
+    """Same code, effective config and hardware (threads included: ``environment.hardware``)."""
     pa, pb = a["provenance"], b["provenance"]
     return (pa["code_sha256"] == pb["code_sha256"] and pa["config_sha256"] == pb["config_sha256"]
             and hardware(pa.get("environment") or {}) == hardware(pb.get("environment") or {}))
 
 
+def whole_history(register: Register, stage: str) -> tuple[list[dict], list[str]]:
+    """The versions of ``stage`` that are whole entries (``Register.check_chain`` finds no
+    fault on their line), and a line per version left out, saying why."""
+    if stage not in STAGES:
+        raise ValueError(f"stage={stage!r} is not a stage; expected one of {list(STAGES)}")
+    entries, problems = register.check_chain()
+    bad = {p.location: p.message for p in problems}
+    whole, left = [], []
+    for lineno, e in entries:
+        if e["stage"] != stage:
+            continue
+        why = bad.get(f"{layout.REGISTER_FILE} line {lineno}")
+        if why is None:
+            whole.append(e)
+        else:
+            left.append(f"{stage} version {e['version']} (register line {lineno}): {why}")
+    return whole, left
+
+
 def comparable(register: Register, stage: str, entry: dict | None = None) -> dict | None:
     """The latest version of ``stage`` before ``entry`` (default: the latest one) that
-    was made with the same code, config and hardware; None if there is none."""
-    history = register.history(stage)
+    was made with the same code, config and hardware; None if there is none (also when
+    ``entry`` is no whole register entry)."""
+    history, _ = whole_history(register, stage)
     entry = entry or (history[-1] if history else None)
-    if entry is None:
+    if entry is None or entry not in history:
         return None
     earlier = [e for e in history if e["version"] < entry["version"] and _made_alike(e, entry)]
     return earlier[-1] if earlier else None
 
 
 def table_of(register: Register, stage: str, entry: dict) -> artifacts.Table:
-    """A registered version's table, read from the register's retained copy."""
-    return artifacts.decode(stage, register.copy_path(entry["sha256"]).read_bytes())
+    """A registered version's table, read from the register's retained copy (its sha256
+    checked); a ValueError naming the version and the copy when it cannot be."""
+    data = register.read_copy(entry)
+    try:
+        return artifacts.decode(stage, data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the retained copy of {stage} version {entry['version']} "
+                         f"({register.copy_path(entry['sha256']).relative_to(register.root)}"
+                         f") is not a {stage} table as its schema describes it: {exc}") from None
+
+
+def left_out(root: Path | str, key: str, stage: str) -> list[str]:
+    """Why versions of ``stage`` on ``key`` are missing from its comparisons: a version
+    that is no whole entry, a pair made alike whose retained copy cannot be read."""
+    register = Register(root, key)
+    history, lines = whole_history(register, stage)
+    for entry in history:
+        previous = comparable(register, stage, entry)
+        if previous is None:
+            continue
+        for version in (previous, entry):
+            try:
+                table_of(register, stage, version)
+            except ValueError as exc:
+                lines.append(f"{stage} {previous['version']} → {entry['version']}: {exc}")
+                break
+    return lines
 
 
 def differences(stage: str, old: artifacts.Table, new: artifacts.Table) -> pd.DataFrame:
@@ -118,37 +167,6 @@ def _number(value) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
-def run_level_of(root: Path | str, key: str, stage: str) -> tuple[float | None, list[dict]]:
-    """The run-level variance of ``stage``'s paired ratios on ``key``:
-    ``pooled_run_variance`` of the latest ``RUN_LEVEL_PAIRS`` pairs of versions made alike
-    (same code, config and hardware) that have intervals over processes, and those pairs
-    ({"old", "new"}: their version and sha256). (None, []) where the register holds none;
-    a retained copy that cannot be read is left out (``inferlab verify`` names it). A
-    stage whose artifact is no table (the probe times ceilings, not paired ratios) has
-    none."""
-    if not STAGES[stage].table:
-        return None, []
-    register = Register(root, key)
-    found = []
-    for entry in reversed(register.history(stage)):
-        previous = comparable(register, stage, entry)
-        if previous is None:
-            continue
-        try:
-            points = pair_points(stage, table_of(register, stage, previous),
-                                 table_of(register, stage, entry))
-        except (OSError, ValueError):
-            continue
-        if points:
-            found.append(({"old": {"version": previous["version"], "sha256": previous["sha256"]},
-                           "new": {"version": entry["version"], "sha256": entry["sha256"]}},
-                          points))
-        if len(found) == RUN_LEVEL_PAIRS:
-            break
-    pairs = [pair for pair, _ in reversed(found)]
-    return intervals.pooled_run_variance([pts for _, pts in found]), pairs
-
-
 def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:
     """(previous entry, latest entry, differences) for ``stage`` on ``key``; ValueError
     saying why when there is no comparable previous version."""
@@ -159,6 +177,9 @@ def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, 
     latest = register.latest(stage)
     if latest is None:
         raise ValueError(f"{key!r} has no registered {stage} version")
+    whole, broken = whole_history(register, stage)
+    if latest not in whole:
+        raise ValueError(f"{broken[-1]}; `inferlab verify` says what else is wrong")
     previous = comparable(register, stage, latest)
     if previous is None:
         raise ValueError(f"{stage} version {latest['version']} of {key!r} has no earlier "

@@ -1,5 +1,7 @@
 """One register entry: its canonical hash, its line as text, and what can be wrong with it
-(the checks ``inferlab.evidence.register`` runs line by line and ``inferlab.evidence.trust`` asks of results).
+(the checks ``inferlab.evidence.chain`` runs line by line and ``inferlab.evidence.trust``
+asks of results), its schema and its sidecar's (``schemas/register_entry.schema.json``,
+``schemas/sidecar.schema.json``) applied when they are read.
 
 The canonical form is JSON with sorted keys, no whitespace and every non-ASCII character
 escaped (``files.canonical_json``); a register written before that (issue 23) hashed the
@@ -8,13 +10,15 @@ raw UTF-8 form, which ``hash_matches`` still accepts, so old evidence keeps veri
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from inferlab.core import layout
+from inferlab.core import layout, validation
 from inferlab.core.files import canonical_json, sha256_bytes, sha256_file
 from inferlab.core.pipeline import STAGES
 
@@ -137,3 +141,42 @@ def entry_faults(entry: dict, prev_hash: str, next_seq: int, versions: Counter) 
         if not isinstance(entry[field], str) or not SHA256_RE.fullmatch(entry[field]):
             faults.append(f"{field}={entry[field]!r} is not a sha256")
     return faults
+
+
+# ------------------------------------------------------------------ schemas
+
+ENTRY_SCHEMA, SIDECAR_SCHEMA = "register_entry.schema.json", "sidecar.schema.json"
+
+
+def _local_refs(node, base: str):
+    """``node`` with every ``$ref`` into the schema ``base`` made local (``#/$defs/...``)."""
+    if isinstance(node, dict):
+        return {k: (v.removeprefix(base) if k == "$ref" and isinstance(v, str)
+                    else _local_refs(v, base)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_local_refs(v, base) for v in node]
+    return node
+
+
+@functools.cache
+def _validator(name: str):
+    """A validator of ``schemas/<name>``; the register entry's schema gets the sidecar's
+    definitions (its provenance, sha256) copied in, so it needs no schema registry."""
+    def load(file: str) -> dict:
+        return json.loads(layout.schema_path(file).read_text(encoding="utf-8"))
+
+    schema, sidecar = load(name), load(SIDECAR_SCHEMA)
+    if name != SIDECAR_SCHEMA:
+        schema = _local_refs(copy.deepcopy(schema), sidecar["$id"])
+        schema["$defs"] = {**sidecar["$defs"], **schema.get("$defs", {})}
+    return validation.validator(schema, strict_integers=True)
+
+
+def schema_fault(name: str, data) -> str | None:
+    """What ``data`` breaks of ``schemas/<name>`` ('provenance: 'code_sha256' is a required
+    property'), or None when it is what the schema describes."""
+    error = validation.best_match(_validator(name).iter_errors(data))
+    if error is None:
+        return None
+    at = "/".join(map(str, error.absolute_path)) or "(top level)"
+    return f"{at}: {error.message[:300]} (schemas/{name})"

@@ -1,22 +1,25 @@
 """A stage's inputs: each upstream artifact read through the one loader
-(``evidence.load_evidence``) once ``trust.doubt`` finds nothing wrong with it, and, when
-a stage fails on them, which of their cells are not finite (the likely cause)."""
+(``evidence.load_evidence``) once ``trust.doubt`` finds nothing wrong with it and the
+inputs it was itself computed from are the files there now (``trust.stale_inputs``: no
+claims judged on prefill version 4 with traffic computed from version 1), and, when a
+stage fails on them, which of their cells are not finite (the likely cause)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from inferlab.evidence import artifacts
 from inferlab.core import layout
-from inferlab.evidence.loading import Evidence, load_evidence
 from inferlab.core.files import relative
-from inferlab.evidence.trust import doubt
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence, load_evidence
+from inferlab.evidence.trust import doubt, stale_inputs
 
 
 def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
     """An upstream artifact, trusted only after ``trust.doubt`` finds nothing: the
     register's chain and anchor intact, and this file and its sidecar its latest
-    version; else a ValueError naming the file, what is wrong and what to rerun."""
+    version, computed from the inputs there now; else a ValueError naming the file,
+    what is wrong and what to rerun."""
     if not path.is_file():
         raise ValueError(f"stage input {relative(path, root)} does not exist: run the {name!r} "
                          f"stage for {key!r} first")
@@ -34,6 +37,12 @@ def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
                          f"{(evidence.entry or {}).get('version')}) is not a valid {name} "
                          f"artifact: {evidence.error}. Rerun the {name!r} stage (e.g. "
                          f"snakemake --forcerun {name})")
+    stale = stale_inputs(root, evidence.entry)
+    if stale is not None:
+        raise ValueError(f"stage input {relative(path, root)} (register version "
+                         f"{evidence.entry['version']}) cannot be used with the others: "
+                         f"{stale}. Refusing to compute from artifacts of different versions; "
+                         f"rerun the {name!r} stage first (snakemake --forcerun {name})")
     return evidence
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferlab.evidence import artifacts
 from inferlab.core import layout
-from inferlab.evidence.artifacts import Table
 from inferlab.core.files import relative, sha256_file
+from inferlab.evidence import artifacts
+from inferlab.evidence.artifacts import Table
 from inferlab.evidence.register import Register
 
 

@@ -1,14 +1,15 @@
 """``inferlab verify`` and ``inferlab history``: the evidence registers, checked for people.
 
-``verify`` re-hashes every register under a root (``Register.verify``: chain, retained
-copies, results files), compares each with the register committed at git HEAD
-(``Register.anchor``: a deleted tail, a rewritten line or a whole machine's deleted
-folders show), and with ``--repair``
-first removes a torn final line and the temp files killed writes left, saying what it
-removes. It reads each register under its lock, so an append under way is waited for,
-not reported as a torn line. A check that cannot run (git missing, or refusing the
-repository) fails: "could not check", never a pass. Exit status: 0 clean, 1 a problem,
-a check that could not run, or nothing to verify.
+``verify`` re-hashes every register under a root (``Register.verify``: chain and schema,
+retained copies, results files and the files derived from them), compares each with git
+(``Register.anchor``: HEAD, the upstream branch and tags, the register's committed
+history: a deleted tail, a rewritten line, a fork, an amended rollback or a whole
+machine's deleted folders show), warns of retained copies no entry names (entries lost),
+and with ``--repair`` first removes a torn final line and the temp files killed writes
+left, saying what it removes. It reads each register under its lock, so an append under
+way is waited for, not reported as a torn line. A check that cannot run (git missing, or
+refusing the repository) fails: "could not check", never a pass. Exit status: 0 clean, 1
+a problem, a check that could not run, or nothing to verify.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.evidence.entries import Problem
 from inferlab.core.files import git_subfolders, split_lines
+from inferlab.evidence import integrity, upkeep
+from inferlab.evidence.entries import Problem
 from inferlab.evidence.register import Register
 
 
@@ -34,14 +36,14 @@ def repair(register: Register) -> bool:
 
 
 def _repair(register: Register) -> bool:
-    tail = register.torn_tail()
+    tail = upkeep.torn_tail(register.root, register.key)
     if not tail:
         return False
     line = len(split_lines(register.path.read_bytes()))
     where = register.path.relative_to(register.root).as_posix()
     print(f"REPAIR {register.key}: {where} line {line} is torn (an append interrupted: "
           f"{len(tail)} bytes, no newline): {_preview(tail)}")
-    cut = register.cut_torn_tail()
+    cut = upkeep.cut_torn_tail(register.root, register.key)
     print(f"REPAIR {register.key}: " + (f"removed those {len(cut)} bytes; every complete "
                                         "entry is untouched" if cut else
                                         "it is a whole entry: only its newline was added"))
@@ -49,7 +51,7 @@ def _repair(register: Register) -> bool:
 
 
 def _sweep(register: Register) -> None:
-    for p in register.sweep_debris():
+    for p in upkeep.sweep_debris(register.root, register.key):
         print(f"REPAIR {register.key}: removed {p.relative_to(register.root).as_posix()} "
               "(left by an interrupted write)")
 
@@ -57,7 +59,12 @@ def _sweep(register: Register) -> None:
 def _debris_warnings(register: Register) -> list[str]:
     return [f"WARN {register.key}: {p.relative_to(register.root).as_posix()}: left by an "
             "interrupted write; `inferlab verify --repair` removes it"
-            for p in register.debris()]
+            for p in upkeep.debris(register.root, register.key)]
+
+
+def _orphans(register: Register) -> list[str]:
+    entries, _ = register.check_chain()
+    return integrity.orphans(register.key, register.objects, entries)
 
 
 def _anchor_problems(register: Register) -> list[Problem]:
@@ -112,9 +119,9 @@ def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> i
         clean = clean and not problems
         for p in problems:
             print(f"FAIL {p}")
-        if register.torn_tail() and not fix:
+        if upkeep.torn_tail(register.root, name) and not fix:
             print(f"HINT {name}: the last line is torn; `inferlab verify --repair` removes it")
-        for note in _notes(register) + _debris_warnings(register):
+        for note in _notes(register) + _debris_warnings(register) + _orphans(register):
             print(note)
         if not problems:
             print(f"OK {name}: {len(register.entries())} entries, "

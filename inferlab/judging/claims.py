@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,16 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How the check reads its sentence, in words a reviewer checks against the text: the
+    quantity judged and why the accepted region is what the sentence says (the scope and
+    the region themselves are the check's, rendered from it: docs/claims-review.md)."""
+
+    quantity: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Claim:
     """One claim of the chapter: its words, its printed value, and how to check it."""
 
@@ -135,6 +146,8 @@ class Claim:
     check: Check | None = None
     source: str | None = None
     note: str | None = None
+    reading: Reading | None = None
+    figures: tuple = ()           # the numbers the chapter prints for it, as printed
 
 
 @dataclass(frozen=True)
@@ -267,6 +280,10 @@ def _check_claim(claim: Claim, name: str) -> None:
                          f"converts from a *{UNITS[unit][0]} column, not {column!r}")
 
 
+# a claim id, checked whole (a schema's "$" also matches before a trailing newline)
+CLAIM_ID = re.compile(r"[CQ]13-[0-9]{2}")
+
+
 def _validate(data: Any, name: str) -> None:
     schema = json.loads(layout.schema_path("claims.schema.json").read_text(encoding="utf-8"))
     errors = sorted(validation.validator(schema).iter_errors(data),
@@ -282,6 +299,10 @@ def _validate(data: Any, name: str) -> None:
         raise ValueError(f"{name}: claim {claim}, field {field}: {err.message} "
                          f"({len(errors)} schema error(s) in all)")
     ids = [c["id"] for c in data["claims"]]
+    bad = [i for i in ids if not CLAIM_ID.fullmatch(i)]
+    if bad:
+        raise ValueError(f"{name}: claim id {bad[0]!r} is not C13-NN or Q13-NN (two digits, "
+                         "nothing before or after)")
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise ValueError(f"{name}: claim ids must be unique; repeated: {dupes}")
@@ -300,7 +321,11 @@ def _parse(text: str, name: str) -> ClaimsFile:
                          chapter_value=c["chapter_value"], kind=c["kind"],
                          check=_check(c["check"]) if "check" in c else None,
                          source=c.get("source"),
-                         note=" ".join(c["note"].split()) if "note" in c else None)
+                         note=" ".join(c["note"].split()) if "note" in c else None,
+                         reading=Reading(*(" ".join(c["reading"][k].split())
+                                           for k in ("quantity", "why")))
+                         if "reading" in c else None,
+                         figures=tuple(c.get("figures", ())))
                    for c in data["claims"])
     for claim in claims:
         _check_claim(claim, name)

@@ -1,9 +1,10 @@
 """A number as text, where the text is evidence: three significant figures, a judged
 list as its range, and the unit a check's value is printed in.
 
-The reasons and units stored in claims.json are written with these (``verdicts``), so
-they are computing code of the claims stage, below the report; ``formats`` builds the
-report's cells and units on them, so a number reads the same everywhere.
+The unit stored in claims.json is this module's (``display_unit``, an enum-like symbol),
+so it is computing code of the claims stage, below the report; ``formats`` and
+``claim_text`` build the text people read on ``format_value``, so a number reads the same
+everywhere.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ over such values, and where an interval sits against the range a sentence accept
   bounds exactly; a bound the chapter printed stands for what rounds to it
   (``claims.printed_rounding``), and nothing else widens it.
 
-The rule is written once for people in claims.yaml's header and the report's legend;
+The rule is written once for people in claims.yaml's header and the report's legend (the
+expectation in words: ``inferlab.presentation.claim_text``);
 ``inferlab.judging.verdicts`` applies it to a claim on a machine's artifacts.
 """
 
@@ -23,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
+from inferlab.judging.causes import NotMeasurable
 from inferlab.judging.claims import Expect, Measure, printed_rounding
-from inferlab.judging.selection import NotMeasurable, describe
 
 # ---------------------------------------------------------------- intervals
 
@@ -92,7 +93,8 @@ def loglog_slope(frame: pd.DataFrame, column: str, x: str) -> Estimate:
     data = frame[cols].dropna(subset=[x, column]).astype(float)
     data = data[(data[x] > 0) & (data[column] > 0)]
     if data[x].nunique() < 2:
-        raise NotMeasurable(f"a log-log slope needs at least two values of {x}")
+        raise NotMeasurable("not_in_grid", column=x, needs_values=2,
+                            grid=sorted({float(v) for v in data[x]}))
     w = _slope_weights(data[x])
     ly = data[column].map(math.log)
     slope = float((w * ly).sum())
@@ -107,7 +109,7 @@ def loglog_slope(frame: pd.DataFrame, column: str, x: str) -> Estimate:
 def _numbers(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     data = frame.dropna(subset=[column])
     if data.empty:
-        raise NotMeasurable(f"every selected row has an empty {column}")
+        raise NotMeasurable("not_applicable", column=column, rows=len(frame))
     return data
 
 
@@ -139,7 +141,7 @@ def _one_stat(frame: pd.DataFrame, column: str, m: Measure) -> list[Estimate]:
 def statistic(frame: pd.DataFrame, column: str, m: Measure) -> list[Estimate]:
     """``m.stat`` of ``frame[column]``, per ``m.by`` group if given, with intervals."""
     if frame.empty:
-        raise NotMeasurable("no rows match the filter")
+        raise NotMeasurable("not_applicable", column=column, rows=0)
     if "ci_low" not in frame:
         frame = frame.assign(ci_low=frame[column], ci_high=frame[column])
     if not m.by:
@@ -246,52 +248,30 @@ def worst(verdicts: list[str]) -> str:
     return next(v for v in WORST if v in verdicts)
 
 
-def judge(e: Expect, value: Any) -> tuple[str, str]:
-    """The verdict of ``value`` (an Estimate, a number or a list of them) against ``e``,
-    and what was checked (for the reason). An empty list is not measurable: nothing
-    vacuous is ever "reproduced"."""
+def judge(e: Expect, value: Any) -> str:
+    """The verdict of ``value`` (an Estimate, a number or a list of them) against ``e``. An
+    empty list is not measurable: nothing vacuous is ever "reproduced"."""
     items = [_as_estimate(v) for v in (value if isinstance(value, list) else [value])]
     if e.kind == "approx_at":
         return _judge_at(e, items)
     if not items:
-        raise NotMeasurable("no value to judge")
-    verdict = worst([judge_one(e, est) for est in items])
-    return verdict, f"{'every value' if len(items) > 1 else 'the value'} {describe_expect(e)}"
+        raise NotMeasurable("not_applicable", rows=0)
+    return worst([judge_one(e, est) for est in items])
 
 
-def _judge_at(e: Expect, items: list[Estimate]) -> tuple[str, str]:
+def absent_points(e: Expect, items: list[Estimate]) -> list:
+    """The abscissae of ``approx_at`` that have no estimate here."""
+    here = {str(est.at) for est in items}
+    return [k for k, _ in e.points if str(k) not in here]
+
+
+def _judge_at(e: Expect, items: list[Estimate]) -> str:
     here = {str(est.at): est for est in items}
     present = [(k, x) for k, x in e.points if str(k) in here]
-    absent = [describe(k) for k, _ in e.points if str(k) not in here]
     if not present:
-        raise NotMeasurable(f"no rows at [{', '.join(describe(k) for k, _ in e.points)}]")
-    verdict = worst([judge_one(e, here[str(k)], x) for k, x in present])
-    width = "as printed" if e.printed[0] else f"within {e.rel:.0%} of"
-    text = (f"{width} {[x for _, x in present]} at "
-            f"[{', '.join(describe(k) for k, _ in present)}]")
-    if absent:
-        text += f"; {', '.join(absent)} not measured here"
-    return verdict, text
-
-
-def describe_expect(e: Expect) -> str:
-    """The expectation in words, e.g. 'between 7.8 and 13.5 (printed: 7.75-13.55)'."""
-    lo, hi, _, _ = region(e)
-    if e.kind == "between":
-        widened = f" (as printed: {lo:g} to {hi:g})" if any(e.printed) else ""
-        return f"between {e.bounds[0]:g} and {e.bounds[1]:g}{widened}"
-    if e.kind == "max":
-        return f"at most {e.target:g}" + (f" (as printed: {hi:g})" if e.printed[1] else "")
-    if e.kind == "min":
-        return f"at least {e.target:g}" + (f" (as printed: {lo:g})" if e.printed[0] else "")
-    if e.kind == "approx":
-        if e.printed[0]:
-            return f"{e.target:g} as printed ({lo:g} to {hi:g})"
-        spread = f"{e.rel:.0%}" if e.rel is not None else f"{e.abs:g}"
-        return f"within {spread} of {e.target:g}"
-    if e.kind == "equals":
-        return f"equal to {e.target!r}"
-    return f"{e.target}"
+        raise NotMeasurable("not_in_grid", values=[k for k, _ in e.points],
+                            grid=[est.at for est in items])
+    return worst([judge_one(e, here[str(k)], x) for k, x in present])
 
 
 def reported_value(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Which rows a check judges, and what it says about the rest.
+"""Which rows a check judges, and what it records about the rest.
 
 A check's rows are chosen in a fixed order, and nothing left out is left out silently:
 
@@ -7,11 +7,14 @@ A check's rows are chosen in a fixed order, and nothing left out is left out sil
    is exactly that dtype (no substitute), ``each`` judges every dtype present separately,
    ``any`` does not filter (model rows);
 2. the ``where`` filters;
-3. the sentence's ``scope``: each value it speaks of that the rows lack is named
-   ("8192: not in this grid", "4096: oom"); with none of them, not measurable here;
-4. rows whose status is not ok are counted and named, then left out;
+3. the sentence's ``scope``: each value it speaks of that has no ok row is recorded in
+   ``Selection.missing`` with its cause (``inferlab.judging.causes``: not in this grid,
+   dropped by the budget, ...); with none of them, not measurable here;
+4. rows whose status is not ok are counted by status and cause (``Selection.left_out``),
+   then left out;
 5. the best row per group.
 
+What is recorded is data (columns, values, enums, counts); the words are the report's.
 The selected rows carry ``__nonfinite__``: True where a column the check judges holds a
 computed NaN or infinity (``artifacts.Table.nonfinite``), which the verdict must not drop.
 """
@@ -23,23 +26,29 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from inferlab.core.pipeline import STAGES
+from inferlab.judging.causes import NotMeasurable, primary, row_cause
 from inferlab.judging.claims import Check, Condition, Rows
 
+__all__ = ["NONFINITE", "NotMeasurable", "Selection", "apply_scope", "apply_where",
+           "drop_failed", "dtypes_for", "failed_statuses", "keep_best", "plain_values",
+           "select", "Upstream", "with_nonfinite"]
+
 NONFINITE = "__nonfinite__"
-# columns that say which rows decided a value, in the chapter's order of importance
-SUMMARY_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "causal", "block_q",
-                   "splits", "score_scale", "backend", "check")
-
-
-class NotMeasurable(Exception):
-    """The check cannot be made on this machine; the message says why."""
 
 
 @dataclass
 class Selection:
+    """One dtype's rows, with what was left out: ``missing`` (a scope value without an ok
+    row: {column, value, kind, rows, ...}), ``left_out`` (rows not ok, by status and
+    cause: {status, cause, kind, rows, impl}) and ``not_applicable`` (rows with no value
+    of the judged column)."""
+
     dtype: str | None
     frame: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
+    missing: list[dict] = field(default_factory=list)
+    left_out: list[dict] = field(default_factory=list)
+    not_applicable: int = 0
 
 
 def describe(value) -> str:
@@ -49,14 +58,16 @@ def describe(value) -> str:
     return str(value)
 
 
-def row_names(frame: pd.DataFrame, limit: int = 6) -> str:
-    """'impl=naive T=4096 causal=True, ...': the rows by their distinguishing columns."""
-    cols = [c for c in SUMMARY_COLUMNS if c in frame.columns and frame[c].nunique() > 1] \
-        or [c for c in SUMMARY_COLUMNS if c in frame.columns][:2]
-    names = [" ".join(f"{c}={describe(r[c])}" for c in cols)
-             for _, r in frame.head(limit).iterrows()]
-    more = f" and {len(frame) - limit} more" if len(frame) > limit else ""
-    return ", ".join(names) + more
+def plain_values(series: pd.Series) -> list:
+    """The distinct values of a column, in order, as JSON scalars (8192, not 8192.0)."""
+    values = []
+    for v in series.dropna():
+        v = v.item() if hasattr(v, "item") else v
+        v = int(v) if isinstance(v, float) and v.is_integer() else v
+        if v not in values:
+            values.append(v)
+    return sorted(values, key=lambda v: (isinstance(v, str), v if not isinstance(v, str)
+                                         else 0, str(v)))
 
 
 def _mask(frame: pd.DataFrame, cond: Condition) -> pd.Series:
@@ -86,55 +97,77 @@ def keep_best(frame: pd.DataFrame, rows: Rows) -> pd.DataFrame:
     return frame.loc[frame.groupby(list(best.by), dropna=False)[best.lowest].idxmin()]
 
 
-def _status_of(rows: pd.DataFrame) -> str:
-    """The statuses of ``rows``, each cut to its first words ('unavailable: ...')."""
-    if "status" not in rows:
-        return "no row"
-    cut = {s if len(s) <= 60 else s[:57] + "..." for s in map(str, rows["status"])}
-    return "; ".join(sorted(cut))
+def _ok(frame: pd.DataFrame) -> pd.Series:
+    if "status" not in frame:
+        return pd.Series(True, index=frame.index)
+    return (frame["status"] == "ok").fillna(False).astype(bool)
 
 
-def apply_scope(frame: pd.DataFrame, scope, notes: list[str]) -> pd.DataFrame:
-    """Rows at the sentence's own values; each value missing, or never ok, is named."""
-    ok = frame["status"] == "ok" if "status" in frame else pd.Series(True, index=frame.index)
+def failed_statuses(rows: pd.DataFrame) -> list[dict]:
+    """Rows that are not ok, counted by (status, cause), with the kind of cause each is
+    for a claim and the implementations it hit."""
+    cause = rows["cause"] if "cause" in rows else pd.Series(None, index=rows.index)
+    out = []
+    for (status, why), group in rows.assign(_cause=cause.astype(object)).groupby(
+            ["status", "_cause"], dropna=False, sort=True):
+        why = None if why is None or why is pd.NA or (isinstance(why, float) and why != why) \
+            else str(why)
+        entry = {"status": str(status), "cause": why, "kind": row_cause(str(status), why),
+                 "rows": len(group)}
+        if "impl" in group:
+            entry["impl"] = plain_values(group["impl"])
+        if "budget_left_s" in group and group["budget_left_s"].notna().any():
+            entry["budget_left_s"] = float(group["budget_left_s"].max())
+        out.append(entry)
+    return out
+
+
+def apply_scope(frame: pd.DataFrame, scope, missing: list[dict],
+                upstream: Upstream | None = None) -> pd.DataFrame:
+    """Rows at the sentence's own values; each value without an ok row goes to
+    ``missing`` with its cause (a value this stage lacks, explained by ``upstream`` where
+    it can be); with none of them, not measurable here."""
+    ok = _ok(frame)
     for column, wanted in scope:
-        present, missing = [], []
+        present, lacking = [], []
         for value in wanted:
-            here = frame[column] == value
-            if not here.fillna(False).any():
-                missing.append(f"{describe(value)}: not in this grid")
-            elif not (here.fillna(False) & ok).any():
-                missing.append(f"{describe(value)}: {_status_of(frame[here.fillna(False)])}")
+            here = (frame[column] == value).fillna(False).astype(bool)
+            if not here.any():
+                lacking.append({"column": column, "value": value, "kind": "not_in_grid"})
+            elif not (here & ok).any():
+                statuses = failed_statuses(frame[here])
+                lacking.append({"column": column, "value": value,
+                                "kind": primary(s["kind"] for s in statuses),
+                                "statuses": statuses})
             else:
                 present.append(value)
+        if upstream is not None:
+            lacking = [upstream.absent(m) for m in lacking]
         if not present:
-            have = sorted({describe(v) for v in frame[column].dropna()})
-            raise NotMeasurable(f"needs {column} = {', '.join(map(describe, wanted))} "
-                                f"({'; '.join(missing)}; this grid has "
-                                f"{', '.join(have) or 'none'})")
-        if missing:
-            notes.append(f"judged on {len(present)} of {len(wanted)} values of {column}; "
-                         + "; ".join(missing))
+            raise NotMeasurable(primary(m["kind"] for m in lacking), column=column,
+                                missing=lacking, grid=plain_values(frame[column]))
+        missing += lacking
         frame = frame[frame[column].isin(present).fillna(False)]
     return frame
 
 
-def drop_failed(frame: pd.DataFrame, notes: list[str], named_status: bool) -> pd.DataFrame:
-    """Rows whose status is not ok, counted and named, then left out."""
+def drop_failed(frame: pd.DataFrame, left_out: list[dict], named_status: bool) -> pd.DataFrame:
+    """Rows whose status is not ok, counted by status and cause, then left out; when
+    nothing is left, not measurable with their cause."""
     if named_status or "status" not in frame:
         return frame
-    failed = frame[frame["status"] != "ok"]
-    if not failed.empty:
-        notes.append(f"{len(failed)} row(s) left out by status ({row_names(failed)}: "
-                     f"{_status_of(failed)})")
-    return frame[frame["status"] == "ok"]
+    ok = _ok(frame)
+    if not ok.all():
+        left_out += failed_statuses(frame[~ok])
+    if not ok.any():
+        raise NotMeasurable(primary(s["kind"] for s in left_out), left_out=left_out)
+    return frame[ok]
 
 
-def _wanted(cond: Condition) -> str:
+def _wanted(cond: Condition):
     if cond.values is not None:
-        return "|".join(describe(v) for v in cond.values)
-    return f"[{'' if cond.low is None else describe(cond.low)}, " \
-           f"{'' if cond.high is None else describe(cond.high)}]"
+        return list(cond.values)
+    return {k: v for k, v in (("min", cond.low), ("max", cond.high)) if v is not None}
 
 
 def dtypes_for(check: Check, frame: pd.DataFrame, device: str,
@@ -150,24 +183,25 @@ def dtypes_for(check: Check, frame: pd.DataFrame, device: str,
 
 
 def select(check: Check, frame: pd.DataFrame, device: str,
-           stand_in: dict[str, str]) -> list[Selection]:
+           stand_in: dict[str, str], upstream: Upstream | None = None) -> list[Selection]:
     """The rows a check judges, one Selection per dtype judged."""
     named_status = any(c.column == "status" for c in check.rows.where)
     out = []
     for dtype in dtypes_for(check, frame, device, stand_in):
         rows = frame if dtype is None else frame[frame["dtype"] == dtype]
         if rows.empty:
-            substitute = " (the fp16 stand-in here)" if check.dtype == "fp16" else ""
-            raise NotMeasurable(f"no {dtype} rows{substitute}: this machine did not run "
-                                f"{dtype}; no other dtype is used in its place")
-        notes: list[str] = []
+            raise NotMeasurable("not_in_grid", column="dtype", values=[dtype],
+                                grid=plain_values(frame["dtype"]),
+                                stand_in=check.dtype == "fp16")
         rows = apply_where(rows, check.rows.where)
         if rows.empty:
-            wanted = ", ".join(f"{c.column}={_wanted(c)}" for c in check.rows.where)
-            raise NotMeasurable(f"no {dtype + ' ' if dtype else ''}rows with {wanted}")
-        rows = apply_scope(rows, check.scope, notes)
-        rows = drop_failed(rows, notes, named_status)
-        out.append(Selection(dtype, keep_best(rows, check.rows), notes))
+            raise NotMeasurable("not_in_grid", dtype=dtype,
+                                where={c.column: _wanted(c) for c in check.rows.where})
+        sel = Selection(dtype, rows)
+        rows = apply_scope(rows, check.scope, sel.missing, upstream)
+        rows = drop_failed(rows, sel.left_out, named_status)
+        sel.frame = keep_best(rows, check.rows)
+        out.append(sel)
     return out
 
 
@@ -178,3 +212,60 @@ def with_nonfinite(frame: pd.DataFrame, nonfinite: pd.DataFrame, columns) -> pd.
         if column in nonfinite:
             flags |= nonfinite[column].reindex(frame.index, fill_value=False)
     return frame.assign(**{NONFINITE: flags})
+
+
+class Upstream:
+    """The rows of the timed stage a derived stage is computed from (traffic from prefill),
+    to say why a point is absent or empty there: the upstream rows at the same value of
+    the sentence's column (and the same dtype, mask and head dimension) that are not ok
+    give the cause (a point prefill dropped is "dropped_by_budget" in traffic too)."""
+
+    SHARED = ("dtype", "causal", "d")
+
+    def __init__(self, check: Check, evidence: dict | None = None):
+        self.columns = columns = [c for c, _ in check.scope]
+        self.tables = []
+        for stage in STAGES[check.stage].reads if evidence else ():
+            for up in (stage, *STAGES[stage].reads):
+                found = evidence.get(up)
+                if found is None or found.data is None or not STAGES[up].table:
+                    continue
+                frame = found.table.frame
+                if "status" in frame and columns and all(c in frame for c in columns):
+                    self.tables.append((up, frame))
+        self.where = [c for c in check.rows.where if c.column in self.SHARED]
+
+    def explain(self, column: str, value, at: pd.DataFrame | None = None) -> dict | None:
+        """A ``missing`` entry for ``column`` = ``value`` with the upstream cause, or None."""
+        for up, frame in self.tables:
+            hit = apply_where(frame[(frame[column] == value).fillna(False)],
+                              tuple(c for c in self.where if c.column in frame))
+            for c in self.SHARED:
+                if at is not None and c in at and c in hit:
+                    hit = hit[hit[c].isin(plain_values(at[c]))]
+            failed = hit[(hit["status"] != "ok").fillna(False)]
+            if not failed.empty:
+                statuses = failed_statuses(failed)
+                return {"column": column, "value": value, "stage": up,
+                        "kind": primary(s["kind"] for s in statuses), "statuses": statuses,
+                        **({"rows": len(at)} if at is not None else {})}
+        return None
+
+    def absent(self, entry: dict) -> dict:
+        """A scope value this stage has no row for, explained upstream where it can be."""
+        if entry["kind"] != "not_in_grid":
+            return entry
+        return self.explain(entry["column"], entry["value"]) or entry
+
+    def empty(self, rows: pd.DataFrame) -> list[dict]:
+        """The rows whose value is empty, explained upstream per value of the scope."""
+        out = []
+        for column in self.columns:
+            if column not in rows:
+                continue
+            for value in plain_values(rows[column]):
+                at = rows[(rows[column] == value).fillna(False)]
+                found = self.explain(column, value, at)
+                if found is not None:
+                    out.append(found)
+        return out

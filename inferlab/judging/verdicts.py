@@ -5,17 +5,19 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
 - ``reproduced``: the 95 % interval of every judged value lies inside the range the
   sentence accepts (on the claimed side of a bound);
 - ``not reproduced``: the interval of some value lies wholly outside it (the value here
-  is given), or a value it rests on is NaN or infinite (the rows are named: a kernel that
+  is given), or a value it rests on is NaN or infinite (the rows are kept: a kernel that
   overflowed does not pass);
 - ``within noise here``: no interval is wholly outside, but one straddles an edge: this
   machine's run-to-run noise cannot decide;
 - ``answered here``: an open question of the chapter (kind ``question``), answered with
-  its evidence (yes, no or undecided), never "reproduced";
-- ``not measurable here``: the stage did not run, the artifact is missing or unreadable,
-  the machine lacks what the check needs (a CUDA device, fp16 rows, the sentence's
-  lengths), or there is nothing to compare (one run only);
-- ``not comparable on this device``: a device-specific absolute figure (µs, GB/s on the
-  chapter's GPU) on another device class; the value here is shown beside it;
+  its evidence (``answer``: yes, no or undecided), never "reproduced";
+- ``not measurable here``: with its ``cause`` as data (``inferlab.judging.causes``: not
+  in the grid, dropped by the budget, stopped at the limit, the device cannot, an
+  upstream stage or row failed, ...);
+- ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
+  the chapter's GPU) on another device class; the value here is shown beside it;
+- ``about the author's code``: a property of the chapter author's own implementation (its
+  operation count); this project's implementation's value is shown beside it;
 - ``not checkable``: a figure reported by others; nothing here can test it.
 
 The accepted range is the sentence's bounds exactly; a bound the chapter printed stands
@@ -26,8 +28,9 @@ the time: the time's inverted); a value without sampling noise has [v, v]; a sta
 several values takes each at either end of its interval (max: [max low, max high]).
 
 Which rows are judged is ``inferlab.judging.selection``'s job; this module measures them
-(``statistic``), judges the value (``judge``) and writes the claims.json entry. Text for
-people (the value with its unit, figure links) is the report's.
+(``statistic``), judges the value (``judge``) and writes the claims.json entry: values,
+enums and references only. Every text people read (the reason, the value with its unit)
+is rendered by ``inferlab.presentation.claim_text``.
 """
 
 from __future__ import annotations
@@ -38,17 +41,20 @@ from pathlib import Path
 import pandas as pd
 
 from inferlab.core import layout
+from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
 from inferlab.evidence.loading import Evidence, device_of
-from inferlab.judging.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim
-from inferlab.judging.numtext import display_unit, format_value
+from inferlab.judging.causes import NotMeasurable, primary
+from inferlab.judging.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim, columns_named
+from inferlab.judging.numtext import display_unit
 from inferlab.judging.rule import (
     ANSWERED,
     INSIDE,
     OUTSIDE,
     STRADDLES,
     Estimate,
+    absent_points,
     divided,
     interval,
     interval_of,
@@ -62,37 +68,55 @@ from inferlab.judging.rule import (
 )
 from inferlab.judging.selection import (
     NONFINITE,
-    SUMMARY_COLUMNS,
-    NotMeasurable,
     Selection,
+    Upstream,
     apply_where,
-    describe,
     keep_best,
-    row_names,
+    plain_values,
     select,
     with_nonfinite,
 )
 
 MAX_ROWS = 20  # rows kept per claim in claims.json: enough to see why, small enough to read
-SCHEMA_VERSION = 2  # of claims.json (schemas/claims_result.schema.json)
+SCHEMA_VERSION = 3  # of claims.json (schemas/claims_result.schema.json)
+# columns that say which rows decided a value, in the chapter's order of importance
+SUMMARY_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "causal", "block_q",
+                   "splits", "score_scale", "backend", "check")
+# columns of a probe list that name a row (probe.json has no key columns of its own)
+PROBE_KEYS = ("backend", "case", "dtype", "causal", "T", "d")
+# the verdicts of a sentence that is not about this machine's evidence
+NOT_COMPARABLE, AUTHOR_CODE = "not comparable on this device", "about the author's code"
+ANSWERS = {INSIDE: "yes", OUTSIDE: "no", STRADDLES: "undecided", ANSWERED: "value"}
 
 
 # ---------------------------------------------------------------- measuring
 
 
 class NonFinite(Exception):
-    """A value the check rests on is NaN or infinite; the message names the rows."""
+    """A value the check rests on is NaN or infinite in ``rows`` rows of ``column``."""
+
+    def __init__(self, column: str, rows: pd.DataFrame):
+        super().__init__(f"{column} is NaN or infinite in {len(rows)} row(s)")
+        self.column, self.rows = column, rows
 
 
-def _judged(frame: pd.DataFrame, name: str, notes: list[str]) -> pd.DataFrame:
+def _judged(frame: pd.DataFrame, name: str, sel: Selection, upstream) -> pd.DataFrame:
     """Rows whose judged value (column "value", from ``name``) is computed non-finite fail
-    the check; rows where it does not apply (an empty cell) are counted and left out."""
+    the check; rows where it does not apply (an empty cell) are counted and left out, and
+    where an upstream row explains the empty cell (a point the stage it reads dropped),
+    that cause is recorded; with no row left, not measurable."""
     bad = frame[frame[NONFINITE]]
     if not bad.empty:
-        raise NonFinite(f"{name} is NaN or infinite in {len(bad)} row(s): {row_names(bad)}")
+        raise NonFinite(name, bad)
     empty = frame["value"].isna()
     if empty.any():
-        notes.append(f"{int(empty.sum())} row(s) have no {name} (not applicable)")
+        explained = upstream.empty(frame[empty])
+        sel.missing += explained
+        sel.not_applicable += int(empty.sum()) - sum(m["rows"] for m in explained)
+    if empty.all():
+        if sel.missing:
+            raise NotMeasurable(primary(m["kind"] for m in sel.missing), missing=sel.missing)
+        raise NotMeasurable("not_applicable", column=name, rows=int(empty.sum()))
     return frame[~empty]
 
 
@@ -103,23 +127,24 @@ def tensor_bytes(rows: pd.DataFrame, per: str) -> pd.Series:
         count = count * rows[column].astype(float)
     size = rows["dtype"].map(ELEMENT_BYTES)
     if size.isna().any():
-        raise NotMeasurable(f"per={per!r} needs a dtype of {sorted(ELEMENT_BYTES)}; rows have "
-                            f"{sorted(set(rows['dtype'][size.isna()].astype(str)))}")
+        raise NotMeasurable("not_applicable", column="dtype",
+                            values=plain_values(rows["dtype"][size.isna()]),
+                            known=sorted(ELEMENT_BYTES))
     return count * size.astype(float)
 
 
-def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame
+def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame, upstream
              ) -> tuple[list[Estimate], pd.DataFrame]:
     """(estimates, deciding rows with value, ci_low, ci_high) of one selection, each in
     the claim's quantity (naive ÷ fused for an inverted ratio, ...)."""
     m = check.measure
     if m.is_ratio:
-        return _measure_ratio(check, sel, nonfinite)
+        return _measure_ratio(check, sel, nonfinite, upstream)
     rows = with_nonfinite(sel.frame, nonfinite, [m.column, m.over])
     if not is_numeric_column(rows[m.column]):
         # a boolean or a text stays as it is: it has no interval
         rows = rows.assign(value=rows[m.column], ci_low=None, ci_high=None)
-        rows = _judged(rows, m.column, sel.notes)
+        rows = _judged(rows, m.column, sel, upstream)
         return statistic(rows, "value", m), rows
     low, high = interval_of(rows, m.column)
     v = (rows[m.column].astype(float), low, high)
@@ -131,11 +156,11 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame
     if m.per:
         scale = 1 / tensor_bytes(rows, m.per)
     rows = rows.assign(value=v[0] * scale, ci_low=v[1] * scale, ci_high=v[2] * scale)
-    rows = _judged(rows, m.column, sel.notes)
+    rows = _judged(rows, m.column, sel, upstream)
     return statistic(rows, "value", m), rows
 
 
-def _measure_ratio(check: Check, sel: Selection, nonfinite
+def _measure_ratio(check: Check, sel: Selection, nonfinite, upstream
                    ) -> tuple[list[Estimate], pd.DataFrame]:
     """Numerator rows ÷ denominator rows joined on ``join``; the rows kept are the
     numerator's, with the quotient and its interval and the denominator's column."""
@@ -143,13 +168,13 @@ def _measure_ratio(check: Check, sel: Selection, nonfinite
     for side, spec in (("numerator", m.numerator), ("denominator", m.denominator)):
         rows = keep_best(apply_where(sel.frame, spec.where), spec)
         if rows.empty:
-            raise NotMeasurable(f"no {side} rows among the selected rows")
+            raise NotMeasurable("not_in_grid", side=side)
         low, high = interval_of(rows, m.column)
         sides.append(with_nonfinite(rows, nonfinite, [m.column]).assign(ci_low=low,
                                                                         ci_high=high))
     merged = sides[0].merge(sides[1], on=list(m.join), suffixes=("", "_den"))
     if merged.empty:
-        raise NotMeasurable(f"numerator and denominator rows share no values of {list(m.join)}")
+        raise NotMeasurable("not_in_grid", join=list(m.join))
     merged[NONFINITE] = merged[NONFINITE] | merged[f"{NONFINITE}_den"]
     value, low, high = divided(
         tuple(merged[c].astype(float) for c in (m.column, "ci_low", "ci_high")),
@@ -157,35 +182,34 @@ def _measure_ratio(check: Check, sel: Selection, nonfinite
     merged = merged.assign(value=value, ci_low=low, ci_high=high).rename(
         columns={f"{m.column}_den": f"denominator_{m.column}"})
     merged = merged.drop(columns=[c for c in merged.columns if c.endswith("_den")])
-    merged = _judged(merged, f"{m.column} ratio", sel.notes)
+    merged = _judged(merged, f"{m.column} ratio", sel, upstream)
     return statistic(merged, "value", m), merged
 
 
-# ---------------------------------------------------------------- evaluation
+# ---------------------------------------------------------------- what the rows were
 
 
-def _rows_summary(rows: pd.DataFrame) -> str:
-    parts = []
-    for column in SUMMARY_COLUMNS:
-        if column in rows.columns:
-            values = sorted({describe(plain(v)) for v in rows[column].dropna()}, key=_order)
-            if values:
-                parts.append(f"{column}={','.join(values)}")
-    return "; ".join(parts)
+def judged_on(rows: pd.DataFrame) -> dict:
+    """{column: [values]} of the columns that say which rows decided the value."""
+    return {c: plain_values(rows[c]) for c in SUMMARY_COLUMNS
+            if c in rows.columns and rows[c].notna().any()}
 
 
-def _order(text: str):
-    try:
-        return (0, float(text), "")
-    except ValueError:
-        return (1, 0.0, text)
+def _kept_columns(check: Check, rows: pd.DataFrame) -> list[str]:
+    """A deciding row's references and numbers: its key, the columns the check names, its
+    status and the claim's value (never a column of prose such as a note or a method)."""
+    keys = STAGES[check.stage].key_columns or PROBE_KEYS
+    wanted = [*keys, *sorted(columns_named(check)), "status", "cause",
+              *(c for c in rows.columns if c.startswith("denominator_")),
+              "value", "ci_low", "ci_high"]
+    return [c for c in dict.fromkeys(wanted) if c in rows.columns]
 
 
-def _records(rows: pd.DataFrame) -> list[dict]:
+def _records(check: Check, rows: pd.DataFrame) -> list[dict]:
     """The deciding rows for claims.json. JSON has no infinity: a computed one is written as
     the CSV writes it ("inf", "-inf"); NaN, which a frame also uses for an empty cell, is
-    null here, and the claim's reason names the rows where it was computed."""
-    records = rows.drop(columns=[NONFINITE], errors="ignore").head(MAX_ROWS)
+    null here."""
+    records = rows[_kept_columns(check, rows)].head(MAX_ROWS)
     return [{str(k): ("inf" if v > 0 else "-inf") if isinstance(v, float) and math.isinf(v)
              else plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
 
@@ -194,108 +218,120 @@ def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, 
     """The rows a check reads, and for a between-run check the version compared with."""
     if check.stage == "probe" and check.table != "availability":
         if not found.data.get(check.table):
-            raise NotMeasurable(f"{found.path.name} has no {check.table}: not probed")
+            raise NotMeasurable("not_in_grid", stage="probe", column=check.table)
         row_schema = artifacts.schema("probe")["properties"][check.table]["items"]
         kinds = {c: artifacts.column_type("probe", c, row_schema) for c in row_schema["required"]}
         return artifacts.frame_of(found.data[check.table], kinds), None
-    if not check.between_runs:
-        return found.table, None
-    from inferlab.evidence import compare
-    from inferlab.evidence.register import Register
-
-    register = Register(root, key)
-    previous = compare.comparable(register, check.stage, found.entry)
-    if previous is None:
-        raise NotMeasurable(f"needs two runs of {check.stage} made with the same code, "
-                            f"config and hardware; {key} has no earlier one")
-    diffs = compare.differences(check.stage, compare.table_of(register, check.stage,
-                                                              previous), found.table)
-    return Table(diffs, pd.DataFrame(index=diffs.index)), {
-        "stage": check.stage, "path": previous["path"], "version": previous["version"],
-        "sha256": previous["sha256"]}
+    if check.between_runs and not (found.table.frame.get("median_ms_spread", pd.Series(
+            dtype=float)).notna().any()):
+        # the series' spread between its runs (a table of one run has none): the series
+        # needs two runs made alike
+        raise NotMeasurable("too_few_runs", stage=check.stage, rows=len(found.table))
+    return found.table, None
 
 
-def _judge_selections(check: Check, table: Table, device: str, stand_in: dict) -> dict:
-    """verdict, estimates, rows and the words of the reason, over every dtype judged."""
+def _judge_selections(check: Check, table: Table, device: str, stand_in: dict,
+                      upstream) -> dict:
+    """verdict, estimates, rows and one record per dtype judged (its verdict, value,
+    interval and what was left out)."""
     estimates, kept, verdicts, parts = [], [], [], []
-    for sel in select(check, table.frame, device, stand_in):
+    for sel in select(check, table.frame, device, stand_in, upstream):
         try:
-            found, rows = _measure(check, sel, table.nonfinite)
+            found, rows = _measure(check, sel, table.nonfinite, upstream)
         except NonFinite as bad:
-            return {"verdict": OUTSIDE, "estimates": [], "rows": sel.frame,
-                    "text": f"{bad}; a computation that overflowed does not pass",
-                    "judged_on": _rows_summary(sel.frame)}
+            return {"verdict": OUTSIDE, "estimates": [], "rows": bad.rows,
+                    "judged": [{"dtype": sel.dtype, "verdict": OUTSIDE, "value": None,
+                                "interval": None, "rows": len(bad.rows),
+                                "judged_on": judged_on(bad.rows),
+                                "nonfinite": {"column": bad.column, "rows": len(bad.rows)},
+                                "missing": sel.missing, "left_out": sel.left_out,
+                                "not_applicable": sel.not_applicable}],
+                    "judged_on": judged_on(bad.rows)}
         if check.measure.valid_max is not None and any(
                 is_number(e.value) and e.value > check.measure.valid_max for e in found):
-            raise NotMeasurable(f"value {format_value([e.value for e in found])} is above "
-                                f"{check.measure.valid_max:g}, which is not physical: the "
-                                "ceiling it is a fraction of is too low (a probe error)")
-        verdict, checked = judge(check.expect, found) if check.expect is not None else \
-            (ANSWERED, "no test: the value is the answer")
-        label = f"{sel.dtype}: " if check.dtype == "each" else ""
-        ci = interval(found)
-        ci_text = f" (95 % interval {format_value(ci)})" if ci and ci[0] != ci[1] else ""
-        parts.append(f"{label}value {format_value(value_of(found, check.measure))}{ci_text} "
-                     f"over {len(rows)} row(s) ({_rows_summary(rows)})"
-                     f"{'; ' if sel.notes else ''}{'; '.join(sel.notes)}; needs {checked}")
+            raise NotMeasurable("not_physical", value=value_of(found, check.measure),
+                                valid_max=check.measure.valid_max)
+        verdict = judge(check.expect, found) if check.expect is not None else ANSWERED
+        part = {"dtype": sel.dtype, "verdict": verdict,
+                "value": value_of(found, check.measure), "interval": interval(found),
+                "rows": len(rows), "judged_on": judged_on(rows), "missing": sel.missing,
+                "left_out": sel.left_out, "not_applicable": sel.not_applicable}
+        if check.expect is not None and check.expect.kind == "approx_at":
+            part["absent"] = absent_points(check.expect, found)
+        parts.append(part)
         estimates += found
         kept.append(rows)
         verdicts.append(verdict)
     rows = pd.concat(kept)
     return {"verdict": worst(verdicts), "estimates": estimates, "rows": rows,
-            "text": " | ".join(parts), "judged_on": _rows_summary(rows)}
+            "judged": parts, "judged_on": judged_on(rows)}
 
 
-def _answer(verdict: str) -> str:
-    """A question's answer in words, from where the interval sits against its test."""
-    return {INSIDE: "yes", OUTSIDE: "no", STRADDLES: "undecided (within noise)",
-            ANSWERED: "the value here"}[verdict]
+def integrity_of(found: Evidence) -> dict | None:
+    """None when the artifact read is the register's latest version; else what is wrong."""
+    if found.sha256_now is None:
+        return None
+    if found.entry is None:
+        return {"state": "not_registered", "sha256_now": found.sha256_now}
+    if found.sha256_now != found.entry.get("sha256"):
+        return {"state": "changed", "sha256_now": found.sha256_now,
+                "version": found.entry.get("version"), "sha256": found.entry.get("sha256")}
+    return None
+
+
+def _shown_elsewhere(claim: Claim, device: str) -> str | None:
+    """The verdict of a sentence that is not about this machine's evidence: another
+    device's figure, or the author's own code; None when it is judged here."""
+    if claim.kind == "author-code":
+        return AUTHOR_CODE
+    check = claim.check
+    if claim.kind == "device-specific" and device != check.device:
+        return NOT_COMPARABLE
+    if check.device is not None and device != check.device:
+        raise NotMeasurable("device_cannot", needs=check.device, device=device)
+    return None
 
 
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
              stand_in: dict | None = None) -> dict:
     """One claim's verdict on ``key``: the claims.json entry for it (values, intervals,
-    units and verdicts; the report makes the text people read). ``evidence`` maps a
-    stage to its artifact on that key; ``stand_in`` the dtype for fp16 per device."""
+    units, verdicts, causes and references; the report makes the text people read).
+    ``evidence`` maps a stage to its artifact on that key; ``stand_in`` the dtype for fp16
+    per device."""
     result = {"id": claim.id, "kind": claim.kind, "verdict": "not checkable", "value": None,
-              "interval": None, "unit": None, "chapter_value": claim.chapter_value,
-              "judged_on": "", "reason": "", "note": claim.note, "rows": [],
+              "interval": None, "unit": None, "answer": None, "device": None,
+              "judged_on": {}, "judged": [], "cause": None, "integrity": None, "rows": [],
               "artifact": None, "compared_with": None}
     if claim.check is None:
-        result["reason"] = f"reported by {claim.source}; this pipeline's data cannot test it"
         return result
     check = claim.check
     found = evidence[check.stage]
-    result.update(artifact=found.describe(root))
+    result.update(artifact=found.describe(root), integrity=integrity_of(found))
+    shown = None
     try:
         if found.error is not None:
-            raise NotMeasurable(f"{result['artifact']['path']} cannot be read: {found.error}")
+            raise NotMeasurable("upstream_failed", stage=check.stage, state="unreadable",
+                                error=found.error)
         if found.data is None:
-            raise NotMeasurable(f"stage {check.stage} has not run on {key}: "
-                                f"{result['artifact']['path']} is missing")
-        device = device_of(found, key)
-        elsewhere = check.device is not None and device != check.device
-        if elsewhere and claim.kind != "device-specific":
-            raise NotMeasurable(f"needs a {check.device.upper()} device; {key} ran on {device}")
+            raise NotMeasurable("upstream_failed", stage=check.stage, state="missing")
+        device = result["device"] = device_of(found, key)
+        shown = _shown_elsewhere(claim, device)
         table, result["compared_with"] = _frame(check, found, root, key)
         judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
-                                                                         "cuda": "float16"})
-        verdict, where = judged["verdict"], f"judged on {key}"
+                                                                         "cuda": "float16"},
+                                   Upstream(check, evidence))
+        verdict = judged["verdict"]
         if claim.kind == "question":
-            where = f"answered here: {_answer(verdict)}; {where}"
-            verdict = ANSWERED
-        if elsewhere:
-            verdict = "not comparable on this device"
-            where = (f"the sentence is about a {check.device.upper()} device and {key} ran "
-                     f"on {device}: the value here is shown beside it, not judged")
-        result.update(verdict=verdict, value=value_of(judged["estimates"], check.measure)
+            result["answer"], verdict = ANSWERS[verdict], ANSWERED
+        result.update(verdict=shown or verdict,
+                      value=value_of(judged["estimates"], check.measure)
                       if judged["estimates"] else None,
                       interval=interval(judged["estimates"]), unit=display_unit(check),
-                      rows=_records(judged["rows"]), judged_on=judged["judged_on"],
-                      reason=f"{judged['text']}; {where}")
+                      rows=_records(check, judged["rows"]), judged_on=judged["judged_on"],
+                      judged=judged["judged"])
     except NotMeasurable as why:
-        result.update(verdict="not measurable here", reason=str(why))  # value stays None
-    result["reason"] = found.hash_warning() + result["reason"]
+        # a sentence about another device or the author's code stays so without a value
+        result.update(verdict=shown or "not measurable here", cause=why.cause)
     return result
 
 

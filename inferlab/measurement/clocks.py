@@ -17,12 +17,21 @@ CUDA: CUDA events around each call, and before each, outside the events:
    layers evicted its data. Zeroing the buffer instead (do_bench's way) would leave
    ~2x L2 of dirty lines for the timed kernel to write back.
 2. The GPU held busy by ``torch.cuda._sleep`` for twice the host's launch time of the
-   call (measured on the first call after each synchronize, when the launch queue is
-   empty; 10 ms on the very first call, at most 10 ms ever), so the start event is
-   reached only after the host has enqueued the whole call: the events time the kernels,
-   not the Python launch path (a few-microsecond decode kernel behind tens of microseconds
-   of launcher would otherwise be timed as its launcher). A call whose launch takes over
-   5 ms is host-bound, and its time says so by itself.
+   call, so the start event is reached only after the host has enqueued the whole call:
+   the events time the kernels, not the Python launch path (a few-microsecond decode
+   kernel behind tens of microseconds of launcher would otherwise be timed as its
+   launcher). The launch is measured on the first call after each synchronize, when the
+   launch queue is empty, and the cover follows the steady launches: the longest of the
+   last LAUNCH_WINDOW measured, never the clock's very first call (a cuDNN case builds its
+   plan there, ~0.4 s of host time, which pinned every later sleep at the cap: seconds of
+   GPU time per timing that no cap saw). 10 ms before a steady launch is measured, at
+   most 10 ms ever; a call whose launch takes over 5 ms is host-bound, and its time says
+   so by itself.
+
+Each timing also records its wall time per call (``last_wall_s``: the flush, the sleep,
+the launch and the synchronize around the calls included), by which the harness sizes the
+calls per timing: by the events' time, a 10 us decode kernel got 1,000 calls of ~110 us
+wall each for a "10 ms" timing.
 
 That is what ``triton.testing.do_bench`` measures, done here directly because do_bench
 (1) runs a case at least eight times per timing whatever it is asked (one call, five to
@@ -33,11 +42,14 @@ fails, every timing would fail with it. This clock needs neither Triton nor a co
 
 from __future__ import annotations
 
+import collections
 import functools
 import time
 from collections.abc import Callable
 
 import torch
+
+from inferlab.measurement import simclock
 
 DEVICES = ("cpu", "cuda")
 # The L2 flush: reading a buffer this many times the L2 size evicts what the last call
@@ -47,6 +59,7 @@ _FALLBACK_FLUSH_BYTES = 256 << 20
 # The host's launch is covered by a GPU sleep of LAUNCH_COVER x its measured time plus
 # LAUNCH_MARGIN_S, at most MAX_SLEEP_S (also the first call's, before any measurement).
 LAUNCH_COVER, LAUNCH_MARGIN_S, MAX_SLEEP_S = 2.0, 20e-6, 10e-3
+LAUNCH_WINDOW = 4  # the cover follows the longest of this many latest steady launches
 
 
 class _CpuClock:
@@ -59,8 +72,13 @@ class _CpuClock:
 
         self._timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
         self._threads = threads
+        self.last_wall_s: float | None = None  # calls back to back: their time is the wall
 
     def seconds_per_call(self, number: int) -> float:
+        self.last_wall_s = self._seconds_per_call(number)
+        return self.last_wall_s
+
+    def _seconds_per_call(self, number: int) -> float:
         # Timer.timeit(number) first runs max(number // 100, 2) untimed calls; our own
         # warm-up already ran, so for the slow cases that would triple the stage's time.
         # Timer._timeit is the same measurement without them (torch 2.x); fall back if gone.
@@ -121,12 +139,17 @@ class _CudaClock:
         self._threads = threads
         self._flush = _flush_buffer()
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
-        self._launch_s: float | None = None  # the host's launch of one call, queue empty
+        # the host's launch of one call with the queue empty, the latest steady ones
+        self._launches: collections.deque[float] = collections.deque(maxlen=LAUNCH_WINDOW)
+        self._called = False  # the first call ever (plan builds, first touches) is not steady
+        self.last_wall_s: float | None = None
 
     def seconds_per_call(self, number: int) -> float:
-        """Mean of ``number`` calls, each timed alone between two events after a flush."""
+        """Mean of ``number`` calls, each timed alone between two events after a flush;
+        ``last_wall_s`` becomes the wall time per call of this timing."""
         previous = torch.get_num_threads()
         torch.set_num_threads(self._threads)  # host-side work (launches) uses them too
+        started = time.perf_counter()
         try:
             total_ms, left = 0.0, number
             while left > 0:
@@ -134,13 +157,14 @@ class _CudaClock:
                 left -= self.BATCH
         finally:
             torch.set_num_threads(previous)
+        self.last_wall_s = (time.perf_counter() - started) / number
         return total_ms / 1e3 / number
 
     def _sleep_cycles(self) -> int:
-        if self._launch_s is None:
+        if not self._launches:
             seconds = MAX_SLEEP_S
         else:
-            seconds = min(MAX_SLEEP_S, LAUNCH_COVER * self._launch_s + LAUNCH_MARGIN_S)
+            seconds = min(MAX_SLEEP_S, LAUNCH_COVER * max(self._launches) + LAUNCH_MARGIN_S)
         return int(seconds * _sleep_cycles_per_s())
 
     def _batch_ms(self, calls: int) -> float:
@@ -158,14 +182,23 @@ class _CudaClock:
             end.record()
             if i == 0:  # right after the synchronize: the launch queue was empty
                 launch_s = time.perf_counter() - host_t0
-                self._launch_s = max(self._launch_s or 0.0, launch_s)
+                if self._called:
+                    self._launches.append(launch_s)
+                self._called = True
         torch.cuda.synchronize()
         return sum(start.elapsed_time(end) for start, end in events)
 
 
 def make_clock(fn: Callable[[], object], device: str, threads: int, min_run_s: float):
     """The clock for ``device`` ("cpu" or "cuda"). ``min_run_s`` is the harness's business
-    (how many calls a timing needs); a clock makes exactly the calls it is asked for."""
+    (how many calls a timing needs); a clock makes exactly the calls it is asked for.
+
+    In a process where the simulated GPU clock is installed (``simclock.install``: only
+    the GPU call's dry run does, through its own start-up file) every clock is that one,
+    which calls nothing and says so in its ``method`` (the harness names its case by
+    setting ``label``)."""
     if device not in DEVICES:
         raise ValueError(f"device={device!r} has no clock; expected one of {list(DEVICES)}")
+    if simclock.installed():
+        return simclock.SimulatedClock(fn)
     return _CpuClock(fn, threads) if device == "cpu" else _CudaClock(fn, threads)

@@ -17,18 +17,20 @@ explained in ``notes``, never guessed.
 
 from __future__ import annotations
 
-import getpass
 import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import warnings
 from importlib import metadata
 from typing import Any
+
+from inferlab.measurement import sandbox, simclock
+from inferlab.measurement.cpu_isa import ISA_LIMITS, cpu_flags, cpu_isa, simulated_isa  # noqa: F401
+from inferlab.measurement.redaction import private_strings, scrub
 
 # torch.utils.collect_env shells out (pip, lscpu, nvidia-smi); it is not allowed to
 # hold up or break a fingerprint, so it runs in a thread with this time limit.
@@ -167,52 +169,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-# Vector ISA levels that change what a CPU computes fast, best first: (name, flags needed).
-# torch dispatches its CPU kernels by AVX2 / AVX512 (f, bw, vl, dq); bf16 matmuls take a
-# fast path only with AVX512-BF16 or AMX (without it, bf16 naive attention ran ~12x slower
-# than fp32 on an AVX2 EPYC; with it, faster than fp32 on an AVX512-BF16 one).
-_ISA_LEVELS = (("amx", {"amx_bf16", "amx_tile"}),
-               ("avx512bf16", {"avx512_bf16", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
-               ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
-               ("avx2", {"avx2", "fma"}))
-
-
-def cpu_isa(flags: set[str]) -> str | None:
-    """The best ISA level of ``_ISA_LEVELS`` whose flags are all present, else None."""
-    return next((name for name, needed in _ISA_LEVELS if needed <= flags), None)
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass  # not Linux: no flags known
-    return set()
-
-
-# Settings that make a CPU compute like a lesser one (docs/other-cpu.md): ATen's kernel
-# dispatch and oneDNN's (which holds the bf16 matmul). Under them the numbers are not this
-# machine's, nor the lesser machine's: the id says "as <setting>".
-ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
-
-
-def simulated_isa(env: dict | None = None) -> str | None:
-    """"avx2", "default", "avx2 default" ...: the ISA limits set in ``env`` (os.environ),
-    lowercased, sorted, deduplicated; None when none is set."""
-    env = os.environ if env is None else env
-    limits = sorted({env[name].strip().lower() for name in ISA_LIMITS if env.get(name, "").strip()})
-    return " ".join(limits) or None
-
-
 def _cpu_name() -> str:
     """The CPU's model and its ISA level: two EPYCs that both say "AMD EPYC" in a VM but
     differ in AVX512-BF16 are different machines for this project's numbers. Under an ISA
     limit (``simulated_isa``) the name adds "as <limit>": a run that behaves like another
     CPU never writes into this one's evidence, nor into the other's."""
-    isa = cpu_isa(_cpu_flags())
+    isa = cpu_isa(cpu_flags())
     name = f"{_cpu_model()} {isa}" if isa else _cpu_model()
     simulated = simulated_isa()
     return f"{name} as {simulated}" if simulated else name
@@ -335,28 +297,10 @@ def _host_facts() -> dict[str, Any]:
     }
 
 
-def _scrub(value: Any, secrets: list[str]) -> Any:
-    """Replace any private string (home path, user, host) that a tool echoed back."""
-    if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, "<redacted>")
-        return value
-    if isinstance(value, dict):
-        return {k: _scrub(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_scrub(v, secrets) for v in value]
-    return value
-
-
-def _private_strings() -> list[str]:
-    found = [os.path.expanduser("~"), socket.gethostname()]
-    try:
-        found.append(getpass.getuser())
-    except (KeyError, OSError):
-        pass  # no user database entry (common in containers): nothing to hide
-    # Longest first so a home path is replaced before the user name inside it;
-    # very short names would redact ordinary words, so they are left alone.
-    return sorted({s for s in found if s and len(s) >= 4 and s != "/"}, key=len, reverse=True)
+def runtime() -> dict:
+    """The sandbox this machine runs in and what showed it (``inferlab.measurement.sandbox``),
+    and whether the timings were the simulated GPU clock's (the GPU call's dry run)."""
+    return {**sandbox.this_machine(), "simulated_gpu_clock": simclock.installed()}
 
 
 def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
@@ -369,7 +313,8 @@ def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
     Keys: ``device``, ``build`` (torch version, CUDA/cuDNN build, flash compiled in,
     BLAS), ``host`` (Python, platform, CPU model, CPUs, thread counts, parallel info,
     numpy), ``cuda`` (device name, compute capability, driver; ``None`` on CPU),
-    ``collect_env`` (a subset of ``torch.utils.collect_env``, or its error), ``notes``.
+    ``collect_env`` (a subset of ``torch.utils.collect_env``, or its error), ``runtime``
+    (the sandbox: gVisor, Firecracker, ...: ``runtime()``), ``notes``.
     """
     device = _check_device(device)
     notes = [
@@ -386,19 +331,20 @@ def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
         "host": _host_facts(),
         "cuda": cuda,
         "collect_env": _collect_env() if collect_env else None,
+        "runtime": runtime(),
         "notes": notes if collect_env else
         [*notes, "collect_env: not collected here; probe.json's environment has it"],
     }
-    return _scrub(facts, _private_strings())
+    return scrub(facts, private_strings())
 
 
 def hardware(env: dict) -> dict:
     """The facts of a fingerprint that decide what a timing means: CPU model and vector
-    ISA level (torch's cpu_capability), threads, GPU name. Two results with different
-    ``hardware`` were not measured on the same machine, whatever its id says."""
+    ISA level (torch's cpu_capability), torch's intra-op threads, GPU name. Two results
+    with different ``hardware`` were not made alike, whatever the machine id says."""
     build, host, cuda = env.get("build") or {}, env.get("host") or {}, env.get("cuda") or {}
     return {"cpu_model": host.get("cpu_model"), "cpu_capability": build.get("cpu_capability"),
-            "gpu": cuda.get("device_name")}
+            "threads": host.get("torch_threads"), "gpu": cuda.get("device_name")}
 
 
 def _main() -> int:

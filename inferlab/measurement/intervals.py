@@ -95,13 +95,17 @@ def between_share(groups: Sequence[Sequence[float]]) -> float | None:
 
 
 def interval_method(groups: Sequence[Sequence[float]]) -> str:
-    """How ``process_interval`` made the interval of these groups, in words."""
-    sizes = [len(g) for g in groups if g]
-    rounds = "-".join(str(n) for n in sorted(set(sizes)))
-    if len(sizes) < 2:
-        return f"order statistics of {sum(sizes)} rounds in one process"
-    return (f"prediction for another run: random effects over {len(sizes)} processes x "
-            f"{rounds} rounds (mean of log medians ± t({len(sizes) - 1})·s·√(2/{len(sizes)}))")
+    """How ``process_interval`` made the interval of these groups: ``random_effects``
+    (over two or more processes) or ``order_statistics`` (the rounds of one process); the
+    report says it in words."""
+    return "random_effects" if len([g for g in groups if g]) >= 2 else "order_statistics"
+
+
+def process_sd(groups: Sequence[Sequence[float]]) -> float | None:
+    """The standard deviation of the processes' log medians (what ``process_interval``'s
+    width is made of); None with fewer than two processes."""
+    logs = [math.log(statistics.median(g)) for g in groups if g]
+    return statistics.stdev(logs) if len(logs) >= 2 else None
 
 
 # Between runs. On a shared VM a whole run shares things no process inside it can sample
@@ -135,31 +139,3 @@ def run_variance(points: Sequence[tuple[float, float]]) -> float | None:
     if not points:
         return None
     return max(0.0, sum(d2 - v for d2, v in points)) / (2 * len(points))
-
-
-def pooled_run_variance(pairs: Sequence[Sequence[tuple[float, float]]]) -> float | None:
-    """The mean of each pair's ``run_variance`` (pairs without points left out; None when
-    none has any). Each pair is floored at 0 on its own: summed over pairs, one noisy pair
-    whose processes allotted more than its runs moved (Σd² < Σv) would cancel the
-    run-level variance the others measured (this machine's versions 19 → 20 would have
-    taken prefill's estimate from 2.1 % to 0)."""
-    found = [v for v in (run_variance(points) for points in pairs) if v is not None]
-    return statistics.fmean(found) if found else None
-
-
-def with_run_level(centre: float, high: float, workers: int, run_var: float
-                   ) -> tuple[float, float, float] | None:
-    """(low, high, s) of the 95 % prediction interval of another run's value, with the
-    run-level variance ``run_var`` beside the processes' own: mean ± t(df)·√(2s²/W +
-    2·run_var) on the log scale (both runs carry both), df by Welch-Satterthwaite, the
-    run-level part counted as known (its estimate spans many points). ``centre``/``high``
-    are a ``process_interval``'s; s its processes' sd. None where it has no process
-    variance (``process_var``)."""
-    v = process_var(centre, high, workers)
-    if v is None:
-        return None
-    own, shared = 2 * v, 2 * run_var
-    df = (int(workers) - 1) * (own + shared) ** 2 / own ** 2 if own > 0 else math.inf
-    half = t975(int(min(df, 1e6))) * math.sqrt(own + shared)
-    return (math.exp(math.log(centre) - half), math.exp(math.log(centre) + half),
-            math.sqrt(v * int(workers)))

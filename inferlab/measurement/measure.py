@@ -44,6 +44,7 @@ from inferlab.measurement.intervals import (  # noqa: F401 - the harness's stati
     interval_method,
     median_ci,
     process_interval,
+    process_sd,
     relative_halfwidth,
     t975,
 )
@@ -61,6 +62,7 @@ class Ratio:
     ci_low: float
     ci_high: float
     between_share: float | None = None
+    process_sd: float | None = None  # the processes' sd of the log ratio (None: one process)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,10 @@ class Timing:
         within each process (both were timed in the same rounds)."""
         return process_interval(ratio_groups(self.per_process, other.per_process))
 
+    def paired_sd(self, other: Timing) -> float | None:
+        """The processes' sd of the log of this case's time over ``other``'s."""
+        return process_sd(ratio_groups(self.per_process, other.per_process))
+
     def as_row(self) -> dict:
         """The timing columns of prefill.csv / decode.csv (docs/contracts.md); None for
         what was not measured (a failed case)."""
@@ -148,13 +154,14 @@ class Timing:
         there is one, else of the time), the method in words, and ``over_budget``."""
         if self.status != "ok":
             return {"workers": None, "between_share": None, "interval_method": None,
-                    "over_budget": None}
+                    "over_budget": None, "process_sd": None, "ratio_process_sd": None}
         ratio = self.ratio
         share = ratio.between_share if ratio and ratio.between_share is not None else \
             between_share(self.per_process)
         return {"workers": self.workers, "between_share": share,
                 "interval_method": interval_method(self.per_process),
-                "over_budget": self.over_budget}
+                "over_budget": self.over_budget, "process_sd": process_sd(self.per_process),
+                "ratio_process_sd": ratio.process_sd if ratio else None}
 
 
 def _none_if_nan(value: float) -> float | None:
@@ -224,7 +231,10 @@ def _warm_up(clocks, warmup: int, min_run_s: float, cap_s: float, failed: dict,
     Calls per timing follow each case's fastest warm-up call: the first pays for first
     touches (the heap growing), and any can be preempted on a shared machine, which would
     leave a microsecond case at one call per timing, its timings dominated by the
-    disturbance."""
+    disturbance. They are sized by the call's wall time (the clock's ``last_wall_s``), not
+    its timed time: on a GPU each call also costs a flush and a sleep, so a 10 us kernel
+    timed by its events got 1,000 calls, 110 ms of wall, for a "10 ms" timing. On a CPU
+    the two are the same."""
     fastest = {label: math.inf for label in clocks}
     over: set[str] = set()
     for w in range(1, warmup + 1):
@@ -235,7 +245,9 @@ def _warm_up(clocks, warmup: int, min_run_s: float, cap_s: float, failed: dict,
                 progress(i, len(clocks), f"warm-up {label}" if warmup == 1
                          else f"warm-up {w}/{warmup} {label}")
             try:
-                fastest[label] = min(fastest[label], clock.seconds_per_call(1))
+                seconds = clock.seconds_per_call(1)
+                wall = getattr(clock, "last_wall_s", None)
+                fastest[label] = min(fastest[label], seconds if wall is None else wall)
             except Exception as exc:  # noqa: BLE001 - any failure becomes the case's status
                 failed[label] = Timing((), clock.method, _failure_status(exc))
                 continue
@@ -322,6 +334,8 @@ def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rou
     than a one-process interval needs: its interval is made over processes)."""
     started = time.perf_counter()
     clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
+    for label, clock in clocks.items():
+        clock.label = label  # the case's name, for a clock that models its calls (simclock)
     failed: dict[str, Timing] = {}
     numbers, over = _warm_up(clocks, warmup, min_run_s, time_cap_s, failed, progress)
     samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,

@@ -16,7 +16,8 @@ compilation and input kernels are not counted::
 separators; ``--print-units base`` asks for bytes, other units are converted anyway).
 ``python -m inferlab.measurement.ncu run --tokens T --out FILE`` writes one CSV row per case: the
 bytes read and written summed over its kernels, the kernel names, the model's bytes where
-the tile is known, and a status saying why where ncu gave nothing. Used by
+the tile is known, and a status saying why where ncu gave nothing (where the runtime rules
+the counters out, gVisor, ncu is not started: ``sandbox.ncu_blocked``). Used by
 scripts/gpu-check.sh; the rows travel in its tarball as logs/gpu-check/ncu-bytes.csv.
 """
 
@@ -29,6 +30,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from inferlab.measurement import sandbox
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 CASES = ("naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "triton_flash block=64",
@@ -106,12 +109,17 @@ def _one_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:300]
 
 
-def measure(case: str, T: int, ncu: str | None, timeout_s: float) -> dict:
-    """One row of ``FIELDS`` for ``case``: ncu's bytes, or the reason there are none."""
+def measure(case: str, T: int, ncu: str | None, timeout_s: float,
+            blocked: str | None = None) -> dict:
+    """One row of ``FIELDS`` for ``case``: ncu's bytes, or the reason there are none
+    (``blocked``: why this machine's runtime cannot give counters, ``sandbox.ncu_blocked``;
+    then ncu is not started at all)."""
     row = {"case": case, "T": T, "heads": HEADS, "d": D, "dtype": "float16",
            "model_bytes": model_bytes(case, T)}
     if ncu is None:
         return {**row, "status": "unavailable: ncu is not on the PATH"}
+    if blocked is not None:
+        return {**row, "status": blocked}
     command = [ncu, "--csv", "--print-units", "base", "--clock-control", "none", "--nvtx",
                "--nvtx-include", "measure/", "--metrics", ",".join(METRICS),
                sys.executable, "-m", "inferlab.measurement.ncu", "case", case, "--tokens", str(T)]
@@ -151,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "case":
         _run_case(args.case, args.tokens)
         return 0
-    rows = []
+    rows, blocked = [], sandbox.ncu_blocked(sandbox.this_machine())
     for case in CASES:  # written after each case: a step stopped at its limit keeps them
-        rows.append(measure(case, args.tokens, shutil.which("ncu"), args.timeout_s))
+        rows.append(measure(case, args.tokens, shutil.which("ncu"), args.timeout_s, blocked))
         write_rows(rows, args.out)
     return 0
 

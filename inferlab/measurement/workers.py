@@ -15,17 +15,24 @@ share
 of the variance. With one process it is the order-statistics interval of its rounds.
 
 A stage's budget ``budget_s`` is shared by its workers (each gets the budget left over the
-workers left). Points are timed in the order the stage lists them, which is its
-priority. A point starts while its worker has time left, with at most its cap or what is
-left; a point an earlier worker timed starts only if that time still fits. A point no
-worker could fit is a row ``dropped: ...`` saying why. The first worker that timed a point
-also takes its readings (memory, the kernel that ran: the profiler), after all its own
-timings, so they count against the budget and no profiler runs before a timing in the
-same process.
+workers left). Points are timed in the order the stage lists them, which is its priority:
+the chapter's own points first (``required``), extras after. Under a budget the harness cuts
+rounds, then processes, and points last: the first process times every required point
+whatever is left (with as many rounds as fit, at least one), later processes only the
+points that still fit, and an extra point nobody could fit is dropped with the seconds
+that were left. The first worker that timed a point also takes its readings (memory, the
+kernel that ran: the profiler), after all its own timings, so they count against the
+budget and no profiler runs before a timing in the same process.
+
+A stage may also be stopped: at ``stop_at`` (a limit on the wall clock, e.g. a GPU call's
+step limit) or by SIGTERM (``stopping``). A worker writes its results point by point, so
+what it finished before it was stopped is kept; the points it did not finish are
+``stopped`` (cause ``step_limit``) and the stage writes what there is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import math
@@ -35,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -47,7 +55,6 @@ from inferlab.measurement.measure import Ratio, Timing, check_count, ratio_group
 _WORKER_BOOT = ("import sys; from inferlab.measurement.process import steady_process; "
                 "steady_process(); from inferlab.measurement.workers import worker_main; "
                 "sys.exit(worker_main(sys.argv[1:]))")
-DROPPED = "dropped: "
 
 
 @dataclass(frozen=True)
@@ -61,7 +68,17 @@ class PointResult:
     meta: dict[str, dict]
     refused: list[dict]
     readings: dict[str, dict]
-    dropped: str | None = None
+    # why no process timed it: {"status": "dropped" | "stopped", "cause": "budget" |
+    # "killed" | "step_limit", "budget_left_s": seconds or None}; None when timed
+    dropped: dict | None = None
+
+
+def drop(status: str, cause: str, budget_left_s: float | None = None) -> dict:
+    """A point no process timed, as row fields (the stages' ``status``/``cause`` columns)."""
+    return {"status": status, "cause": cause, "budget_left_s": budget_left_s}
+
+
+STOPPED = drop("stopped", "step_limit")
 
 
 def _factory(name: str):
@@ -69,25 +86,34 @@ def _factory(name: str):
     return getattr(importlib.import_module(module), function)
 
 
-def _worker_job(job: dict, progress) -> list[dict]:
-    """Time every point of ``job`` in this process, in order, within its deadline."""
+def _worker_job(job: dict, progress, save=None) -> list[dict]:
+    """Time every point of ``job`` in this process, in order, within its deadline; each
+    finished point handed to ``save`` (the results so far) as soon as it is done."""
     import torch
 
     torch.set_num_threads(job["threads"])
     factory, start, results = _factory(job["factory"]), time.perf_counter(), []
+    stop_at = job.get("stop_at")
     for i, point in enumerate(job["points"]):
         left = job["deadline_s"] - (time.perf_counter() - start)
-        why = _no_room(job["estimates"][i], left)
+        to_stop = math.inf if stop_at is None else stop_at - time.time()
+        if to_stop <= 0:
+            results.append({"dropped": STOPPED})
+            continue
+        why = None if job["required"][i] else _no_room(job["estimates"][i], left)
         if why:
             results.append({"dropped": why})
             continue
         began = time.perf_counter()
         built = factory(point)
         say = (lambda step, steps, label, i=i: progress(i, label)) if progress else None
+        # a required point in the first process gets its cap whatever the budget left (its
+        # later processes are what the budget cuts); any other what is left of its share
+        cap = max(min(job["cap_s"][i], to_stop, math.inf if job["required"][i] else left), 1e-3)
         timings = time_cases(built["cases"], built.get("pair_with") or {}, device=job["device"],
-                              threads=job["threads"], warmup=job["warmup"],
+                              threads=job["threads"], warmup=job["warmup"][i],
                               min_rounds=job["rounds"], max_rounds=job["rounds"],
-                              target=math.inf, time_cap_s=min(job["cap_s"], left),
+                              target=math.inf, time_cap_s=cap,
                               noisy_threshold=math.inf, min_run_s=job["min_run_s"],
                               progress=say)
         results.append({"timings": {label: (t.samples_ms, t.method, t.status,
@@ -97,22 +123,27 @@ def _worker_job(job: dict, progress) -> list[dict]:
                         "pair_with": built.get("pair_with") or {}, "readings": {},
                         "seconds": time.perf_counter() - began})
         del built, timings
+        if save:
+            save(results)
     # After every timing of this process, so that a profiler never precedes a timing, and
     # in the first worker that timed the point, so that the workers after it get what is
     # left of the budget.
     for point, result, wanted in zip(job["points"], results, job["readings"], strict=True):
+        if stop_at is not None and time.time() >= stop_at:
+            break
         if wanted and "timings" in result:
             result["readings"] = _readings(factory(point), result["timings"])
+            if save:
+                save(results)
     return results
 
 
-def _no_room(expected: float | None, left: float) -> str | None:
+def _no_room(expected: float | None, left: float) -> dict | None:
     """Why a point cannot start with ``left`` seconds of this worker's share, or None. A
     point no earlier worker timed is expected to take what it is given (its cap, or what
     is left, whichever is less): it starts while any time is left."""
     if left <= 0 or (expected is not None and expected > left):
-        took = "" if expected is None else f"{expected:.1f} s expected (an earlier worker's), "
-        return f"{took}{max(left, 0):.1f} s of the stage budget left for this worker"
+        return drop("dropped", "budget", round(max(left, 0.0), 1))
     return None
 
 
@@ -122,15 +153,21 @@ def _readings(built: dict, timings: dict) -> dict:
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    """``python -c _WORKER_BOOT job.pkl result.pkl``: one worker process."""
+    """``python -c _WORKER_BOOT job.pkl result.pkl``: one worker process. Its results are
+    written point by point (each write complete, by rename), so a worker stopped mid-way
+    leaves every point it finished."""
     job_path, result_path = argv
     job = pickle.loads(Path(job_path).read_bytes())
 
     def progress(i: int, label: str) -> None:
         print(f"{_PROGRESS}{i} {label}", flush=True)
 
-    results = _worker_job(job, progress)
-    Path(result_path).write_bytes(pickle.dumps(results))
+    def save(results: list[dict]) -> None:
+        partial = Path(f"{result_path}.part")
+        partial.write_bytes(pickle.dumps(results))
+        os.replace(partial, result_path)
+
+    save(_worker_job(job, progress, save))
     return 0
 
 
@@ -147,10 +184,41 @@ def _die_with_parent() -> None:
         pass
 
 
+class _Stop:
+    """The stage's stop request (SIGTERM while ``stopping`` is active): no worker starts
+    after it, and the running one is ended; its finished points are kept."""
+
+    requested = False
+    worker: subprocess.Popen | None = None
+
+    @classmethod
+    def request(cls, *_) -> None:
+        cls.requested = True
+        if cls.worker is not None and cls.worker.poll() is None:
+            cls.worker.terminate()
+
+
+@contextlib.contextmanager
+def stopping():
+    """While active, SIGTERM stops the stage's timing at the point it has reached instead
+    of killing the process: what was measured is written (``time_points`` marks the rest
+    ``stopped``). Only in the main thread, where Python delivers signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _Stop.request)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run_worker(job: dict, progress: Callable[[int, int, str], object],
                 point_names: Sequence[str], worker: str) -> list[dict]:
     """One worker process; its progress lines go to ``progress`` (point i of n, what), the
-    profiler's USDT lines nowhere, the last other lines into the error if it fails."""
+    profiler's USDT lines nowhere, the last other lines into the error if it fails. A
+    worker stopped (``_Stop``) or killed returns the points it finished; the others are
+    ``stopped`` or ``dropped``/``killed``."""
     root = str(Path(__file__).resolve().parents[2])  # this checkout's inferlab, not an install
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])}
@@ -161,22 +229,27 @@ def _run_worker(job: dict, progress: Callable[[int, int, str], object],
                                     str(result_path)], stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, env=env,
                                    preexec_fn=_die_with_parent)
+        _Stop.worker = process
         tail: list[str] = []
-        for line in process.stdout:
-            line = line.rstrip("\n")
-            if line.startswith(_PROGRESS):
-                i, _, label = line[len(_PROGRESS):].partition(" ")
-                progress(int(i) + 1, len(point_names), f"{point_names[int(i)]}: {worker}, {label}")
-            elif line and not line.startswith("USDT:"):
-                tail = (tail + [line])[-20:]
-        if process.wait() == -signal.SIGKILL:  # the kernel's out-of-memory killer, mostly
-            why = (f"its timing worker ({worker}) was killed (SIGKILL, most likely the "
-                   "out-of-memory killer: the point does not fit in this machine's memory)")
-            return [{"dropped": why} for _ in point_names]
-        if process.returncode != 0 or not result_path.is_file():
-            raise RuntimeError(f"timing worker ({worker}) exited with {process.returncode}: "
-                               + "\n".join(tail))
-        return pickle.loads(result_path.read_bytes())
+        try:
+            for line in process.stdout:
+                line = line.rstrip("\n")
+                if line.startswith(_PROGRESS):
+                    i, _, label = line[len(_PROGRESS):].partition(" ")
+                    progress(int(i) + 1, len(point_names),
+                             f"{point_names[int(i)]}: {worker}, {label}")
+                elif line and not line.startswith("USDT:"):
+                    tail = (tail + [line])[-20:]
+            code = process.wait()
+        finally:
+            _Stop.worker = None
+        done = pickle.loads(result_path.read_bytes()) if result_path.is_file() else []
+        if code == -signal.SIGKILL and not _Stop.requested:
+            # the kernel's out-of-memory killer, mostly: the point it was on does not fit
+            return done + [{"dropped": drop("dropped", "killed")}] * (len(point_names) - len(done))
+        if _Stop.requested or (code == 0 and len(done) == len(point_names)):
+            return done + [{"dropped": STOPPED}] * (len(point_names) - len(done))
+        raise RuntimeError(f"timing worker ({worker}) exited with {code}: " + "\n".join(tail))
 
 
 def time_points(factory: str, points: Sequence[object], *, workers: int, rounds: int,
@@ -184,8 +257,12 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
                 warmup: int = 1, target: float = 0.02, noisy_threshold: float = 0.10,
                 min_run_s: float = 0.002, names: Sequence[str] | None = None,
                 progress: Callable[[int, int, str], object] | None = None,
-                run_worker: Callable | None = None) -> list[PointResult]:
-    """Time every point in ``workers`` processes, one after another, within ``budget_s``.
+                run_worker: Callable | None = None, required: Sequence[bool] | None = None,
+                point_workers: Sequence[int] | None = None,
+                point_warmup: Sequence[int] | None = None,
+                stop_at: float | None = None) -> list[PointResult]:
+    """Time every point in up to ``workers`` processes, one after another, within
+    ``budget_s``.
 
     Args:
         factory: "module:function"; function(point) -> {"cases": {label: fn}, "pair_with":
@@ -194,9 +271,14 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
             in each worker, so it builds its inputs there; ``points`` must pickle.
         workers, rounds: processes, and rounds in each (interleaved as in time_interleaved).
         budget_s: the stage's seconds for all points in all workers; a point that no
-            longer fits in a worker is dropped there (none fits: ``dropped``).
-        time_cap_s: the seconds of one point in all workers (each gets 1/workers of it),
+            longer fits in a worker is left out there (by none: ``dropped``, cause budget),
+            but a ``required`` point always gets its first process.
+        time_cap_s: the seconds of one point in all its workers (each gets its share),
             warm-up included; a call alone longer than its share is ``over_budget``.
+        required: per point, whether it is one of the chapter's (default: none is).
+        point_workers, point_warmup: per point, its processes (at most ``workers``) and
+            warm-up calls, where they differ from ``workers`` and ``warmup``.
+        stop_at: a time.time() after which nothing more is timed (``stopped``).
         names: each point's name for ``progress(i, n, "<name>: worker w/W, <step>")``.
         run_worker: how a worker runs (a test passes one that stays in process).
 
@@ -208,30 +290,44 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
         raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0")
     if not (isinstance(time_cap_s, int | float) and time_cap_s > 0):
         raise ValueError(f"time_cap_s={time_cap_s!r} must be a number of seconds > 0")
-    names = list(names or [f"point {i + 1}" for i in range(len(points))])
+    n = len(points)
+    names = list(names or [f"point {i + 1}" for i in range(n)])
     progress = progress or (lambda i, n, what: None)
     run_worker = run_worker or _run_worker
-    cap = time_cap_s / workers
-    estimates: list[float | None] = [None] * len(points)
-    unread = [True] * len(points)
-    per_worker: list[list[dict]] = []
+    required = list(required or [False] * n)
+    counts = [min(c or workers, workers) for c in (point_workers or [workers] * n)]
+    warmups = [w or warmup for w in (point_warmup or [warmup] * n)]
+    estimates: list[float | None] = [None] * n
+    unread = [True] * n
+    per_point: list[list[dict]] = [[] for _ in range(n)]
     started = time.perf_counter()
-    for w in range(workers):
-        share = (budget_s - (time.perf_counter() - started)) / (workers - w)
-        whys = [_no_room(e, share) for e in estimates]
-        if all(whys):  # nothing would fit: no process to start
-            per_worker.append([{"dropped": why} for why in whys])
+    _Stop.requested = False
+    for w in range(max(counts, default=0)):
+        mine = [i for i in range(n) if counts[i] > w]
+        if _Stop.requested or (stop_at is not None and time.time() >= stop_at):
+            for i in mine:
+                per_point[i].append({"dropped": STOPPED})
             continue
-        job = {"factory": factory, "points": list(points), "threads": threads,
-               "device": device, "warmup": warmup, "rounds": rounds, "cap_s": cap,
-               "min_run_s": min_run_s, "deadline_s": share, "estimates": estimates,
-               "readings": list(unread)}
-        results = run_worker(job, progress, names, f"worker {w + 1}/{workers}")
-        estimates = [r.get("seconds", e) for r, e in zip(results, estimates, strict=True)]
-        unread = [u and "timings" not in r for r, u in zip(results, unread, strict=True)]
-        per_worker.append(results)
-    return [_combine([results[i] for results in per_worker], target, noisy_threshold)
-            for i in range(len(points))]
+        share = (budget_s - (time.perf_counter() - started)) / (max(counts) - w)
+        whys = [None if (w == 0 and required[i]) else _no_room(estimates[i], share)
+                for i in mine]
+        if all(whys):  # nothing would fit: no process to start
+            for i, why in zip(mine, whys, strict=True):
+                per_point[i].append({"dropped": why})
+            continue
+        job = {"factory": factory, "points": [points[i] for i in mine], "threads": threads,
+               "device": device, "warmup": [warmups[i] for i in mine], "rounds": rounds,
+               "cap_s": [time_cap_s / counts[i] for i in mine], "min_run_s": min_run_s,
+               "deadline_s": share, "estimates": [estimates[i] for i in mine],
+               "readings": [unread[i] for i in mine],
+               "required": [w == 0 and required[i] for i in mine], "stop_at": stop_at}
+        results = run_worker(job, progress, [names[i] for i in mine],
+                             f"worker {w + 1}/{max(counts)}")
+        for i, result in zip(mine, results, strict=True):
+            estimates[i] = result.get("seconds", estimates[i])
+            unread[i] = unread[i] and "timings" not in result
+            per_point[i].append(result)
+    return [_combine(runs, target, noisy_threshold) for runs in per_point]
 
 
 def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointResult:
@@ -239,7 +335,8 @@ def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointRe
     any worker is that failure; the others get one group of samples per worker."""
     done = [r for r in runs if "timings" in r]
     if not done:
-        return PointResult({}, {}, [], {}, DROPPED + runs[-1]["dropped"])
+        stopped = [r["dropped"] for r in runs if r["dropped"]["status"] == "stopped"]
+        return PointResult({}, {}, [], {}, (stopped or [runs[-1]["dropped"]])[0])
     timings: dict[str, Timing] = {}
     for label, (_, method, _, calls, _) in done[0]["timings"].items():
         mine = [r["timings"][label] for r in done]
@@ -260,7 +357,7 @@ def _combine(runs: list[dict], target: float, noisy_threshold: float) -> PointRe
             ref = min(refs, key=lambda r: ok[r].median_ms)
             pairs = ratio_groups(timing.per_process, ok[ref].per_process)
             share = between_share(pairs) if ref != label else None
-            ratio = Ratio(ref, *timing.paired_with(ok[ref]), share)
+            ratio = Ratio(ref, *timing.paired_with(ok[ref]), share, timing.paired_sd(ok[ref]))
         width = max(relative_halfwidth(*timing.ci_ms, timing.median_ms),
                     relative_halfwidth(ratio.ci_low, ratio.ci_high, ratio.median)
                     if ratio and ratio.ref != label else 0.0)

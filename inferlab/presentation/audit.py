@@ -23,7 +23,9 @@ from inferlab.evidence.register import Register
 from inferlab.evidence.trust import doubt
 from inferlab.judging.claims import Claim, find, load
 from inferlab.judging.numtext import format_value
+from inferlab.judging.series_view import judged
 from inferlab.judging.verdicts import evaluate, evaluate_all
+from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.formats import text_table
 
 # ---------------------------------------------------------------- evidence
@@ -33,7 +35,8 @@ def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = No
     """Every claim judged now on ``key``'s artifacts (what the claims stage would write)."""
     claims_file = load(claims_path)
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    return evaluate_all(claims_file.claims, evidence, key, Path(root), claims_file.fp16_stand_in)
+    return evaluate_all(claims_file.claims, judged(evidence), key, Path(root),
+                        claims_file.fp16_stand_in)
 
 
 # ---------------------------------------------------------------- claims table
@@ -165,7 +168,7 @@ def _key_audit(claim: Claim, root: Path, key: str, hardware: str, stand_in: dict
     mine = next((c for c in recorded["claims"] if c["id"] == claim.id), None) \
         if recorded else None
     out = {"machine": key, "verdict": now["verdict"], "value": now["value"],
-           "reason": now["reason"],
+           "reason": reason_text(now, claim, key), "cause": now["cause"],
            "recorded": mine and {k: mine.get(k) for k in ("verdict", "value", "artifact")},
            "artifact": now["artifact"], "integrity": None, "provenance": None}
     if claim.check is None:
@@ -196,6 +199,8 @@ def audit(claim_id: str, root: Path | str, key: str | None = None,
     return {"claim": {"id": claim.id, "sentence": claim.sentence, "kind": claim.kind,
                       "chapter_value": claim.chapter_value, "source": claim.source,
                       "note": claim.note,
+                      "reading": None if claim.reading is None else
+                      {"quantity": claim.reading.quantity, "why": claim.reading.why},
                       "check": None if check is None else {"stage": check.stage}},
             "machines": rows, "ok": ok}
 

@@ -224,3 +224,80 @@ def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
         ax.set(xlabel="tokens", ylabel="naive ÷ fused", title=name)
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
         return plotting.svg(fig, f"traffic-{name}")
+
+
+# ---------------------------------------------------------------- series
+
+SERIES_PANELS = (("prefill", "T", "÷ naive, paired (prefill, causal)"),
+                 ("decode", "cache_len", "÷ fused, paired (decode)"))
+
+
+def series_figure(frame: pd.DataFrame, name: str) -> str | None:
+    """The series per point, one panel per timed stage, the points grouped by length
+    (decode: cache length and batch), colour by implementation: each run's paired ratio (a
+    dot; a triangle for a run made under load; a red ring where it lies outside the
+    prediction interval the other runs give), the pooled value with its 95 % confidence
+    interval (thick bar) and the 95 % prediction interval of one more run (thin bar)."""
+    panels = []
+    for stage, length, title in SERIES_PANELS:
+        rows = frame[(frame["stage"] == stage) & (frame["status"] == "ok")
+                     & (frame["ratio_to"] != frame["impl"])]
+        if stage == "prefill":
+            rows = rows[plotting.flag(rows, "causal")]
+        if len(rows):
+            panels.append((stage, length, title, rows))
+    if not panels:
+        return None
+    colours: dict[str, str] = {}
+    with plotting.rc():
+        fig, axes = plotting.plt.subplots(len(panels), 1, squeeze=False, layout="constrained",
+                                          figsize=(plotting.PANEL_IN[0],
+                                                   2.2 * len(panels) + 0.6))
+        for ax, (stage, length, title, rows) in zip(axes[:, 0], panels, strict=True):
+            colours |= _series_panel(ax, stage, length, rows)
+            ax.set_title(title)
+        extra = [Line2D([], [], color="#555555", marker="o", linestyle="none", label="a run"),
+                 Line2D([], [], color="#555555", marker="^", linestyle="none",
+                        label="a run under load"),
+                 Line2D([], [], marker="o", mfc="none", mec="red", linestyle="none",
+                        label="outside the others' 95 %")]
+        plotting.legend(fig, colours, (), False, extra, ncols=3)
+        return plotting.svg(fig, f"{name}-series")
+
+
+def _series_panel(ax, stage: str, length: str, rows: pd.DataFrame) -> dict[str, str]:
+    """One stage's points, grouped by length (and batch): {label: colour} drawn."""
+    group = [length, "batch"] if stage == "decode" else [length]
+    pooled = rows[rows["kind"] == "pooled"].sort_values([*group, "impl", "splits"]
+                                                        if stage == "decode" else
+                                                        [*group, "impl"])
+    keys = [c for c in ("impl", "splits", "batch", length, "dtype", "block_q") if c in rows]
+    drawn, ticks, x = {}, [], 0
+    for values, points in pooled.groupby(group, sort=False):
+        values = values if isinstance(values, tuple) else (values,)
+        start = x
+        for _, p in points.iterrows():
+            mine = rows[(rows["kind"] == "run")
+                        & (rows[keys].astype(str) == p[keys].astype(str)).all(axis=1)]
+            label = impl_label(p.to_dict())
+            drawn[label] = c = colour(label)
+            ax.vlines(x, p["ratio_pi_low"], p["ratio_pi_high"], colors=c, lw=1, alpha=0.5)
+            ax.vlines(x, p["ratio_ci_low"], p["ratio_ci_high"], colors=c, lw=3.5)
+            ax.plot([x], [p["ratio"]], "_", color="black", ms=7)
+            offsets = [0.15 * (i - (len(mine) - 1) / 2) for i in range(len(mine))]
+            for dx, (_, r) in zip(offsets, mine.iterrows(), strict=True):
+                ax.plot([x + dx], [r["ratio"]], "^" if r.get("under_load") is True else "o",
+                        color=c, ms=2.5)
+                if r.get("outside_pi") is True:
+                    ax.plot([x + dx], [r["ratio"]], "o", mfc="none", mec="red", ms=6)
+            x += 1
+        ticks.append(((start + x - 1) / 2, "\n".join(
+            f"b{int(v)}" if i else plotting.number(v) for i, v in enumerate(values))))
+        ax.axvline(x - 0.5, color="#cccccc", lw=0.5)
+        x += 0.5
+    ax.set_yscale("log")
+    ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks])
+    ax.set_xlabel("tokens" if stage == "prefill" else "cache (keys), batch")
+    ax.axhline(1.0, color="grey", lw=0.5, ls=":")
+    ax.grid(False, axis="x")
+    return drawn

@@ -1,9 +1,9 @@
 """Numbers and text for people: a value with its unit, table cells, and the chapter's
 LaTeX as plain Unicode.
 
-Every value a reader sees (the report, the audit) is formatted here or in
-``numtext`` (three significant figures, ranges, a check's unit), which the reasons in
-claims.json are written with, so a number reads the same everywhere. ``format_value``
+Every value a reader sees (the report, the audit, a claim's reason rendered by
+``claim_text``) is formatted here or in ``numtext`` (three significant figures, ranges, a
+check's unit), so a number reads the same everywhere. ``format_value``
 and ``display_unit`` are named here too (``__all__``); inferlab's modules import them
 from ``numtext``.
 """

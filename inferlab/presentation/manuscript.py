@@ -1,19 +1,20 @@
-"""The chapter's own tables and numbers, made from the evidence, and a check of its text.
+"""The manuscript's files, rendered from the manuscript stage's values: the chapter's four
+tables as Markdown and LaTeX, its numbers as numbers.json and numbers.tex, and the
+report's "For the manuscript" block.
 
-The manuscript stage (``inferlab.stages.manuscript``) turns one results key's artifacts
-into what the author pastes into the chapter, so that no number is copied by hand:
+manuscript.json (``inferlab.stages.manuscript``) holds values, causes and references; every
+text here is made from them, so that no number is copied by hand:
 
-* the chapter's four tables, in its layout, as Markdown and LaTeX (booktabs): the traffic
-  of the direct and block-wise implementations per length (traffic.csv and the model of
-  ``inferlab.algorithms.traffic``), the three implementations at 1,024-8,192 tokens (prefill.csv),
-  each backend with PyTorch's reason (probe.json), split-KV against the fused kernel
-  (decode.csv). A length the key did not measure reads "not measured here" and why;
-* every number the chapter cites, one per claim of ``claims.yaml``, as a named value with
-  its provenance (claim, verdict, artifact, version, sha256, commit): ``numbers.json``
+* the chapter's four tables, in its layout (booktabs for LaTeX): the traffic of the direct
+  and block-wise implementations per length, the three implementations at 1,024-8,192
+  tokens, each backend with PyTorch's reason, split-KV against the fused kernel. A length
+  the key did not measure reads "not measured here" and why (its cause);
+* every number the chapter cites, one per claim, with its provenance (claim, verdict,
+  artifact, version, sha256, commit) and the chapter's figures for it: ``numbers.json``
   and ``numbers.tex`` (one ``\\newcommand`` per number, a ``%`` line of provenance above
   it, as showyourwork's variables). A number whose verdict is not "reproduced" is wrapped
-  in ``\\ILcheck{...}`` (and flagged ``marked`` in the JSON), so a manuscript built from
-  evidence that no longer holds shows where.
+  in ``\\ILcheck{...}`` (and flagged ``marked``), so a manuscript built from evidence that no
+  longer holds shows where.
 
 The check of the chapter's text against the claims is ``inferlab.presentation.manuscript_check``.
 """
@@ -23,77 +24,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+import unicodedata
 
-import pandas as pd
-
-from inferlab.algorithms.traffic import naive_hbm_elements, tiled_hbm_elements
 from inferlab.judging.numtext import format_value
+from inferlab.presentation.claim_text import STATUS_WORDS
 from inferlab.presentation.formats import with_unit
 
 NOT_MEASURED = "not measured here"
 REPRODUCED = "reproduced"
+TITLES = {"traffic": "Traffic of the direct and block-wise implementations",
+          "prefill": "Three implementations at the chapter's lengths",
+          "backends": "Each backend, with PyTorch's reason",
+          "decode": "Split-KV against the fused kernel"}
 
 # ------------------------------------------------------------------ the four tables
-
-
-@dataclass(frozen=True)
-class Chapter:
-    """How the chapter's tables select rows on one key: its fp16 stand-in dtype, the
-    query tile of the traffic model and the lengths of its prefill table."""
-
-    dtype: str
-    block_q: int
-    lengths: tuple[int, ...]
-
-
-def _table(name: str, title: str, columns: list[str], rows: list[list[str]],
-           notes: list[str]) -> dict:
-    return {"name": name, "title": title, "columns": columns, "rows": rows, "notes": notes}
-
-
-def _ok(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[frame["status"] == "ok"]
-
-
-def _why_missing(frame: pd.DataFrame, what: str) -> str:
-    """'not measured here: oom' for rows that failed, else 'not in this grid'."""
-    failed = sorted(set(frame["status"].dropna()) - {"ok"})
-    why = "; ".join(failed) if failed else f"{what} is not in this machine's grid"
-    return f"{NOT_MEASURED}: {why}"
-
-
-def traffic_table(traffic: pd.DataFrame, chapter: Chapter) -> dict:
-    """(a) Elements moved per head and sequence, direct and block-wise (causal, the tile
-    B_q the model assumes), their ratio, and the measured naive / fused time ratio."""
-    rows = traffic[(traffic["causal"] == True) & (traffic["tile"] == "assumed")  # noqa: E712
-                   & (traffic["block_q_model"] == chapter.block_q)
-                   & traffic["T"].isin(chapter.lengths)]
-    out = []
-    for T, group in rows.groupby("T", sort=True):
-        row = group.iloc[0]
-        d = int(row["d"])
-        measured = group[group["dtype"] == chapter.dtype]
-        if len(measured) and pd.notna(measured.iloc[0]["measured_ratio"]):
-            m = measured.iloc[0]
-            low, high = m["measured_ratio_ci_low"], m["measured_ratio_ci_high"]
-            interval = (f"({format_value(float(low))}–{format_value(float(high))})"
-                        if pd.notna(low) and pd.notna(high) else
-                        "(no interval: timed in too few rounds)")
-            ratio = f"{format_value(float(m['measured_ratio']))}× {interval}"
-        else:
-            note = next((n for n in group["note"].dropna()), None)
-            ratio = f"{NOT_MEASURED}: {note}" if note else \
-                f"{NOT_MEASURED}: no {chapter.dtype} row at this length"
-        out.append([f"{int(T):,}", f"{naive_hbm_elements(int(T), d, causal=True):,}",
-                    f"{tiled_hbm_elements(int(T), d, chapter.block_q, causal=True):,}",
-                    f"{format_value(float(row['model_ratio']))}×", ratio])
-    return _table("traffic", "Traffic of the direct and block-wise implementations",
-                  ["Tokens", "Direct (elements)", f"Block-wise, B_q={chapter.block_q} "
-                   "(elements)", "Model ratio",
-                   "Measured time ratio naive / fused (95 % interval)"],
-                  out, [f"Per head and sequence, causal, d={d if out else '?'}; measured in "
-                        f"{chapter.dtype} (the chapter's fp16 on this device)."])
 
 
 def number(x: float) -> str:
@@ -101,88 +45,113 @@ def number(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else format_value(float(x))
 
 
-def _time_memory(frame: pd.DataFrame) -> list[str]:
-    if frame.empty:
-        return []
-    row = frame.loc[frame["median_ms"].idxmin()]
-    memory = row["peak_extra_bytes"]
-    return [number(row["median_ms"]), "—" if pd.isna(memory) else number(memory / 2**20)]
+def why_missing(cause: dict, what: str) -> str:
+    """'not measured here: dropped: the stage's time budget was spent', or 'not in this
+    machine's grid' when no row says why."""
+    statuses = cause.get("statuses") or []
+    if not statuses:
+        return f"{NOT_MEASURED}: {what} is not in this machine's grid"
+    words = sorted({STATUS_WORDS.get((s["status"], s.get("cause")), s["status"])
+                    for s in statuses})
+    return f"{NOT_MEASURED}: {'; '.join(words)}"
 
 
-def prefill_table(prefill: pd.DataFrame, chapter: Chapter) -> dict:
-    """(b) Naive, block-wise (plain PyTorch) and the fused kernel at the chapter's lengths:
-    median time and peak extra memory, causal, in the stand-in dtype."""
-    here = prefill[(prefill["dtype"] == chapter.dtype) & (prefill["causal"] == True)]  # noqa: E712
+def _table(name: str, columns: list[str], rows: list[list[str]], notes: list[str]) -> dict:
+    return {"name": name, "title": TITLES[name], "columns": columns, "rows": rows,
+            "notes": notes}
+
+
+def traffic_table(values: list[dict], block_q: int, dtype: str) -> dict:
     rows = []
-    for T in chapter.lengths:
-        at = here[here["T"] == T]
-        naive = _ok(at[at["impl"] == "naive"])
-        tiled = _ok(at[(at["impl"] == "tiled") & (at["block_q"] == chapter.block_q)])
-        fused = _ok(at[at["fused_sdpa"] == True])  # noqa: E712
-        cells = []
-        for part in (naive, tiled, fused):
-            cells += _time_memory(part) or [_why_missing(at, f"{T:,} tokens"), "—"]
-        kernel = fused.loc[fused["median_ms"].idxmin(), "impl"] if len(fused) else "—"
-        rows.append([f"{T:,}", *cells, str(kernel)])
-    return _table("prefill", "Three implementations at the chapter's lengths",
-                  ["Tokens", "Naive (ms)", "Naive (MiB)", f"Block-wise B_q={chapter.block_q} "
-                   "(ms)", "Block-wise (MiB)", "Fused (ms)", "Fused (MiB)", "Fused kernel"],
-                  rows, [f"Causal, {chapter.dtype}; time is the median over interleaved rounds, "
-                         "peak memory the extra allocation over the inputs; the fused kernel "
-                         "is the fastest SDPA backend that never writes the score matrix."])
+    for r in values:
+        m = r.get("measured")
+        if m:
+            ci = (f"({format_value(m['ci_low'])}–{format_value(m['ci_high'])})"
+                  if m.get("ci_low") is not None and m.get("ci_high") is not None
+                  else "(no interval: timed in too few rounds)")
+            measured = f"{format_value(m['value'])}× {ci}"
+        else:
+            measured = why_missing(r["missing"], f"{r['T']:,} tokens")
+        rows.append([f"{r['T']:,}", f"{r['naive_elements']:,}", f"{r['tiled_elements']:,}",
+                     f"{format_value(r['model_ratio'])}×", measured])
+    d = values[0]["d"] if values else "?"
+    return _table("traffic", ["Tokens", "Direct (elements)", f"Block-wise, B_q={block_q} "
+                              "(elements)", "Model ratio",
+                              "Measured time ratio naive / fused (95 % interval)"], rows,
+                  [f"Per head and sequence, causal, d={d}; measured in {dtype} (the "
+                   "chapter's fp16 on this device)."])
 
 
-def backends_table(probe: dict, chapter: Chapter) -> dict:
-    """(c) Each SDPA backend at the probe's shape: runs here or not, and PyTorch's reason
-    (or ours, said so, where PyTorch gives none); one row when both masks agree."""
-    found = [a for a in probe.get("availability", []) if a["dtype"] == chapter.dtype]
+def _time_memory(cell: dict, T: int) -> list[str]:
+    if "missing" in cell:
+        return [why_missing(cell["missing"], f"{T:,} tokens"), "—"]
+    memory = cell["peak_extra_bytes"]
+    return [number(cell["median_ms"]), "—" if memory is None else number(memory / 2**20)]
+
+
+def prefill_table(values: list[dict], block_q: int, dtype: str) -> dict:
+    rows = [[f"{r['T']:,}", *(c for part in ("naive", "tiled", "fused")
+                              for c in _time_memory(r[part], r["T"])),
+             r["fused"].get("impl", "—")] for r in values]
+    return _table("prefill", ["Tokens", "Naive (ms)", "Naive (MiB)", f"Block-wise B_q={block_q} "
+                              "(ms)", "Block-wise (MiB)", "Fused (ms)", "Fused (MiB)",
+                              "Fused kernel"], rows,
+                  [f"Causal, {dtype}; time is the median over interleaved rounds, peak "
+                   "memory the extra allocation over the inputs; the fused kernel is the "
+                   "fastest SDPA backend that never writes the score matrix."])
+
+
+def backends_table(values: dict, dtype: str) -> dict:
+    """One row per backend when both masks agree, else one per mask."""
     rows = []
-    for backend in dict.fromkeys(a["backend"] for a in found):
-        cases = [a for a in found if a["backend"] == backend]
-        described = {}
-        for a in cases:
-            text = (("runs" if a["ran"] else "refused"),
-                    a.get("reason") or "—", a.get("reason_source") or "—",
-                    a.get("limit_kind") or "—")
-            described.setdefault(text, []).append("causal" if a["causal"] else "full")
+    for backend in dict.fromkeys(r["backend"] for r in values["rows"]):
+        described: dict[tuple, list[str]] = {}
+        for r in (x for x in values["rows"] if x["backend"] == backend):
+            text = ("runs" if r["ran"] else "refused", r.get("reason") or "—",
+                    r.get("reason_source") or "—", r.get("limit_kind") or "—")
+            described.setdefault(text, []).append("causal" if r["causal"] else "full")
         for (runs, reason, source, limit), masks in described.items():
             mask = "both" if len(described) == 1 and len(masks) > 1 else ", ".join(masks)
             rows.append([backend, mask, runs, reason, source, limit])
-    shape = found[0] if found else {}
-    return _table("backends", "Each backend, with PyTorch's reason",
-                  ["Backend", "Mask", "Here", "Reason", "Reason from", "Limit"], rows,
-                  [f"{chapter.dtype}, T={shape.get('T', '?')}, {shape.get('heads', '?')} heads "
-                   f"of dimension {shape.get('d', '?')}; 'Reason from' says whether PyTorch "
-                   "gave the reason or inferlab did (PyTorch gave none)."])
+    shape = {k: v if v is not None else "?" for k, v in values["shape"].items()} or {}
+    return _table("backends", ["Backend", "Mask", "Here", "Reason", "Reason from", "Limit"],
+                  rows, [f"{dtype}, T={shape.get('T', '?')}, {shape.get('heads', '?')} heads "
+                         f"of dimension {shape.get('d', '?')}; 'Reason from' says whether "
+                         "PyTorch gave the reason or inferlab did (PyTorch gave none)."])
 
 
 def _us(ms: float) -> str:
     return number(float(ms) * 1e3)
 
 
-def decode_table(decode: pd.DataFrame, chapter: Chapter) -> dict:
-    """(d) Split-KV decoding (every split count) against the fastest fused SDPA backend:
-    time per step and the fused / split-KV ratio (above 1: split-KV is faster)."""
-    here = decode[decode["dtype"] == chapter.dtype]
+def decode_table(values: list[dict], dtype: str) -> dict:
     rows = []
-    for (cache, batch), at in here.groupby(["cache_len", "batch"], sort=True):
-        fused, split = _ok(at[at["fused_sdpa"] == True]), _ok(at[at["impl"] == "splitkv"])  # noqa: E712
-        point = f"{int(cache):,} keys"
-        if fused.empty or split.empty:
-            why = _why_missing(at, point)
-            rows.append([f"{int(cache):,}", str(batch), why, why, "—", "—"])
+    for r in values:
+        if "missing" in r:
+            why = why_missing(r["missing"], f"{r['cache_len']:,} keys")
+            rows.append([f"{r['cache_len']:,}", str(r["batch"]), why, why, "—", "—"])
             continue
-        best = fused.loc[fused["median_ms"].idxmin()]
-        speed = [1 / r for r in split["ratio"].dropna() if r > 0]
-        splits = f"{int(split['splits'].min())}–{int(split['splits'].max())}"
-        rows.append([f"{int(cache):,}", str(batch), f"{_us(best['median_ms'])} ({best['impl']})",
-                     f"{_us(split['median_ms'].min())}–{_us(split['median_ms'].max())}",
-                     splits, f"{format_value(speed)}×" if speed else "—"])
-    return _table("decode", "Split-KV against the fused kernel",
-                  ["Keys", "Batch", "Fused (µs, backend)", "Split-KV (µs, over splits)",
-                   "Splits", "Fused / split-KV"], rows,
-                  [f"One query per sequence, {chapter.dtype}; the ratio is paired round by "
-                   "round, its range over the split counts; above 1, split-KV is faster."])
+        speed = r["fused_over_split"]
+        rows.append([f"{r['cache_len']:,}", str(r["batch"]),
+                     f"{_us(r['fused']['median_ms'])} ({r['fused']['impl']})",
+                     f"{_us(r['split_ms'][0])}–{_us(r['split_ms'][1])}",
+                     f"{r['splits'][0]}–{r['splits'][1]}",
+                     f"{format_value(speed)}×" if speed else "—"])
+    return _table("decode", ["Keys", "Batch", "Fused (µs, backend)", "Split-KV (µs, over "
+                             "splits)", "Splits", "Fused / split-KV"], rows,
+                  [f"One query per sequence, {dtype}; the ratio is paired round by round, "
+                   "its range over the split counts; above 1, split-KV is faster."])
+
+
+def tables_of(manuscript: dict) -> list[dict]:
+    """The four tables for people, from the artifact's values (an older artifact stored
+    them as text already: as they are)."""
+    if isinstance(manuscript["tables"], list):
+        return manuscript["tables"]
+    t, dtype, block_q = manuscript["tables"], manuscript["dtype"], manuscript["block_q"]
+    return [traffic_table(t["traffic"], block_q, dtype), prefill_table(t["prefill"], block_q,
+                                                                        dtype),
+            backends_table(t["backends"], dtype), decode_table(t["decode"], dtype)]
 
 
 # ------------------------------------------------------------------ Markdown and LaTeX
@@ -202,13 +171,36 @@ def markdown(table: dict, key: str) -> str:
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                   "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}", "–": "--", "—": "---", "×": r"\ensuremath{\times}",
-                  "µ": r"\ensuremath{\mu}", "≈": r"\ensuremath{\approx}", "’": "'"}
+                  "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}",
+                  "|": r"\textbar{}", "–": "--", "—": "---", "’": "'", "‘": "`", "“": "``",
+                  "”": "''", "…": r"\ldots{}", "·": r"\ensuremath{\cdot}",
+                  "×": r"\ensuremath{\times}", "µ": r"\ensuremath{\mu}",
+                  "≈": r"\ensuremath{\approx}", "≥": r"\ensuremath{\geq}",
+                  "≤": r"\ensuremath{\leq}", "≠": r"\ensuremath{\neq}",
+                  "±": r"\ensuremath{\pm}", "→": r"\ensuremath{\rightarrow}",
+                  "←": r"\ensuremath{\leftarrow}", "∞": r"\ensuremath{\infty}",
+                  "√": r"\ensuremath{\surd}", "°": r"\ensuremath{^\circ}",
+                  "²": r"\ensuremath{^2}", "³": r"\ensuremath{^3}", "⁻": r"\ensuremath{^-}",
+                  "\n": " ", "\t": " "}
+
+
+def _latex_char(ch: str) -> str:
+    if ch in _LATEX_SPECIAL:
+        return _LATEX_SPECIAL[ch]
+    if ch.isascii() and (ch.isprintable() or ch == " "):
+        return ch
+    plain = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode()
+    if plain and plain.isprintable():  # é -> e: pdflatex stops on what it cannot map
+        return "".join(_LATEX_SPECIAL.get(c, c) for c in plain)
+    return rf"\texttt{{[U+{ord(ch):04X}]}}"
 
 
 def latex_text(text: str) -> str:
-    """Text as LaTeX: the specials escaped, dashes and symbols as LaTeX writes them."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    """Text as LaTeX that pdflatex reads as text: ASCII only, the specials (and < > |,
+    which the default font encoding prints as other glyphs) escaped, dashes, quotes and
+    symbols as LaTeX writes them; any other character by its ASCII form, else its code
+    point, never a character pdflatex stops on."""
+    return "".join(_latex_char(ch) for ch in str(text))
 
 
 def latex(table: dict, key: str) -> str:
@@ -241,55 +233,63 @@ def _words(n: int) -> str:
 
 
 def macro_name(claim_id: str) -> str:
-    """A LaTeX command name (letters only) for a claim id: C13-05 -> ILCThirteenFive."""
+    """A LaTeX command name (letters only) for a claim id: C13-05 -> ILCThirteenFive; an id
+    that is not exactly C13-NN or Q13-NN (a trailing newline too) is an error."""
+    if not re.fullmatch(r"[CQ]13-[0-9]{2}", str(claim_id)):
+        raise ValueError(f"claim id {claim_id!r} is not C13-NN or Q13-NN; fix it in "
+                         "claims.yaml")
     parts = re.findall(r"[A-Za-z]+|\d+", claim_id)
-    if not parts:
-        raise ValueError(f"claim id {claim_id!r} has no letters or digits to name a macro")
     return "IL" + "".join(p if p.isalpha() else _words(int(p)) for p in parts)
 
 
-def number_text(result: dict) -> str:
+def number_text(number: dict) -> str:
     """The number as the chapter prints it: 3 significant figures and its unit, or the
     verdict when there is no value here."""
-    if result.get("value") is None:
-        return result["verdict"]
-    return with_unit(result["value"], result.get("unit"))
+    if number.get("value") is None:
+        return number["verdict"]
+    return with_unit(number["value"], number.get("unit"))
 
 
-def named_numbers(claims: dict, commits: dict[tuple[str, int], str | None]) -> list[dict]:
-    """One named value per claim of claims.json, with its provenance; ``commits`` maps
-    (stage, version) to the git commit that made that artifact version."""
-    numbers = []
-    for result in claims["claims"]:
-        artifact = result.get("artifact") or {}
-        version = artifact.get("version")
-        numbers.append({
-            "name": result["id"], "macro": macro_name(result["id"]),
-            "value": result.get("value"), "text": number_text(result),
-            "ci_low": result.get("ci_low"), "ci_high": result.get("ci_high"),
-            "unit": result.get("unit") or "", "claim": result["id"], "kind": result["kind"],
-            "verdict": result["verdict"], "marked": result["verdict"] != REPRODUCED,
-            "artifact": artifact.get("path"), "stage": artifact.get("stage"),
-            "version": version, "sha256": artifact.get("sha256"),
-            "commit": commits.get((artifact.get("stage"), version))})
-    return numbers
+def numbers_file(manuscript: dict) -> list[dict]:
+    """numbers.json's entries: the artifact's numbers with their text and macro, and the
+    artifact they come from flattened (path, stage, version, sha256)."""
+    out = []
+    for n in manuscript["numbers"]:
+        if "text" in n:  # an older artifact held them rendered already
+            out.append(n)
+            continue
+        artifact = n.get("artifact") or {}
+        out.append({"claim": n["claim"], "macro": macro_name(n["claim"]), "kind": n["kind"],
+                    "verdict": n["verdict"], "marked": n["verdict"] != REPRODUCED,
+                    "value": n["value"], "interval": n["interval"], "unit": n["unit"],
+                    "text": number_text(n), "figures": n["figures"],
+                    "artifact": artifact.get("path"), "stage": artifact.get("stage"),
+                    "version": artifact.get("version"), "sha256": artifact.get("sha256"),
+                    "commit": n["commit"]})
+    return out
 
 
 def numbers_tex(numbers: list[dict], key: str) -> str:
     r"""One \newcommand per number, a % line of provenance above it; numbers whose
     verdict is not "reproduced" wrapped in \ILcheck (defined here unless the document
-    defines it first)."""
+    defines it first). Two numbers that would define the same command are an error."""
     lines = [f"% The chapter's numbers as measured on {key} (inferlab manuscript stage).",
              "% Regenerate: snakemake --cores 1 manuscript. Never edit by hand.",
              '% \\ILcheck marks a number whose verdict here is not "reproduced".',
              r"\providecommand{\ILcheck}[1]{\fbox{#1}}"]
+    seen: dict[str, str] = {}
     for n in numbers:
+        if n["macro"] in seen:
+            raise ValueError(f"claims {seen[n['macro']]!r} and {n['claim']!r} both define "
+                             f"\\{n['macro']}: claim ids must be unique C13-NN or Q13-NN")
+        seen[n["macro"]] = n["claim"]
         source = (f"{n['artifact']} version {n['version']} "
                   f"sha256 {n['sha256'] or 'not in the register'} "
                   f"commit {n['commit'] or 'not recorded'}") if n["artifact"] else "no artifact"
         text = latex_text(n["text"])
         body = "\\ILcheck{" + text + "}" if n["marked"] else text
-        lines += [f"% {n['claim']} ({n['kind']}): {n['verdict']}; {source}",
+        comment = f"{n['claim']} ({n['kind']}): {n['verdict']}; {source}"
+        lines += ["% " + " ".join(comment.split()),
                   "\\newcommand{\\" + n["macro"] + "}{" + body + "}"]
     return "\n".join(lines) + "\n"
 
@@ -297,13 +297,13 @@ def numbers_tex(numbers: list[dict], key: str) -> str:
 def derived_files(manuscript: dict) -> dict[str, bytes]:
     """The files of results/{key}/manuscript/, a pure function of the artifact (whose
     ``files`` records each one's sha256)."""
-    key, tables = manuscript["key"], manuscript["tables"]
-    numbers = {"key": key, "claims": manuscript["claims"], "numbers": manuscript["numbers"]}
+    key, tables, named = manuscript["key"], tables_of(manuscript), numbers_file(manuscript)
+    numbers = {"key": key, "claims": manuscript["claims"], "numbers": named}
     texts = {"tables.md": "\n".join(markdown(t, key) for t in tables),
              "tables.tex": "% needs \\usepackage{booktabs}\n" + "\n".join(latex(t, key)
                                                                          for t in tables),
              "numbers.json": json.dumps(numbers, indent=2, ensure_ascii=False) + "\n",
-             "numbers.tex": numbers_tex(manuscript["numbers"], key)}
+             "numbers.tex": numbers_tex(named, key)}
     return {name: text.encode("utf-8") for name, text in texts.items()}
 
 
@@ -321,24 +321,22 @@ def report_view(root, key: str, evidence) -> dict:
     import os
 
     from inferlab.core import layout
+    from inferlab.evidence.integrity import derived_status
 
     data = evidence.data
     if data is None:
         why = evidence.error or "the manuscript stage did not run for this key"
         return {"key": key, "missing": f"{NOT_MEASURED}: {why}", "tables": [], "files": []}
     page_dir = layout.report_path(root).parent
-    files = []
-    for name, recorded in sorted(data["files"].items()):
-        path = layout.derived_path(root, key, "manuscript", name)
-        now = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-        status = "missing" if now is None else ("sha256 OK" if now == recorded else
-                                                "changed since the stage wrote it")
-        files.append({"name": name, "href": os.path.relpath(path, page_dir), "status": status,
-                      "ok": now == recorded})
+    # the files the stage declares, never a name the artifact makes up (it may be another
+    # key's, naming a file outside its folder: issue 35)
+    files = [{"name": f["name"], "href": os.path.relpath(f["path"], page_dir),
+              "status": f["status"], "ok": f["ok"]}
+             for f in derived_status(root, key, "manuscript", data["files"])]
     tables = [{"title": t["title"], "notes": t["notes"],
                "table": {"columns": t["columns"],
                          "rows": [{"cells": r, "noisy": False} for r in t["rows"]]}}
-              for t in data["tables"]]
-    marked = sum(n["marked"] for n in data["numbers"])
+              for t in tables_of(data)]
+    marked = sum(n["marked"] for n in numbers_file(data))
     return {"key": key, "missing": None, "tables": tables, "files": files,
             "numbers": len(data["numbers"]), "marked": marked, "dtype": data["dtype"]}

@@ -1,240 +1,231 @@
-"""``inferlab manuscript check FILE``: every number a chapter prints, and what covers it.
+"""``inferlab manuscript check FILE``: every number a chapter prints, checked by value.
 
-A chapter (Markdown or plain text, like the seed) is read sentence by sentence; every
-number it prints (digits, ``4.7 \\times 10^{-5}``, the number words eleven to
-ninety-nine) is matched to the claims of ``claims.yaml`` whose sentence is this one and
-prints that number (those whose chapter value prints it, when any do), and each such
-claim's verdict per results key is shown. A number no claim covers must be of a kind
-listed, with its reason, in ``docs/chapter/not_claims.yaml`` (a chapter number, an
-exercise's size, a code literal, ...); one that is neither makes the check fail, so CI
-keeps claims.yaml and the text in step. Digits glued to a letter (fp16, A100,
-FlashAttention-2) are names, not numbers.
+The chapter (plain text or Markdown, like the seeds) is read sentence by sentence; each
+sentence is found in docs/chapter/sentences.yaml by its shape (its text with the numbers
+as ``#``), which names the claims that check it (or why none does) and the numbers of it
+that are no measurement, by kind and value (a chapter number, an exercise number, the
+experiment's setting: docs/chapter/not_claims.yaml lists the kinds). Each number of the
+sentence, in order, must then be
+
+* the next figure its claims print (``Claim.figures``, else the check's printed bounds:
+  C13-19's 9.1, 10.3, 11.1, 11.5), with its unit and value as printed: in order, so a
+  figure another claim of the sentence prints, or two figures swapped, do not pass;
+* or a setting of one of its claims (a length of its scope, the blocks it selects);
+* or a number the sentence declares as no measurement (each declared value once).
+
+Anything else fails, naming the line, the number, the figure expected and the value
+measured here (numbers.json of each results key). ``--strict`` also fails a figure whose
+claim is "not reproduced" on the chosen key(s).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+import stat
 from pathlib import Path
 
-import yaml
+from inferlab.core import layout
+from inferlab.presentation.chapter_text import Number, numbers_in, parse_figure, sentences, shape
+from inferlab.presentation.coverage import NOT_CLAIMS_FILE, Entry, index, load_kinds, load_sentences
 
-from inferlab.presentation.manuscript import ONES, TENS
-
-NOT_CLAIMS_FILE = Path(__file__).resolve().parents[2] / "docs" / "chapter" / "not_claims.yaml"
-
-_NUMBER_WORDS = {w.lower(): i for i, w in enumerate(ONES) if i > 10}
-_NUMBER_WORDS |= {f"{t.lower()}-{o.lower()}" if o else t.lower(): 10 * i + j
-                  for i, t in enumerate(TENS) if i >= 2
-                  for j, o in enumerate(["", *ONES[1:10]])}
-_SCI = r"\d+(?:\.\d+)?\s*\\times\s*10\^\{-?\d+\}"
-_DIGITS = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
-_WORDS = "|".join(sorted(_NUMBER_WORDS, key=len, reverse=True))
-# digits glued to a letter or after "letter-" are names (fp16, A100, FlashAttention-2)
-_NUMBER_RE = re.compile(rf"(?<![\w.])(?<![A-Za-z]-)(?:{_SCI}|{_DIGITS})(?![\d])"
-                        rf"|\b(?:{_WORDS})\b", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z“\"(\\•])")
+MAX_BYTES = 1_000_000  # the chapter is 25 kB; a file 40 times that is not a chapter
+NOT_REPRODUCED = "not reproduced"
 
 
-def number_value(token: str) -> float:
-    """'8,192' -> 8192, '4.7 \\times 10^{-5}' -> 4.7e-05, 'sixty-four' -> 64."""
-    sci = re.match(r"(\d+(?:\.\d+)?)\s*\\times\s*10\^\{(-?\d+)\}", token)
-    if sci:
-        return float(f"{sci.group(1)}e{sci.group(2)}")
-    if token.lower() in _NUMBER_WORDS:
-        return float(_NUMBER_WORDS[token.lower()])
-    return float(token.replace(",", ""))
+# ---------------------------------------------------------------- what a claim prints
 
 
-def numbers_in(text: str) -> list[tuple[str, float, int, int]]:
-    """(token, value, start, end) of every number ``text`` prints."""
-    return [(m.group(0), number_value(m.group(0)), m.start(), m.end())
-            for m in _NUMBER_RE.finditer(text)]
+def figures(claim) -> list[Number]:
+    """The numbers the chapter prints for ``claim``, in order: its ``figures``, else the
+    printed bounds of its check (a logical bound such as the 1 of "slower" is none)."""
+    if claim.figures:
+        return [parse_figure(f) for f in claim.figures]
+    e = claim.check.expect if claim.check is not None else None
+    if e is None:
+        return []
+    if e.kind == "between":
+        values = [b for b, p in zip(e.bounds, e.printed, strict=True) if p]
+    elif e.kind == "approx_at":
+        values = [x for _, x in e.points] if e.printed[0] else []
+    elif e.kind == "equals":
+        values = [e.target] if isinstance(e.target, int | float) and \
+            not isinstance(e.target, bool) else []
+    elif e.kind in ("max", "min", "approx"):
+        values = [e.target] if any(e.printed) else []
+    else:
+        values = []
+    return [parse_figure(v) for v in values]
 
 
-@dataclass(frozen=True)
-class Sentence:
-    line: int
-    section: str
-    text: str
+def settings(claim) -> list[float]:
+    """The numbers of the claim's own setting: its scope and filters (8,192 tokens, blocks
+    of 128), and the abscissae of approx_at."""
+    check = claim.check
+    if check is None:
+        return []
+    values = [v for _, vs in check.scope for v in vs]
+    sides = [check.measure.numerator, check.measure.denominator] if check.measure.is_ratio \
+        else []
+    for cond in [c for rows in (check.rows, *sides) for c in rows.where]:
+        values += list(cond.values or ()) + [b for b in (cond.low, cond.high) if b is not None]
+    if check.expect is not None:
+        values += [k for k, _ in check.expect.points]
+    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
 
 
-def _is_heading(line: str) -> bool:
-    return (len(line.split()) <= 6 and not line.startswith(("•", "-", "*"))
-            and not line.rstrip().endswith((".", ":", "?", "!", ";", ",", ")")))
+def _declared(left: list[tuple[str, object]], number: Number) -> str | None:
+    """The kind of the first declared value ``number`` prints, taken from ``left`` (each
+    declared value stands for one number of the sentence)."""
+    for i, (kind, v) in enumerate(left):
+        if (isinstance(v, str) and v == number.token) or (
+                not isinstance(v, str) and number.equals(float(v))):
+            del left[i]
+            return kind
+    return None
 
 
-def sentences(text: str) -> list[Sentence]:
-    """The text's sentences with their line and the heading above them."""
-    found, section = [], ""
-    for i, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip().lstrip("#").strip()
-        if not line:
-            continue
-        if _is_heading(line) and not numbers_in(line):
-            section = line
-            continue
-        pieces = [s for s in _SENTENCE_END.split(line) if s.strip()]
-        for j in range(len(pieces) - 1, 0, -1):  # "1. Prove that ...": a list marker
-            if re.fullmatch(r"\d+[.)]", pieces[j - 1].strip()):
-                pieces[j - 1:j + 1] = [f"{pieces[j - 1]} {pieces[j]}"]
-        found += [Sentence(i, section, s) for s in pieces]
+# ---------------------------------------------------------------- one sentence
+
+
+def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list[dict]:
+    """Each number of ``text`` against ``entry``: its claim figure, setting or declared
+    kind, or a failure naming what was expected and what is measured here."""
+    lists = {}  # two claims that print the same figures (C13-30, C13-47) print them once
+    for cid in entry.checked_by:
+        lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), cid)
+    required = [(cid, f) for cid in lists.values() for f in figures(by_id[cid])]
+    setting = [v for cid in entry.checked_by for v in settings(by_id[cid])]
+    declared = [(kind, v) for kind, values in entry.numbers.items() for v in values]
+    found, at = [], 0
+    for number in numbers_in(text):
+        row = {"number": number.token, "value": number.value, "unit": number.unit}
+        if at < len(required) and number.equals(required[at][1].value, required[at][1].unit):
+            cid = required[at][0]
+            row |= {"claim": cid, "figure": required[at][1].token,
+                    "verdicts": {k: n.get(cid, {}).get("verdict") for k, n in measured.items()}}
+            at += 1
+        elif any(number.equals(v) for v in setting):
+            row |= {"setting_of": list(entry.checked_by)}
+        elif (kind := _declared(declared, number)) is not None:
+            row |= {"declared": kind}
+        else:
+            expected = required[at] if at < len(required) else None
+            row |= {"failure": True, "expected": None if expected is None else {
+                "claim": expected[0], "figure": expected[1].token,
+                "measured": {k: n.get(expected[0], {}).get("text") for k, n in
+                             measured.items()}}}
+            at += expected is not None  # read as that figure misprinted: go on after it
+        found.append(row)
     return found
 
 
-def _normal(text: str) -> str:
-    return " ".join(re.sub(r"[^\w.,\\^{}-]+", " ", text.lower()).split())
-
-
-def _words_of(text: str) -> set[str]:
-    return set(re.findall(r"[a-z]{3,}", text.lower()))
-
-
-def _same_sentence(claim_sentence: str, chapter_sentence: str) -> bool:
-    """The claim quotes this sentence (or part of it, or the sentence is part of it)."""
-    a, b = _normal(claim_sentence), _normal(chapter_sentence)
-    if a in b or b in a:
-        return True
-    words = _words_of(claim_sentence)
-    return bool(words) and len(words & _words_of(chapter_sentence)) >= 0.7 * len(words)
-
-
-def covering_claims(value: float, sentence: str, claims) -> list:
-    """The claims whose sentence is this one and prints ``value``; those whose chapter
-    value prints it first, when any does."""
-    def prints(text):
-        return any(abs(v - value) <= 1e-9 * max(1.0, abs(value)) for _, v, _, _ in
-                   numbers_in(text))
-    same = [c for c in claims if _same_sentence(c.sentence, sentence) and prints(c.sentence)]
-    exact = [c for c in same if prints(c.chapter_value)]
-    return exact or same
-
-
-@dataclass(frozen=True)
-class NotClaim:
-    """A kind of number that is not a claim: it matches ``pattern`` around the number, or
-    stands under the heading ``section``."""
-
-    kind: str
-    reason: str
-    pattern: re.Pattern | None = None
-    section: str | None = None
-
-    def covers(self, sentence: Sentence, start: int, end: int) -> bool:
-        if self.section is not None and sentence.section == self.section:
-            return True
-        return self.pattern is not None and any(
-            m.start() <= start and end <= m.end() for m in self.pattern.finditer(sentence.text))
-
-
-def load_not_claims(path: Path | str | None = None) -> list[NotClaim]:
-    """The explicit list of non-claim numbers; each entry needs kind, reason and exactly
-    one of pattern (a regular expression) or section (a heading)."""
-    path = Path(path or NOT_CLAIMS_FILE)
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    kinds = []
-    for i, entry in enumerate(data.get("kinds") or []):
-        where = f"{path.name} entry {i} ({entry.get('kind', '?')})"
-        if not entry.get("kind") or not entry.get("reason"):
-            raise ValueError(f"{where}: needs a 'kind' and a 'reason'")
-        if ("pattern" in entry) == ("section" in entry):
-            raise ValueError(f"{where}: give exactly one of 'pattern' or 'section'")
-        try:
-            pattern = re.compile(entry["pattern"]) if "pattern" in entry else None
-        except re.error as exc:
-            raise ValueError(f"{where}: pattern {entry['pattern']!r} is not a regex: {exc}") \
-                from None
-        kinds.append(NotClaim(entry["kind"], " ".join(entry["reason"].split()), pattern,
-                              entry.get("section")))
-    return kinds
-
-
-def check_text(text: str, claims, verdicts: dict[str, dict[str, str]],
-               not_claims: list[NotClaim]) -> list[dict]:
-    """Every number ``text`` prints: its sentence, the claims that cover it with their
-    verdict per key (``verdicts``: key -> claim id -> verdict), else the non-claim kind
-    it is, else neither (``uncovered``)."""
-    found = []
+def check_text(text: str, claims, entries: dict[str, Entry], measured: dict,
+               strict: bool = False) -> list[dict]:
+    """Every number of ``text``, sentence by sentence (``entries``: the sentence list by
+    shape; ``measured``: key -> claim id -> its numbers.json entry)."""
+    by_id = {c.id: c for c in claims}
+    out = []
     for sentence in sentences(text):
-        for token, value, start, end in numbers_in(sentence.text):
-            covering = covering_claims(value, sentence.text, claims)
-            kind = None if covering else next(
-                (k for k in not_claims if k.covers(sentence, start, end)), None)
-            found.append({
-                "line": sentence.line, "number": token, "sentence": sentence.text,
-                "claims": [{"id": c.id, "verdicts": {key: v.get(c.id, "no verdict")
-                                                     for key, v in verdicts.items()}}
-                           for c in covering],
-                "not_claim": None if kind is None else {"kind": kind.kind,
-                                                        "reason": kind.reason},
-                "uncovered": not covering and kind is None})
-    return found
+        entry = entries.get(shape(sentence.text))
+        if entry is None:
+            if numbers_in(sentence.text):
+                out.append({"line": sentence.line, "sentence": sentence.text,
+                            "number": numbers_in(sentence.text)[0].token, "failure": True,
+                            "unlisted": True})
+            continue
+        for row in check_sentence(sentence.text, entry, by_id, measured):
+            if strict and NOT_REPRODUCED in (row.get("verdicts") or {}).values():
+                row["failure"] = row["not_reproduced"] = True
+            out.append({"line": sentence.line, "sentence": sentence.text, **row})
+    return out
+
+
+def _why(row: dict) -> str:
+    if row.get("unlisted"):
+        return ("a sentence docs/chapter/sentences.yaml does not list: add it with its "
+                "claims or a reason")
+    if row.get("not_reproduced"):
+        keys = [k for k, v in row["verdicts"].items() if v == NOT_REPRODUCED]
+        return f"{row['claim']} is not reproduced on {', '.join(keys)}"
+    expected = row.get("expected")
+    if expected is None:
+        return "no figure of its claims, no setting and no declared number of this sentence"
+    here = "; ".join(f"{k}: {v}" for k, v in expected["measured"].items() if v) or \
+        "no numbers.json here"
+    return (f"{expected['claim']} prints {expected['figure']} here (measured: {here}); or it "
+            "is no figure, setting or declared number of this sentence")
 
 
 def format_check(found: list[dict], name: str) -> str:
-    lines = []
-    for f in found:
-        if f["claims"]:
-            what = "; ".join(f"{c['id']} (" + (", ".join(f"{k}: {v}" for k, v in
-                                                        c["verdicts"].items()) or "no results")
-                             + ")" for c in f["claims"])
-        elif f["not_claim"]:
-            what = f"no claim: {f['not_claim']['kind']}"
-        else:
-            what = "NO CLAIM and no reason: add a claim to claims.yaml or a kind to " \
-                   "docs/chapter/not_claims.yaml"
-        sentence = f["sentence"] if len(f["sentence"]) <= 90 else f["sentence"][:87] + "..."
-        lines.append(f"{name}:{f['line']}: {f['number']!r}: {what}\n    {sentence}")
-    covered = sum(bool(f["claims"]) for f in found)
-    kinds: dict[str, int] = {}
-    for f in found:
-        if f["not_claim"]:
-            kinds[f["not_claim"]["kind"]] = kinds.get(f["not_claim"]["kind"], 0) + 1
-    uncovered = sum(f["uncovered"] for f in found)
-    lines.append(f"{name}: {len(found)} numbers: {covered} covered by a claim, "
-                 f"{sum(kinds.values())} not claims ("
-                 + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())) + f"), "
-                 f"{uncovered} with no claim and no reason")
+    lines = [f"{name}:{r['line']}: {r['number']!r}: {_why(r)}\n    {r['sentence'][:120]}"
+             for r in found if r.get("failure")]
+    by = {"figure": sum("claim" in r and not r.get("failure") for r in found),
+          "setting": sum("setting_of" in r for r in found),
+          "declared": sum("declared" in r for r in found),
+          "failing": sum(bool(r.get("failure")) for r in found)}
+    lines.append(f"{name}: {len(found)} numbers: {by['figure']} a claim's figure, "
+                 f"{by['setting']} a claim's setting, {by['declared']} declared as no "
+                 f"measurement, {by['failing']} failing")
     return "\n".join(lines)
 
 
-def key_verdicts(root: Path | str) -> dict[str, dict[str, str]]:
-    """key -> claim id -> verdict, from each key's claims.json read through the artifact
-    reader; a key whose claims.json cannot be trusted says so in every verdict, and one
-    that cannot be read (made by older code, another schema) says that instead."""
-    from inferlab.core import layout
-    from inferlab.evidence import artifacts
-    from inferlab.evidence.trust import doubt
-    from inferlab.judging.claims import load
+# ---------------------------------------------------------------- inputs
 
-    found = {}
-    for key in layout.keys(root):
-        path = layout.artifact_path(root, key, "claims")
-        if not path.is_file():
-            continue
-        why = doubt(root, key, "claims")
-        try:
-            claims = artifacts.read(path, "claims")["claims"]
-        except ValueError as exc:
-            found[key] = {c.id: f"unknown: its claims.json cannot be read ({exc}); rerun its "
-                          "claims stage" for c in load().claims}
-            continue
-        found[key] = {c["id"]: c["verdict"] + (f" (untrusted: {why})" if why else "")
-                      for c in claims}
-    return found
+
+def measured_numbers(root: Path | str, keys: list[str] | None = None) -> dict[str, dict]:
+    """key -> claim id -> its entry of results/{key}/manuscript/numbers.json."""
+    out = {}
+    for key in keys if keys is not None else layout.keys(root):
+        path = layout.derived_path(root, key, "manuscript", "numbers.json")
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ValueError(f"{path}: not JSON ({exc}); rerun the manuscript stage") \
+                    from None
+            out[key] = {n.get("claim"): n for n in data.get("numbers", [])}
+    return out
+
+
+def read_chapter(path: Path | str) -> str:
+    """The chapter's text: a regular UTF-8 file of at most MAX_BYTES; anything else is an
+    error that says what it is and what is expected."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise ValueError(f"chapter file {str(path)!r} does not exist") from None
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or device)"
+        raise ValueError(f"chapter file {str(path)!r} is {what}; give the chapter's text file")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ValueError(f"chapter file {str(path)!r} is {size:,} bytes; the limit is "
+                         f"{MAX_BYTES:,} (a chapter is tens of kB)")
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ValueError(f"chapter file {str(path)!r} holds NUL bytes: binary, or UTF-16; "
+                         "save it as UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"chapter file {str(path)!r} is not UTF-8 text (byte "
+                         f"{data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8") \
+            from None
 
 
 def cli_check(path: Path | str, root: Path | str = ".", not_claims: Path | str | None = None,
-              as_json: bool = False) -> int:
-    """``inferlab manuscript check FILE``: 1 when a number has no claim and no reason."""
+              as_json: bool = False, strict: bool = False, key: str | None = None) -> int:
+    """``inferlab manuscript check FILE``: 1 when a number fails (``strict``: also when
+    its claim is not reproduced on ``key``, or on any key)."""
     from inferlab.judging.claims import load
 
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"chapter file {str(path)!r} does not exist")
-    found = check_text(path.read_text(encoding="utf-8"), load().claims, key_verdicts(root),
-                       load_not_claims(not_claims))
+    text = read_chapter(path)
+    claims = load(Path(root) / "claims.yaml").claims
+    kinds = load_kinds(Path(not_claims) if not_claims else Path(root) / NOT_CLAIMS_FILE)
+    entries = index(load_sentences(root, {c.id for c in claims}, kinds))
+    found = check_text(text, claims, entries,
+                       measured_numbers(root, [key] if key else None), strict)
     print(json.dumps(found, indent=2, ensure_ascii=False) if as_json
-          else format_check(found, path.name))
-    return 1 if any(f["uncovered"] for f in found) else 0
+          else format_check(found, Path(path).name))
+    return 1 if any(r.get("failure") for r in found) else 0

@@ -31,12 +31,14 @@ from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.evidence.register import Register
 from inferlab.judging.claims import Claim, load
 from inferlab.presentation import sections
+from inferlab.presentation.claim_text import judged_on_text, reason_text
 from inferlab.presentation.formats import plain_text, table_cell, with_unit
 from inferlab.presentation.sections import NOT_MEASURED, KeyData, Page, load_key
 
 TEMPLATE = "report.html.j2"
 VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here",
-            "not measurable here", "not comparable on this device", "not checkable")
+            "not measurable here", "not comparable on this device", "about the author's code",
+            "not checkable")
 # Each stage's view (inferlab/presentation/views/<stage>.py), in the declaration's order; None: no
 # view
 VIEWS = {name: sections.load(name) for name in STAGES}
@@ -45,6 +47,7 @@ SECTIONS = (("summary", "Summary"), (CLAIMS_STAGE, "Claims"),
             *((v.SECTION["id"], v.SECTION["title"]) for v in VIEWS.values() if v),
             ("provenance", "Provenance"))
 __all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
+MEASURABLE = "not measurable here"
 
 # ---------------------------------------------------------------- data
 
@@ -84,6 +87,11 @@ def summary_card(data: KeyData) -> dict:
                         if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
             "counts": [{"verdict": v, "count": counts[v]} for v in shown],
             "flipped": [c["id"] for c in data.results if data.was(c["id"], c["verdict"])],
+            # a verdict that changed because a point was measured in one run only, not
+            # because a value moved across a threshold (issue 33: the false reason)
+            "flipped_measured": [c["id"] for c in data.results
+                                 if data.was(c["id"], c["verdict"]) and MEASURABLE in
+                                 (c["verdict"], data.previous[1].get(c["id"]))],
             "previous_version": data.previous[0]}
 
 
@@ -120,7 +128,8 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
             r = k.result(claim.id)
             cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
                 "key": k.key, "missing": None, "verdict": r["verdict"],
-                "value_text": value_text(r), "judged_on": r["judged_on"] or r["reason"],
+                "value_text": value_text(r),
+                "judged_on": judged_on_text(r["judged_on"]) or reason_text(r, claim, k.key),
                 "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
                 "was": k.was(claim.id, r["verdict"])})
         rows.append({"id": claim.id, "kind": claim.kind, "span": span,
@@ -143,20 +152,20 @@ def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
                               for e in Register(root, k.key).history()}
         except ValueError:  # an unreadable register: the blocks say what they can
             entries[k.key] = {}
-    return [_block(k.result(c.id), k, entries[k.key])
+    return [_block(k.result(c.id), c, k, entries[k.key])
             for c in claims for k in keys if k.result(c.id) is not None]
 
 
-def _block(result: dict, k: KeyData, entries: dict) -> dict:
+def _block(result: dict, claim: Claim, k: KeyData, entries: dict) -> dict:
     """A claim's provenance on one key; the chapter's hardware is said once, above."""
     artifact = result.get("artifact") or {}
     stage = artifact.get("stage")
     prov = (entries.get((stage, artifact.get("version"))) or {}).get("provenance") or {}
     items = [("value here", value_text(result), ""),
-             ("chapter value", plain_text(result["chapter_value"]), ""),
-             ("why", result["reason"], ""),
-             ("our reading", result.get("note") or "", ""),
-             ("judged on", result.get("judged_on") or "", "")]
+             ("chapter value", plain_text(claim.chapter_value), ""),
+             ("why", reason_text(result, claim, k.key), ""),
+             ("our reading", claim.reading.why if claim.reading else claim.note or "", ""),
+             ("judged on", judged_on_text(result.get("judged_on")), "")]
     if stage:
         check = k.integrity[stage]
         latest = (k.evidence[stage].entry or {}).get("version")

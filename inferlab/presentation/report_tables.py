@@ -50,9 +50,12 @@ def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = No
 
 def _unavailable(table: Table) -> tuple[pd.Series, list[str]]:
     """Rows that only say "unavailable", as one line per implementation and reason."""
-    mask = table.frame["status"].fillna("").str.startswith("unavailable")
-    notes = [f"{impl}: not run in {len(group)} rows: {reason.removeprefix('unavailable: ')}"
-             for (impl, reason), group in table.frame[mask].groupby(["impl", "status"])]
+    frame = table.frame
+    mask = frame["status"].fillna("") == "unavailable"
+    reasons = frame["reason"].fillna("") if "reason" in frame else pd.Series("", frame.index)
+    notes = [f"{impl}: not run in {len(group)} rows: {reason or 'no reason given'}"
+             for (impl, reason), group in frame[mask].assign(_why=reasons)
+             .groupby(["impl", "_why"])]
     return ~mask, notes
 
 
@@ -76,47 +79,6 @@ def previous_verdicts(root: Path, key: str) -> tuple[int | None, dict[str, str]]
     except (OSError, ValueError):
         return None, {}
     return entry["version"], {c["id"]: c["verdict"] for c in data["claims"]}
-
-
-def between_runs(root: Path, key: str, stage: str) -> dict:
-    """The latest version of a timing stage against the previous one made with the same
-    code, config and hardware (``compare``): per point the relative difference of the
-    median time and of the paired ratio, each run's 95 % interval beside it, and whether
-    each run lies inside the other's interval (a point whose runs disagree beyond their
-    intervals is flagged); or why there is nothing to compare."""
-    try:
-        previous, latest, diffs = compare.compare_latest(root, key, stage)
-    except ValueError as exc:
-        return {"key": key, "summary": f"no between-run spread: {exc}", "table": None}
-    parts = []
-    for column, label in (("ratio", "paired ratio"), ("median_ms", "median time")):
-        d = diffs[f"{column}_diff"].abs().dropna() if f"{column}_diff" in diffs else None
-        if d is not None and len(d):
-            parts.append(f"{label}: median |difference| {format_value(d.median() * 100)} %, "
-                         f"largest {format_value(d.max() * 100)} %"
-                         + compare.agreement(diffs, column))
-    keys = [k for k in STAGES[stage].key_columns if diffs[k].nunique(dropna=False) > 1]
-    labels = {"median_ms": "median (ms)", "ratio": "paired ratio"}
-    compared = [c for c in labels if f"{c}_diff" in diffs]
-    rows = []
-    for _, r in diffs.iterrows():
-        cells = [table_cell(r[k], _cell_kind(k, diffs[k].dtype)) for k in keys]
-        for c in compared:
-            low, high = compare.INTERVALS[c]
-            cells += [_with_interval(r, c, low, high, w) for w in ("old", "new")]
-            cells.append("—" if pd.isna(r[f"{c}_diff"]) else f"{r[f'{c}_diff'] * 100:+.1f} %")
-        agree = r.get("ratio_agree", pd.NA)
-        cells.append("—" if pd.isna(agree) else "yes" if agree else "no: outside")
-        # a point whose runs disagree beyond their intervals is marked like a noisy row
-        rows.append({"noisy": not pd.isna(agree) and not bool(agree), "cells": cells})
-    columns = keys + [f"{labels[c]}, {w}" for c in compared
-                      for w in ("before [95 %]", "now [95 %]", "difference")]
-    table = {"rows": rows, "columns": columns + ["ratios inside each other's interval"]}
-    record = track_record(Path(root), key, stage)
-    return {"key": key, "table": table,
-            "record": record_table(record) if len(record) > 1 else None,
-            "summary": f"version {latest['version']} against version {previous['version']} "
-                       f"over {len(diffs)} points; " + "; ".join(parts)}
 
 
 def pair_summary(diffs: pd.DataFrame) -> dict:

@@ -9,7 +9,7 @@ A stage ``name`` with report content has a view, ``inferlab/presentation/views/<
   has nothing to show);
 * ``tables(page) -> list[dict]``, and optionally ``figures(page) -> list[dict]`` (none
   by default; ``figure``: an anchor, a heading, one SVG per key, a caption); the tables
-  are the blocks below: tables, raw rows, the between-run spread, per-key columns;
+  are the blocks below: tables, raw rows, per-key columns;
 * optionally ``figure_of(check) -> str | None`` (by default its section's id): the
   anchor on the page that shows a claim's evidence, for the claims of its stage.
 
@@ -153,11 +153,6 @@ def text(html: str, cls: str = "") -> dict:
 def raw(blocks: list[dict]) -> dict:
     """Raw rows (``report_tables.raw_block``), each in a collapsed <details>."""
     return {"kind": "raw", "blocks": blocks}
-
-
-def between(found: list[dict]) -> dict:
-    """The between-run spread (``report_tables.between_runs``) of some keys."""
-    return {"kind": "between", "entries": found}
 
 
 def bullets(entries: list[str], cls: str = "notes") -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from inferlab.judging.claims import ClaimsFile, load
+from inferlab.judging.series_view import judged
 from inferlab.judging.verdicts import evaluate_all
 
 
@@ -23,5 +24,7 @@ class Params:
 
 def run(params: Params, ctx) -> dict:
     claims_file = params.claims_file
-    return evaluate_all(claims_file.claims, ctx.evidence, ctx.key, ctx.root,
+    # prefill and decode as the series pools them (a point the latest run dropped is still
+    # measured), referenced as the series artifact
+    return evaluate_all(claims_file.claims, judged(ctx.evidence), ctx.key, ctx.root,
                         claims_file.fp16_stand_in)

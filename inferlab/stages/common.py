@@ -7,12 +7,9 @@ artifact) or a dict (a JSON artifact); ``inferlab.workflow.runner`` does the res
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
-
-from inferlab.measurement import intervals
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -29,14 +26,18 @@ def random_qkv(shape: tuple[int, int, int, int], dtype: str, device: str, seed: 
                keys: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Standard-normal q (B, H, T, D) and k, v (B, H, keys or T, D), seeded, then cast.
 
-    Drawn on the CPU in float32 from one seeded generator, so every device and dtype
-    sees the same numbers (up to the cast).
+    Drawn in float32 on ``device`` itself, from one generator of that device seeded with
+    ``seed``: every dtype on a device sees the same numbers (up to the cast), and a GPU
+    never waits for the CPU (decode's 805 M samples at 65,536 keys and batch 8 took ~12 s
+    a draw on the CPU, in every worker, before the transfer). On a CPU these are exactly
+    the numbers of the committed CPU evidence; a GPU's generator draws others.
     """
     B, H, T, D = shape
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    q = torch.randn((B, H, T, D), generator=gen)
-    k, v = (torch.randn((B, H, T if keys is None else keys, D), generator=gen) for _ in "kv")
-    return tuple(t.to(device=device, dtype=torch_dtype(dtype)) for t in (q, k, v))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn((B, H, T, D), generator=gen, device=device)
+    k, v = (torch.randn((B, H, T if keys is None else keys, D), generator=gen, device=device)
+            for _ in "kv")
+    return tuple(t.to(dtype=torch_dtype(dtype)) for t in (q, k, v))
 
 
 def tuples(value):
@@ -76,24 +77,14 @@ class TimingParams:
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 
-def slow_path_drops(ceilings: dict) -> dict[str, str]:
-    """dtype -> the status of a point not timed in it: the probe found its matmul on a slow
-    path here (``matmul_slow_path``: below a quarter of fp32's rate, e.g. bf16 without
-    AVX512-BF16, where naive attention at 512 tokens took seconds a call). Its points are
-    dropped with that reason; the correctness sweep still checks the dtype."""
-    rates = {dtype: max((r for r in by_size.values() if r is not None), default=None)
-             for dtype, by_size in (ceilings.get("matmul_gflops_by_size") or {}).items()}
-    fp32 = rates.get("float32")
-    return {dtype: f"dropped: {dtype} matmul is a slow path here ({rates.get(dtype) or 0:.3g} "
-                   f"GFLOP/s against float32's {fp32 or 0:.3g}, probe.json "
-                   "matmul_slow_path): not timed"
+def slow_path_drops(ceilings: dict) -> dict[str, dict]:
+    """dtype -> the status fields of a point not timed in it: the probe found its matmul on
+    a slow path here (``matmul_slow_path``: below a quarter of fp32's rate, e.g. bf16
+    without AVX512-BF16, where naive attention at 512 tokens took seconds a call). Its
+    points are rows ``dropped`` (cause ``slow_path``); the correctness sweep still checks
+    the dtype."""
+    return {dtype: {"status": "dropped", "cause": "slow_path"}
             for dtype, slow in (ceilings.get("matmul_slow_path") or {}).items() if slow}
-
-
-def budget_left(budget_s: float, started: float) -> float:
-    """What is left of a stage's ``budget_s`` since ``started`` (time.perf_counter), or 0:
-    the checks before the timings count against the budget too."""
-    return max(budget_s - (time.perf_counter() - started), 0.0)
 
 
 def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], ...], list]:
@@ -136,35 +127,3 @@ def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref|, computed in float64 (NaN if any element of ``out`` is NaN)."""
     diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
     return math.nan if diff.isnan().any() else diff.max().item()
-
-
-def with_run_level(rows: list[dict], run_level: dict | None) -> list[dict]:
-    """A timing stage's rows with the run-level variance of the register's pairs of runs
-    made alike (``compare.run_level_of``, which the runner hands in as ``ctx.run_level``:
-    {"var": float | None, "pairs": [{"old": {"version"}, "new": {"version"}}]}) in each
-    paired ratio's interval (``intervals.with_run_level``); every row gets
-    ``ratio_process_sd`` (the processes' sd of the log ratio, what a later estimate needs)
-    and ``ratio_run_sd`` (the run-level sd its interval includes; None where none), and
-    ``interval_method`` says which pairs it came from, or that there were none."""
-    var = (run_level or {}).get("var")
-    pairs = ", ".join(f"{p['old']['version']}→{p['new']['version']}"
-                      for p in (run_level or {}).get("pairs", []))
-    out = []
-    for row in rows:
-        row = {**row, "ratio_process_sd": None, "ratio_run_sd": None}
-        ratio = row.get("ratio")
-        if row.get("status") == "ok" and ratio is not None and row.get("ratio_to") != row["impl"]:
-            found = intervals.with_run_level(ratio, row.get("ratio_ci_high"),
-                                             row.get("workers"), var or 0.0)
-            if found is not None:
-                low, high, row["ratio_process_sd"] = found
-                if var is None:
-                    how = ("; ratio: no run-level variance in its interval (the register holds "
-                           "no earlier pair of runs made alike)")
-                else:
-                    row.update(ratio_ci_low=low, ratio_ci_high=high, ratio_run_sd=math.sqrt(var))
-                    how = (f"; ratio: ± also a run-level sd of {math.sqrt(var):.2%} (Welch-"
-                           f"Satterthwaite df), from the register's pairs of runs {pairs}")
-                row["interval_method"] = (row.get("interval_method") or "") + how
-        out.append(row)
-    return out

@@ -12,13 +12,13 @@ kernel's); the kernel that ran is read with the profiler in the first worker tha
 the point, after all that worker's timings.
 
 Points are timed in the order cache length, batch, dtype of the config (shortest cache
-first); when the stage's ``budget_s`` runs out the last (longest) are dropped, each a row
-``dropped: <why>``.
+first). Every one is a point the chapter measured ("every length and batch I tried"), so
+under the stage's ``budget_s`` the harness cuts rounds and processes, never points: each
+gets its first process whatever the budget.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from inferlab.algorithms import kernels
@@ -26,17 +26,16 @@ from inferlab.algorithms.partials import splitkv_decode
 from inferlab.algorithms.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.measurement.backends import FUSED_SDPA
 from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.status import status_fields
 from inferlab.measurement.workers import time_points
 from inferlab.stages.common import (
     TimingParams,
-    budget_left,
     random_qkv,
     ratio,
     sdpa_plan,
     sdpa_timed,
     torch_dtype,
     tuples,
-    with_run_level,
 )
 
 # timing keys the decode section may set for itself
@@ -152,31 +151,30 @@ def point_rows(params: Params, cache_len: int, batch: int, dtype: str, result,
     base = {"cache_len": cache_len, "batch": batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}
     if result.dropped:
-        return [{**base, **row, "status": result.dropped} for row in _planned(params, cache_len)]
+        return [{**base, **row, **result.dropped} for row in _planned(params, cache_len)]
     rows = []
     for label, timing in result.timings.items():
         row = {**base, **result.meta[label], **timing.as_row(), **timing.process_row(),
-               "status": timing.status}
+               **status_fields(timing.status)}
         if timing.status == "ok":
             row["achieved_gbs"] = cache_bytes / (timing.median_ms * 1e-3) / 1e9
             row["frac_copy_ceiling"] = ratio(row["achieved_gbs"], copy_gbs)
             row.update(result.readings.get(label, {}))
         rows.append(row)
-    return rows + [{**base, **row} for row in result.refused]
+    return rows + [{**base, **row, **status_fields(row["status"])} for row in result.refused]
 
 
 def run(params: Params, ctx) -> list[dict]:
     copy_gbs = ctx.inputs["probe"]["ceilings"]["copy_gbs"]
     points = [(n, b, dtype) for n in params.cache_lens for b in params.batches
               for dtype in params.dtypes]
-    started = time.perf_counter()
     planned = [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points]
     results = time_points(
         "inferlab.stages.decode:point_cases", planned,
         names=[f"cache={n} batch={b} {dtype}" for n, b, dtype in points],
-        budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
-        **params.timing.point_options(ctx))
+        budget_s=params.budget_s, progress=ctx.progress, stop_at=ctx.stop_at,
+        required=[True] * len(points), **params.timing.point_options(ctx))
     rows = []
     for (cache_len, batch, dtype), result in zip(points, results, strict=True):
         rows += point_rows(params, cache_len, batch, dtype, result, copy_gbs)
-    return with_run_level(rows, ctx.run_level)
+    return rows

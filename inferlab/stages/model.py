@@ -10,8 +10,8 @@ the chapter), counted or measured here, or the analytic model (``inferlab.algori
 * ``launches``: block pairs at T tokens (``traffic.block_pairs``) x those operations
   (the chapter: "some 29,000 launches"); ``launch_time_s``: that many launches at the
   chapter's 40 µs per launch (its "1.2 seconds"), and at this machine's own per-op cost;
-* ``kv_traffic_ratio_half_tile``: K and V traffic of a tiled kernel with B_q/2 over B_q
-  (the chapter: "doubling B_q halves the K and V traffic");
+* ``kv_traffic_ratio_half_tile``: K and V traffic of a tiled kernel with B_q/2 over B_q,
+  the key tile B_k held (the chapter: "doubling B_q halves the K and V traffic": B_q alone);
 * ``decode_cache_mib``, ``decode_floor_us``: the chapter's 48 MiB cache read at its
   sustainable bandwidth (six times the 50 GB/s it measured: "170 microseconds"), and
   at this machine's copy ceiling;
@@ -184,8 +184,9 @@ def run(params: Params, ctx) -> list[dict]:
     ops = ops_per_block_pair(params, ctx)
     op_s = per_op_seconds(ctx)
     launches = pairs * ops
-    half = tiled_hbm_elements(params.T, params.d, params.block // 2, causal=True)
-    full = tiled_hbm_elements(params.T, params.d, params.block, causal=True)
+    # B_q alone: B_k stays (block_k defaults to block_q, which would halve both tiles)
+    half = tiled_hbm_elements(params.T, params.d, params.block // 2, params.block, causal=True)
+    full = tiled_hbm_elements(params.T, params.d, params.block, params.block, causal=True)
     qo = 2 * params.T * params.d  # Q read and O written once: not K/V traffic
     cache = decode_cache_bytes(1, params.heads, params.cache_len, params.d,
                                torch_dtype(params.cache_dtype).itemsize)
@@ -201,7 +202,8 @@ def run(params: Params, ctx) -> list[dict]:
         row("launch_time_s", launches * op_s, "s", "measured here",
             f"{launches:g} launches x {op_s * 1e6:.2f} µs per small op here"),
         row("kv_traffic_ratio_half_tile", (half - qo) / (full - qo), "×", "model",
-            f"K and V elements with B_q={params.block // 2} over B_q={params.block} ({at})"),
+            f"K and V elements with B_q={params.block // 2} over B_q={params.block}, "
+            f"B_k={params.block} ({at})"),
         row("decode_cache_mib", cache / 2**20, "MiB", "model",
             f"K and V, batch 1, {params.heads} heads, {params.cache_len} keys, d={params.d}, "
             f"{params.cache_dtype}"),

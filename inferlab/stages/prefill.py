@@ -9,10 +9,12 @@ mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
 peak extra memory and the kernel that ran are read with the profiler, so the profiler
 never runs before a timing in the same process.
 
-Points are timed in the order of ``sizes`` (dtype entries, then lengths), which is their
-priority: when the stage's ``budget_s`` runs out, the last points are dropped, each case
-a row ``dropped: <why>``. A size entry may name its own number of worker processes (the
-chapter's 8,192 tokens: one, after the others had theirs).
+Points are timed in the order of ``sizes`` (dtype entries, then lengths), the chapter's own
+first and the entries marked ``extra`` after them: that is their priority. Under the
+stage's ``budget_s`` the harness cuts rounds, then processes, then points: every chapter
+point gets its first process whatever the budget, and an extra point no process could fit
+is rows ``dropped`` (cause ``budget``). A size entry may name its own number of worker
+processes and warm-up calls (the chapter's 8,192 tokens: one process, one warm-up call).
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
@@ -24,7 +26,6 @@ scores does more arithmetic than it is credited with.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 from inferlab.algorithms import kernels
@@ -33,17 +34,16 @@ from inferlab.measurement.backends import FUSED_SDPA
 from inferlab.measurement.kernel_names import kernel_in, kernel_that_ran
 from inferlab.measurement.memory import capped, is_oom, peak_extra_bytes
 from inferlab.measurement.process import release_freed_memory
+from inferlab.measurement.status import status_fields
 from inferlab.measurement.workers import time_points
 from inferlab.stages.common import (
     TimingParams,
-    budget_left,
     random_qkv,
     ratio,
     sdpa_plan,
     sdpa_timed,
     slow_path_drops,
     tuples,
-    with_run_level,
 )
 
 GIB = 1 << 30
@@ -56,8 +56,9 @@ class Params:
     heads: int
     d: int
     # (dtype, the lengths T timed in it, the masks: causal values, or () for ``causal``,
-    # the worker processes: 0 for timing.workers, the warm-up calls: 0 for timing.warmup)
-    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int, int], ...]
+    # the worker processes: 0 for timing.workers, the warm-up calls: 0 for timing.warmup,
+    # whether the entry is an extra: timed after the chapter's points, dropped first)
+    sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int, int, bool], ...]
     causal: tuple[bool, ...]
     implementations: tuple[str, ...]
     backends: tuple[str, ...]
@@ -71,25 +72,18 @@ class Params:
     def from_config(cls, cfg: dict) -> Params:
         section = {k: tuples(v) for k, v in cfg["prefill"].items()}
         section["sizes"] = tuple((s["dtype"], tuple(s["T"]), tuple(s.get("causal", ())),
-                                  s.get("workers", 0), s.get("warmup", 0))
+                                  s.get("workers", 0), s.get("warmup", 0),
+                                  bool(s.get("extra", False)))
                                  for s in cfg["prefill"]["sizes"])
         return cls(**section, timing=TimingParams(**cfg["timing"]))
 
-    def points(self) -> list[tuple[int, str, tuple[bool, ...]]]:
-        """(T, dtype, masks) in the order of ``sizes``: the stage's priority."""
-        return [point for group in self.groups() for point in group[2]]
-
-    def groups(self) -> list[tuple[int, int, list[tuple[int, str, tuple[bool, ...]]]]]:
-        """(workers, warm-up calls, points): consecutive size entries of the same worker
-        and warm-up counts, each group timed by one ``time_points`` call, in order, with
-        the budget the ones before left."""
-        groups: list[tuple[int, int, list]] = []
-        for dtype, lengths, masks, workers, warmup in self.sizes:
-            key = (workers or self.timing.workers, warmup or self.timing.warmup)
-            if not groups or groups[-1][:2] != key:
-                groups.append((*key, []))
-            groups[-1][2].extend((T, dtype, masks or self.causal) for T in lengths)
-        return groups
+    def points(self) -> list[tuple[int, str, tuple[bool, ...], int, int, bool]]:
+        """(T, dtype, masks, workers, warm-up calls, required) in timing order: the
+        chapter's entries of ``sizes`` first, then the extras, each in its order."""
+        entries = sorted(self.sizes, key=lambda s: s[5])  # stable: the config's order kept
+        return [(T, dtype, masks or self.causal, workers or self.timing.workers,
+                 warmup or self.timing.warmup, not extra)
+                for dtype, lengths, masks, workers, warmup, extra in entries for T in lengths]
 
 
 def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
@@ -216,66 +210,68 @@ def _planned(params: Params, masks: tuple[bool, ...]) -> list[dict]:
             for causal in masks for impl, b in impls]
 
 
-def dropped_rows(params: Params, ctx, T: int, dtype: str, status: str) -> list[dict]:
-    """The rows of a point not timed: each planned case with ``status`` ('dropped: why')."""
+def dropped_rows(params: Params, ctx, T: int, dtype: str, masks: tuple[bool, ...],
+                 status: dict) -> list[dict]:
+    """The rows of a point not timed: each planned case with ``status`` (its fields)."""
     base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "threads": ctx.threads}
-    masks = next(m for t, dt, m in params.points() if (t, dt) == (T, dtype))
-    return [{**base, **row, "status": status,
+    return [{**base, **row, **status,
              "flops": prefill_flops(params.batch, params.heads, T, params.d, row["causal"])}
             for row in _planned(params, masks)]
 
 
-def point_rows(params: Params, ctx, T: int, dtype: str, result,
+def point_rows(params: Params, ctx, T: int, dtype: str, masks: tuple[bool, ...], result,
                matmul_gflops: float | None) -> list[dict]:
     """All rows of one (T, dtype) point from its ``measure.PointResult``."""
     base = {"T": T, "batch": params.batch, "heads": params.heads, "d": params.d,
             "dtype": dtype, "threads": ctx.threads}
     if result.dropped:
-        return dropped_rows(params, ctx, T, dtype, result.dropped)
+        return dropped_rows(params, ctx, T, dtype, masks, result.dropped)
     timings, meta = result.timings, result.meta
     rows = []
     for label, timing in timings.items():
         fields = meta[label]
         flops = prefill_flops(params.batch, params.heads, T, params.d, fields["causal"])
         row = {**base, **fields, **timing.as_row(), **timing.process_row(), "flops": flops,
-               "status": timing.status}
+               **status_fields(timing.status)}
         if row["ratio_to"] is not None:
             row["ratio_to"] = meta[row["ratio_to"]]["impl"]
         full = timings.get(label.replace(" causal", " full"))
         if fields["causal"] and full is not None and "ok" == timing.status == full.status:
             row["causal_over_full"], row["causal_over_full_ci_low"], \
                 row["causal_over_full_ci_high"] = timing.paired_with(full)
+            row["causal_over_full_process_sd"] = timing.paired_sd(full)
         if timing.status == "ok":
             row.update(result.readings.get(label, {}))
             row["achieved_gflops"] = flops / (timing.median_ms * 1e-3) / 1e9
             row["frac_matmul_ceiling"] = ratio(row["achieved_gflops"], matmul_gflops)
         rows.append(row)
-    return rows + [{**base, **row, "flops": prefill_flops(params.batch, params.heads, T,
-                                                          params.d, row["causal"])}
+    return rows + [{**base, **row, **status_fields(row["status"]),
+                    "flops": prefill_flops(params.batch, params.heads, T, params.d,
+                                           row["causal"])}
                    for row in result.refused]
 
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]
     slow = slow_path_drops(ceilings)
-    rows, started = {}, time.perf_counter()
-    for workers, warmup, group in params.groups():
-        timed = [(T, dtype, masks) for T, dtype, masks in group if dtype not in slow]
-        rows.update({(T, dtype): dropped_rows(params, ctx, T, dtype, slow[dtype])
-                     for T, dtype, _ in group if dtype in slow})
-        if not timed:
-            continue
-        planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
-                   for T, dtype, masks in timed]
-        release_freed_memory()  # the backend checks' buffers, before a worker needs them
-        results = time_points(
-            "inferlab.stages.prefill:point_cases", planned,
-            names=[f"T={T} {dtype}" for T, dtype, _ in timed],
-            budget_s=budget_left(params.budget_s, started), progress=ctx.progress,
-            **{**params.timing.point_options(ctx), "workers": workers, "warmup": warmup})
-        for (T, dtype, _), result in zip(timed, results, strict=True):
-            rows[(T, dtype)] = point_rows(params, ctx, T, dtype, result,
-                                          ceilings["matmul_gflops"].get(dtype))
-    return with_run_level([row for T, dtype, _ in params.points() for row in rows[(T, dtype)]],
-                          ctx.run_level)
+    points = params.points()
+    timed = [p for p in points if p[1] not in slow]
+    planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
+               for T, dtype, masks, *_ in timed]
+    release_freed_memory()  # the backend checks' buffers, before a worker needs them
+    options = params.timing.point_options(ctx)
+    results = dict(zip([p[:2] for p in timed], time_points(
+        "inferlab.stages.prefill:point_cases", planned,
+        names=[f"T={T} {dtype}" for T, dtype, *_ in timed],
+        budget_s=params.budget_s, progress=ctx.progress, stop_at=ctx.stop_at,
+        required=[p[5] for p in timed], point_workers=[p[3] for p in timed],
+        point_warmup=[p[4] for p in timed], **options), strict=True))
+    rows = []
+    for T, dtype, masks, *_ in points:  # the config's order, whatever the timing order
+        if dtype in slow:
+            rows += dropped_rows(params, ctx, T, dtype, masks, slow[dtype])
+        else:
+            rows += point_rows(params, ctx, T, dtype, masks, results[(T, dtype)],
+                               ceilings["matmul_gflops"].get(dtype))
+    return rows

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from inferlab.algorithms.traffic import implied_block_q, traffic_ratio
+from inferlab.judging.series_view import view
 from inferlab.measurement.backends import cpu_flash_split_sizes
 from inferlab.stages.common import tuples
 
@@ -166,7 +167,7 @@ TIMES = ("median_ms", "ratio", "ratio_ci_low", "ratio_ci_high")
 
 
 def run(params: Params, ctx) -> list[dict]:
-    table = ctx.inputs["prefill"]
+    table = view(ctx.inputs["series"], "prefill")  # the series' pooled points
     bad = [c for c in TIMES if c in table.nonfinite and table.nonfinite[c].any()]
     if bad:  # a time is never computed infinite: the input is damaged, not a result
         raise ValueError(f"prefill has NaN or infinite {', '.join(bad)}; a time or a paired "

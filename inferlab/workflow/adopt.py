@@ -14,8 +14,11 @@ decides instead, stage by stage in DAG order. A stage is *current* when
 * the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
   the effective config it was made with equal today's (the same effective config the
   Snakefile hands the rule);
-* it was measured on this hardware (CPU model and ISA level, or GPU), not merely under
-  this machine id.
+* the files derived from it (the manuscript's numbers and tables) are the ones it
+  recorded (``integrity.derived_faults``: not edited, not left from an earlier version);
+* it was measured on this hardware (CPU model and ISA level, or GPU) with the threads
+  the run would give it (``threads``, or every CPU up to ``--cores``, as Snakemake gives
+  them), not merely under this machine id.
 
 A current stage's outputs get mtimes newer than every code file its rule reads and than
 its upstream outputs, yet in the past (Snakemake stops a run whose outputs look older
@@ -30,13 +33,13 @@ import time
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import sha256_file
 from inferlab.core.pipeline import STAGES, code_files
+from inferlab.evidence.integrity import derived_faults
 from inferlab.evidence.provenance import config_hash, file_hashes
 from inferlab.evidence.register import Register
-from inferlab.evidence.trust import doubt
+from inferlab.evidence.trust import doubt, stale_inputs
 from inferlab.measurement.environment import fingerprint, hardware
-from inferlab.workflow.config import Config, load_config, resolve
+from inferlab.workflow.config import Config, load_config, resolve, resolve_threads
 
 STEP_S = 0.001      # between the stamps of consecutive stages
 MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
@@ -67,7 +70,7 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     if entry["seq"] >= anchor.committed:
         return (f"version {entry['version']} was registered after the last commit, so git "
                 "does not vouch for it (a run made here, or a forged entry)")
-    changed = inputs_changed(root, entry)
+    changed = stale_inputs(root, entry)
     if changed:
         return changed
     changed = code_changed(root, name, entry["provenance"].get("code_files") or {})
@@ -75,27 +78,14 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
         return f"its code changed since it was made ({', '.join(changed)})"
     if config_hash(config.effective(name)) != entry["provenance"]["config_sha256"]:
         return "its effective config changed since it was made"
-    missing = [f for f in STAGES[name].derived
-               if not layout.derived_path(root, config.key, name, f).is_file()]
-    if missing:
-        return f"the files derived from it are missing: {', '.join(missing)}"
+    derived = derived_faults(root, config.key, register.objects, name,
+                             register.history(name))
+    if derived:
+        return "a file derived from it is not the one it recorded: " + "; ".join(
+            f"{where}: {why.split('; rerun')[0]}" for where, why in derived)
     there = hardware(entry["provenance"].get("environment") or {})
     if there != here:
         return f"it was made on other hardware ({there}; here {here})"
-    return None
-
-
-def inputs_changed(root: Path, entry: dict) -> str | None:
-    """Why the inputs ``entry`` recorded ({path: sha256}) are not the files there now."""
-    inputs = entry["provenance"].get("inputs")
-    if not isinstance(inputs, dict):
-        return "its provenance records no inputs"
-    for rel, sha in sorted(inputs.items()):
-        path = root / rel
-        if not path.is_file():
-            return f"its input {rel} is missing"
-        if sha256_file(path) != sha:
-            return f"it was computed from another version of {rel} than the one there now"
     return None
 
 
@@ -112,13 +102,19 @@ def stamps(root: Path, n: int) -> list[float]:
     return [newest + (i + 1) * STEP_S for i in range(n)]
 
 
-def cli_adopt(root: Path | str, machine: str | None = None, configfiles=()) -> int:
+def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
+              cores: int = 1) -> int:
+    """``inferlab adopt [--cores N]``: ``cores`` is what the snakemake run after it gets
+    (``--cores``), which caps the threads of every stage."""
     root = Path(root)
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"cores={cores!r} must be the --cores of the snakemake run: an int >= 1")
     if (root / ".snakemake" / "metadata").is_dir():
         print("adopt: .snakemake/metadata exists; Snakemake already tracks these results")
         return 0
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
-    here = hardware(fingerprint(config.device, collect_env=False))
+    threads = min(resolve_threads(config.raw, cores), cores)  # as Snakemake caps them
+    here = {**hardware(fingerprint(config.device, collect_env=False)), "threads": threads}
     stale: set[str] = set()
     when = stamps(root, len(STAGES))
     for i, name in enumerate(STAGES):

@@ -10,6 +10,7 @@ gives ``machine@grid``. ``--root`` may stand before or after the command.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -51,13 +52,20 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     from inferlab.workflow.runner import cli_stage
 
     return cli_stage(args.stage, root=Path(args.root), machine=args.machine,
-                     configfiles=args.configfile, overrides=args.set)
+                     configfiles=args.configfile, overrides=args.set, limit_s=args.limit_s)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from inferlab.workflow.generate import cli_generate
+
+    return cli_generate(Path(args.root), args.check)
 
 
 def _cmd_adopt(args: argparse.Namespace) -> int:
     from inferlab.workflow.adopt import cli_adopt
 
-    return cli_adopt(root=Path(args.root), machine=args.machine, configfiles=args.configfile)
+    return cli_adopt(root=Path(args.root), machine=args.machine, configfiles=args.configfile,
+                     cores=args.cores)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -73,6 +81,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
     if args.stage is not None:
         stage(args.stage)
     if args.compare or args.record:
+        from inferlab.evidence import compare
         from inferlab.evidence.compare import compare_latest, format_differences
         from inferlab.presentation.report_tables import record_table, track_record
 
@@ -90,6 +99,8 @@ def _cmd_history(args: argparse.Namespace) -> int:
             raise ValueError(f"stage {args.stage!r} times nothing; --record needs a timing "
                              f"stage ({', '.join(s for s in STAGES if STAGES[s].timed)})")
         record = track_record(Path(args.root), _key(args), args.stage)
+        for why in compare.left_out(Path(args.root), _key(args), args.stage):
+            print(f"left out: {why}")
         if not record:
             print(f"{args.stage}: no two versions of {_key(args)!r} were made with the same "
                   "code, config and hardware")
@@ -109,6 +120,14 @@ def _record_text(table: dict) -> str:
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
+    if args.review:
+        from inferlab.presentation.claims_review import cli_review
+
+        return cli_review(Path(args.root), check=args.check)
+    if args.coverage:
+        from inferlab.presentation.coverage import cli_coverage
+
+        return cli_coverage(Path(args.root), check=args.check)
     from inferlab.presentation.audit import cli_claims
 
     return cli_claims(root=Path(args.root), as_json=args.json)
@@ -125,7 +144,8 @@ def _cmd_manuscript_check(args: argparse.Namespace) -> int:
     from inferlab.presentation.manuscript_check import cli_check
 
     return cli_check(args.file, root=Path(args.root), not_claims=args.not_claims,
-                     as_json=args.json)
+                     as_json=args.json, strict=args.strict,
+                     key=_key(args) if args.machine is not None else None)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -138,6 +158,25 @@ def _common() -> argparse.ArgumentParser:
     p.add_argument("--configfile", action="append", default=argparse.SUPPRESS,
                    help="YAML config merged over config.yaml (repeatable), as in Snakemake")
     return p
+
+
+# `inferlab stage --help`'s examples; tests/test_structure.py resolves each one's config
+STAGE_EXAMPLES = (
+    "python -m inferlab stage probe",
+    "python -m inferlab stage prefill --set prefill.cpu.budget_s=60",
+    "python -m inferlab stage decode --set decode.cpu.cache_lens=[1024,4096] --limit-s 120",
+    "python -m inferlab stage correctness --configfile profiles/smoke.yaml",
+)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"--limit-s {text!r} must be a number of seconds > 0")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,14 +197,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--causal", action="store_true")
     s.set_defaults(func=_cmd_probe)
 
-    s = sub.add_parser("stage", parents=[common], help="run one pipeline stage without Snakemake")
-    s.add_argument("stage", help=f"one of: {', '.join(STAGES)}")
+    s = sub.add_parser("stage", parents=[common], help="run one pipeline stage without Snakemake",
+                       epilog="examples:\n" + "\n".join(f"  {e}" for e in STAGE_EXAMPLES),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("stage", choices=list(STAGES), metavar="stage",
+                   help=f"one of: {', '.join(STAGES)}")
     s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config value, e.g. --set prefill.cpu.lengths=[512,1024]")
+                   help="override one config value (see the examples below)")
+    s.add_argument("--limit-s", type=_positive_seconds, default=None, metavar="SECONDS",
+                   help="a timing stage stops timing after SECONDS and writes what it "
+                        "measured (the rest: status stopped); SIGTERM does the same")
     s.set_defaults(func=_cmd_stage)
+
+    s = sub.add_parser("generate", parents=[common],
+                       help="write the files that restate the stage declaration (schema "
+                            "enums, the Slurm profile, docs/contracts.md's tables)")
+    s.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 naming each file that is not current")
+    s.set_defaults(func=_cmd_generate)
 
     s = sub.add_parser("adopt", parents=[common],
                        help="mark committed results for this machine as current")
+    s.add_argument("--cores", type=int, default=1,
+                   help="the --cores of the snakemake run that follows (default 1): it caps "
+                        "each stage's threads, and a version made with other threads reruns")
     s.set_defaults(func=_cmd_adopt)
 
     s = sub.add_parser("verify", parents=[common],
@@ -189,6 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--review", action="store_true",
+                   help="write docs/claims-review.md: each claim's quantity, scope, region "
+                        "and why, from claims.yaml")
+    s.add_argument("--coverage", action="store_true",
+                   help="write docs/claims-coverage.md from docs/chapter/sentences.yaml")
+    s.add_argument("--check", action="store_true",
+                   help="with --review or --coverage: write nothing; exit 1 if not current")
     s.set_defaults(func=_cmd_claims)
 
     s = sub.add_parser("audit", parents=[common],
@@ -200,11 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("manuscript", parents=[common], help="the chapter's text against the claims")
     msub = s.add_subparsers(dest="action", required=True)
     m = msub.add_parser("check", parents=[common],
-                        help="every number a chapter prints: the claim that covers it and its "
-                             "verdict per machine, or why it is no claim (exit 1 if neither)")
-    m.add_argument("file", help="the chapter, Markdown or plain text")
+                        help="every number a chapter prints, by value: the figure of the claim "
+                             "its sentence names (docs/chapter/sentences.yaml), a setting of "
+                             "it, or a number declared as no measurement; exit 1 otherwise")
+    m.add_argument("file", help="the chapter, Markdown or plain text (UTF-8)")
     m.add_argument("--not-claims", default=None,
-                   help="the list of non-claim kinds (default: docs/chapter/not_claims.yaml)")
+                   help="the kinds of numbers that are no measurement (default: "
+                        "docs/chapter/not_claims.yaml)")
+    m.add_argument("--strict", action="store_true",
+                   help="also fail a figure whose claim is 'not reproduced' on --machine "
+                        "(default: on any machine with results)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_cmd_manuscript_check)
     return p

@@ -15,9 +15,11 @@ what a stage computes: the Snakemake rule's params (its rerun trigger), the prov
 typed parameters from it (``Params.from_config``).
 
 The *grid* names what was computed: ``None`` for the book grid (the effective configs
-that ``config.yaml`` alone gives on this device), else the config's ``grid`` name, or
-``custom-<hash>`` when a config changed the grid without naming it. Results of another
-grid go to ``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
+that ``config.yaml`` alone gives on this device), else the config's ``grid`` name when it
+computes what that name's profile does (``profiles/smoke.yaml`` is the grid "smoke"),
+else that name, or ``custom`` when a config changed the grid without naming it, with
+``-<hash>`` of what it computes: one key, one grid. Results of another grid go to
+``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
 """
 
 from __future__ import annotations
@@ -276,15 +278,34 @@ def grid_hash(raw: dict, device: str) -> str:
 
 
 def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
-    """None when ``raw`` computes the book grid (``default``: config.yaml alone), else the
-    config's ``grid`` name or ``custom-<first 8 hex of the grid hash>``. ``raw`` is
-    validated first: Snakemake's own check (the Snakefile's) lets a seed of 1.0 through."""
+    """None when ``raw`` computes the book grid (``default``: config.yaml alone), else a
+    name that only this grid has: the config's ``grid`` name when it computes exactly
+    what that name's profile does (``profiles/<grid>.yaml``, which names it), else that
+    name or ``custom`` with ``-<first 8 hex of the grid hash>``, so that three configs
+    naming one grid never share its results key. ``raw`` is validated first: Snakemake's
+    own check (the Snakefile's) lets a seed of 1.0 through."""
     validate_config(raw)
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
     if here == grid_hash(default, device):
         return None
-    return layout.check_grid(raw.get("grid") or f"custom-{here[:8]}")
+    name = raw.get("grid")
+    if not name:
+        return f"custom-{here[:8]}"
+    layout.check_grid(name)
+    if grid_hash(named_profile(name, default), device) == here:
+        return name
+    return layout.check_grid(f"{name[:31]}-{here[:8]}")
+
+
+def named_profile(grid: str, default: dict) -> dict:
+    """config.yaml (``default``) with ``profiles/<grid>.yaml`` over it, when that profile
+    names ``grid``; else ``default`` (a grid no profile names has no fixed contents)."""
+    path = layout.profile_path(grid)
+    if not path.is_file():
+        return default
+    profile = read_yaml(path)
+    return deep_merge(default, profile) if profile.get("grid") == grid else default
 
 
 @dataclass(frozen=True)

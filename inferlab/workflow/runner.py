@@ -11,6 +11,7 @@ them from the config the way the Snakefile does.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shlex
 import time
@@ -23,10 +24,13 @@ from inferlab.core import layout
 from inferlab.core.logs import Log
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
+from inferlab.evidence.history import record_own
 from inferlab.evidence.inputs import nonfinite_cells, read_input
 from inferlab.evidence.loading import Evidence
+from inferlab.measurement import machine_load
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
+from inferlab.workflow.hold import hold_before_write
 
 __all__ = ["Job", "StageContext", "cli_stage", "from_snakemake", "read_input", "run_job",
            "steady_process"]
@@ -44,9 +48,8 @@ class StageContext:
     seed: int
     evidence: dict[str, Evidence] = field(default_factory=dict)  # upstream stage -> artifact
     log: Callable[[str], None] = print
-    # a timing stage's run-level variance from the register (compare.run_level_of):
-    # {"var": float | None, "pairs": [...]}; None for a stage without paired ratios
-    run_level: dict | None = None
+    # a time.time() after which a timing stage times nothing more (a step limit), or None
+    stop_at: float | None = None
 
     @property
     def inputs(self) -> dict:
@@ -71,6 +74,7 @@ class Job:
     threads: int
     command: str
     log_file: Path | None = None
+    limit_s: float | None = None  # a timing stage stops timing after this many seconds
 
 
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
@@ -87,40 +91,38 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
         raise ValueError(f"stage {job.stage!r} was asked to write {job.output}, but the "
                          f"register tracks {layout.artifact_path(job.root, job.key, job.stage)}")
+    module = importlib.import_module(declared.module)
+    # a bad config or claims file is named first, as it is, never blamed on the inputs
+    params = module.Params.from_config(job.config)
     evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
                 for name in declared.reads}
-    run_level = None
-    if declared.timed and declared.table:  # what earlier alike runs moved beyond them
-        from inferlab.evidence.compare import run_level_of
-
-        var, pairs = run_level_of(job.root, job.key, job.stage)
-        run_level = {"var": var, "pairs": pairs}
-        log(f"[{job.stage}] run-level sd of the paired ratios: " + (
-            f"{var ** 0.5:.2%}, from the register's pairs of runs " + ", ".join(
-                f"{p['old']['version']}→{p['new']['version']}" for p in pairs)
-            if var is not None else "none known (no earlier pair of runs made alike)"))
+    stop_at = None if job.limit_s is None else time.time() + job.limit_s
     ctx = StageContext(job.stage, job.root, job.key, job.config["device"], job.threads,
-                       job.config["seed"], evidence, log, run_level)
+                       job.config["seed"], evidence, log, stop_at)
     seed_and_threads(job.threads, job.config["seed"])
     started = time.perf_counter()
-    module = importlib.import_module(declared.module)
-    # a bad config or claims file is named as it is, never blamed on the inputs' values
-    params = module.Params.from_config(job.config)
+    from inferlab.measurement.workers import stopping  # after steady_process: loads torch
+
+    load_before = machine_load.snapshot()
     try:
-        content = artifacts.encode(job.stage, module.run(params, ctx))
+        with stopping() if declared.timed else contextlib.nullcontext():
+            content = artifacts.encode(job.stage, module.run(params, ctx))
     except ValueError as exc:
         cells = nonfinite_cells(evidence.values(), job.root)
         if not cells:
             raise
         raise ValueError(f"stage {job.stage} failed: {exc}; its inputs hold values that are "
                          f"not finite, the likely cause: {'; '.join(cells)}") from exc
+    hold_before_write(job.stage)  # a test's defined point to interrupt (workflow.hold)
     entry = write_artifact(
         job.root, job.key, job.stage, content, config=job.config,
         code_files=[job.root / f for f in code_files(job.stage)],
         bookkeeping_files=[job.root / f for f in bookkeeping_files(job.stage)],
         inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
-        environment={**fingerprint(ctx.device, collect_env=False), "process": process},
+        environment={**fingerprint(ctx.device, collect_env=False), "process": process,
+                     "load": machine_load.during(load_before)},
         schema_version=artifacts.schema_version(job.stage))
+    record_own(job.root, job.key, entry)  # this checkout's own: the series may pool it
     write_derived(job.root, job.key, job.stage, module, content)
     log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
         f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
@@ -165,13 +167,14 @@ def from_snakemake(smk) -> dict:
 
 
 def cli_stage(name: str, root: Path | str, machine: str | None, configfiles=(),
-              overrides=()) -> int:
+              overrides=(), limit_s: float | None = None) -> int:
     """``python -m inferlab stage NAME``: the same stage without Snakemake."""
     root = Path(root)
     stage(name)
     raw = load_config(configfiles, overrides, base=root / "config.yaml")
     config = resolve(raw, machine=machine)
-    command = ["python", "-m", "inferlab", "stage", name, "--machine", config.machine]
+    command = ["python", "-m", "inferlab", "stage", name, "--machine", config.machine,
+               *(["--limit-s", f"{limit_s:g}"] if limit_s is not None else [])]
     for path in configfiles:
         command += ["--configfile", str(path)]
     for text in overrides:
@@ -180,6 +183,7 @@ def cli_stage(name: str, root: Path | str, machine: str | None, configfiles=(),
               inputs={up: layout.artifact_path(root, config.key, up)
                       for up in stage(name).reads},
               output=layout.artifact_path(root, config.key, name), threads=resolve_threads(raw),
-              command=shlex.join(command), log_file=layout.log_path(root, config.key, name))
+              command=shlex.join(command), log_file=layout.log_path(root, config.key, name),
+              limit_s=limit_s)
     run_logged(job)
     return 0

@@ -1,5 +1,6 @@
 """Decode on the page: time and achieved bandwidth against the cache length beside the
-model's floor and the copy ceiling, the raw rows and the between-run spread."""
+model's floor and the copy ceiling, the raw rows of the latest run (the series section
+pools the runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from markupsafe import Markup
 
 from inferlab.presentation import figures as plots
 from inferlab.presentation import sections
-from inferlab.presentation.report_tables import between_runs, raw_block
+from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "decode", "title": "Decode", "caption": None}
 COLUMNS = {
@@ -35,5 +36,4 @@ def figures(page: sections.Page) -> list[dict]:
 
 def tables(page: sections.Page) -> list[dict]:
     present = page.present("decode")
-    return [sections.raw([raw_block(k.key, "decode", k.frame("decode"), COLUMNS) for k in present]),
-            sections.between([between_runs(page.root, k.key, "decode") for k in present])]
+    return [sections.raw([raw_block(k.key, "decode", k.frame("decode"), COLUMNS) for k in present])]

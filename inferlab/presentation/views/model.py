@@ -5,7 +5,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from inferlab.presentation import sections
-from inferlab.presentation.report_tables import raw_table
+from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "model", "title": "The chapter's arithmetic", "caption": Markup(
     "The chapter's counts and estimates, recomputed by the model stage: from the chapter's own\n"
@@ -23,5 +23,6 @@ def figure_of(check) -> str:
 
 
 def tables(page: sections.Page) -> list[dict]:
-    return [sections.per_key([(k.key, [sections.table(raw_table(k.frame("model"), COLUMNS))])
-                           for k in page.present("model")])]
+    """Each key's rows, collapsed (the claims matrix gives the values its claims judge)."""
+    return [sections.raw([raw_block(k.key, "model", k.frame("model"), COLUMNS)
+                          for k in page.present("model")])]

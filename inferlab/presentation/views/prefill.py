@@ -1,5 +1,5 @@
 """Prefill on the page: the speed-up figure (the claims' own rows against the chapter's
-ranges), the memory figure, the raw rows and the between-run spread."""
+ranges), the memory figure, the raw rows of the latest run (the series section pools the runs)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from markupsafe import Markup
 
 from inferlab.presentation import figures as plots
 from inferlab.presentation import sections
-from inferlab.presentation.report_tables import between_runs, raw_block
+from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "prefill", "title": "Prefill", "caption": None}
 COLUMNS = {
@@ -50,9 +50,4 @@ def figures(page: sections.Page) -> list[dict]:
 def tables(page: sections.Page) -> list[dict]:
     present = page.present("prefill")
     return [sections.raw([raw_block(k.key, "prefill", k.frame("prefill"), COLUMNS)
-                       for k in present]),
-            sections.text(Markup(
-                "Between runs: the latest prefill.csv against the previous version made with "
-                "the same\ncode, config and hardware, point by point (<code>inferlab history "
-                "prefill --compare</code>).")),
-            sections.between([between_runs(page.root, k.key, "prefill") for k in present])]
+                       for k in present])]

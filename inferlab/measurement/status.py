@@ -1,0 +1,55 @@
+"""A row's status as data: an enum, the cause of anything but ``ok``, the external text
+that came with it, never our prose (the report and the CLI say it in words).
+
+``status``: ok | oom | unavailable | error | dropped | stopped. ``cause``: for oom
+``memory``; unavailable ``backend_refused`` (``reason``: PyTorch's or the kernel's own
+words); error ``exception`` (``reason``: the exception's first line); dropped ``budget``
+(``budget_left_s``: the seconds the worker had left), ``slow_path`` (the probe found the
+dtype's matmul on a slow path) or ``killed`` (the kernel killed the timing worker: the
+out-of-memory killer, mostly); stopped ``step_limit`` (the stage was stopped at its limit
+or by SIGTERM before it reached the point).
+
+Torch-free: the artifact reader uses it to read an older table, whose status was one
+string ("dropped: 0.0 s of the stage budget left for this worker").
+"""
+
+from __future__ import annotations
+
+import re
+
+STATUSES = ("ok", "oom", "unavailable", "error", "dropped", "stopped")
+CAUSES = {"oom": ("memory",), "unavailable": ("backend_refused",), "error": ("exception",),
+          "dropped": ("budget", "slow_path", "killed"), "stopped": ("step_limit",)}
+
+
+def status_fields(status: str) -> dict:
+    """The harness's and the backend checks' status string ("ok", "oom", "unavailable:
+    <why>", "error: <message>") as the artifact's columns; the one place that splits it."""
+    kind, _, said = status.partition(": ")
+    if kind == "unavailable":
+        return {"status": "unavailable", "cause": "backend_refused", "reason": said}
+    if kind == "error":
+        return {"status": "error", "cause": "exception", "reason": said}
+    if kind == "oom":
+        return {"status": "oom", "cause": "memory"}
+    if kind != "ok":
+        raise ValueError(f"status={status!r} is not a case's status (ok, oom, "
+                         "'unavailable: <why>', 'error: <message>')")
+    return {"status": "ok"}
+
+
+_LEFT = re.compile(r"(\d+(?:\.\d+)?) s of the stage budget left")
+
+
+def from_legacy(status: str) -> dict:
+    """A status written before it was data (schema versions 1-3) as today's columns."""
+    kind, _, said = status.partition(": ")
+    if kind != "dropped":
+        return status_fields(status)
+    if "slow path" in said:
+        return {"status": "dropped", "cause": "slow_path"}
+    if "killed" in said:
+        return {"status": "dropped", "cause": "killed"}
+    left = _LEFT.search(said)
+    return {"status": "dropped", "cause": "budget",
+            "budget_left_s": float(left.group(1)) if left else None}

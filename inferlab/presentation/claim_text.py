@@ -1,0 +1,238 @@
+"""A claims.json entry in words: why its verdict, what it was judged on, what the sentence
+needs. claims.json holds values, enums and references (``inferlab.judging.verdicts``);
+this module is the one place that says them, for the report, the audit and the CLI.
+
+An entry of an older claims.json (schema version 2) carries its reason as prose; it is
+shown as it was written.
+"""
+
+from __future__ import annotations
+
+from inferlab.judging.claims import Claim, Expect
+from inferlab.judging.numtext import format_value
+from inferlab.judging.rule import region
+from inferlab.judging.selection import describe
+
+# a row's status and cause column in words (inferlab.measurement.status)
+STATUS_WORDS = {("dropped", "budget"): "dropped: the stage's time budget was spent",
+                ("dropped", "slow_path"): "dropped: this dtype's matmul is on a slow path here",
+                ("dropped", "killed"): "dropped: the timing worker was killed",
+                ("stopped", "step_limit"): "stopped: the stage reached its limit first",
+                ("unavailable", "backend_refused"): "unavailable: the backend refused",
+                ("oom", "memory"): "out of memory", ("error", "exception"): "an error"}
+KIND_WORDS = {"not_in_grid": "not in this grid",
+              "dropped_by_budget": "dropped by the stage's time budget",
+              "stopped_at_limit": "stopped at the stage's limit",
+              "device_cannot": "this device cannot run it",
+              "upstream_failed": "an upstream stage or row failed",
+              "too_few_runs": "too few runs", "not_physical": "not physical",
+              "not_applicable": "not applicable"}
+DEVICE = {"cuda": "CUDA", "cpu": "CPU"}
+
+
+def _values(values) -> str:
+    return ", ".join(describe(v) for v in values) or "none"
+
+
+STATUS_ALONE = {status: words for (status, _), words in STATUS_WORDS.items()}
+
+
+def status_text(entry: dict) -> str:
+    """'3 row(s) dropped: the stage's time budget was spent (0 s left) (naive, tiled)'."""
+    words = STATUS_WORDS.get((entry["status"], entry.get("cause"))) or (
+        STATUS_ALONE.get(entry["status"]) if entry.get("cause") is None else
+        f"{entry['status']} ({entry['cause']})")
+    if entry.get("budget_left_s") is not None:
+        words += f" ({format_value(entry['budget_left_s'])} s left)"
+    impls = f" ({_values(entry['impl'])})" if entry.get("impl") else ""
+    return f"{entry['rows']} row(s) {words}{impls}"
+
+
+def missing_text(entry: dict) -> str:
+    """'8192: in prefill, 1 row(s) dropped: the stage's time budget was spent (0 s left)
+    (tiled)', or '8192: not in this grid' where no row says why."""
+    head = f"{describe(entry.get('value'))}: " if "value" in entry else ""
+    detail = "; ".join(map(status_text, entry.get("statuses", [])))
+    stage = f"in {entry['stage']}, " if entry.get("stage") else ""
+    return head + (stage + detail if detail else KIND_WORDS[entry["kind"]])
+
+
+def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None) -> str:
+    """Why a claim is not measurable here, from its cause (inferlab.judging.causes)."""
+    kind, path = cause["kind"], (artifact or {}).get("path", "its artifact")
+    if cause.get("missing") and cause.get("column"):
+        return (f"needs {cause['column']} = {_values(m['value'] for m in cause['missing'])} "
+                f"({'; '.join(map(missing_text, cause['missing']))}; this grid has "
+                f"{_values(cause.get('grid', []))})")
+    if cause.get("missing"):
+        return "; ".join(map(missing_text, cause["missing"]))
+    if cause.get("left_out"):
+        return "no row is ok: " + "; ".join(map(status_text, cause["left_out"]))
+    if kind == "upstream_failed" and cause.get("state") == "missing":
+        return f"stage {cause['stage']} has not run on {key}: {path} is missing"
+    if kind == "upstream_failed":
+        return f"{path} cannot be read: {cause.get('error')}"
+    if kind == "device_cannot":
+        return f"needs a {DEVICE[cause['needs']]} device; {key} ran on {cause['device']}"
+    if kind == "not_physical":
+        return (f"value {format_value(cause['value'])} is above {cause['valid_max']:g}, which "
+                "is not physical: the ceiling it is a fraction of is too low (a probe error)")
+    if kind == "too_few_runs":
+        return ("needs two runs made with the same code, config and hardware; the series of "
+                f"{key} has one")
+    if kind == "not_in_grid" and cause.get("stage") == "probe":
+        return f"probe.json has no {cause['column']}: not probed"
+    if kind == "not_in_grid" and cause.get("column") == "dtype":
+        substitute = " (the fp16 stand-in here)" if cause.get("stand_in") else ""
+        return (f"no {_values(cause['values'])} rows{substitute}: this machine did not run "
+                f"{_values(cause['values'])}; no other dtype is used in its place")
+    if kind == "not_in_grid" and cause.get("where"):
+        wanted = ", ".join(f"{c}={_wanted(v)}" for c, v in cause["where"].items())
+        return f"no {cause.get('dtype') + ' ' if cause.get('dtype') else ''}rows with {wanted}"
+    if kind == "not_in_grid" and cause.get("side"):
+        return f"no {cause['side']} rows among the selected rows"
+    if kind == "not_in_grid" and cause.get("join"):
+        return f"numerator and denominator rows share no values of {cause['join']}"
+    if kind == "not_in_grid" and cause.get("needs_values"):
+        return (f"a log-log slope needs at least two values of {cause['column']}; this grid "
+                f"has {_values(cause.get('grid', []))}")
+    if kind == "not_in_grid":
+        return f"no rows at {_values(cause.get('values', []))}"
+    if kind == "not_applicable" and cause.get("column"):
+        return (f"every selected row has an empty {cause['column']} ({cause.get('rows', 0)} "
+                "row(s)): it does not apply to them")
+    return KIND_WORDS[kind]
+
+
+def _wanted(value) -> str:
+    if isinstance(value, dict):
+        return f"[{describe(value.get('min', ''))}, {describe(value.get('max', ''))}]"
+    return "|".join(describe(v) for v in value)
+
+
+def describe_expect(e: Expect) -> str:
+    """The expectation in words, e.g. 'between 7.8 and 13.5 (as printed: 7.75 to 13.55)'."""
+    if e.kind == "approx_at":
+        width = "as printed" if e.printed[0] else f"within {e.rel:.0%} of"
+        return (f"{width} {[x for _, x in e.points]} at "
+                f"[{', '.join(describe(k) for k, _ in e.points)}]")
+    lo, hi, _, _ = region(e)
+    if e.kind == "between":
+        widened = f" (as printed: {lo:g} to {hi:g})" if any(e.printed) else ""
+        return f"between {e.bounds[0]:g} and {e.bounds[1]:g}{widened}"
+    if e.kind == "max":
+        return f"at most {e.target:g}" + (f" (as printed: {hi:g})" if e.printed[1] else "")
+    if e.kind == "min":
+        return f"at least {e.target:g}" + (f" (as printed: {lo:g})" if e.printed[0] else "")
+    if e.kind == "approx":
+        if e.printed[0]:
+            return f"{e.target:g} as printed ({lo:g} to {hi:g})"
+        spread = f"{e.rel:.0%}" if e.rel is not None else f"{e.abs:g}"
+        return f"within {spread} of {e.target:g}"
+    if e.kind == "equals":
+        return f"equal to {e.target!r}"
+    return f"{e.target}"
+
+
+def judged_on_text(judged_on) -> str:
+    """'impl=sdpa_flash; T=1024,2048; dtype=float32' (an older entry's text as it is)."""
+    if isinstance(judged_on, str):
+        return judged_on
+    return "; ".join(f"{c}={','.join(describe(v) for v in values)}"
+                     for c, values in (judged_on or {}).items())
+
+
+ROW_NAME_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "causal",
+                    "block_q", "splits", "score_scale", "backend", "check")
+
+
+def row_names(rows: list[dict], limit: int = 6) -> str:
+    """'impl=naive T=4096, ...': rows of claims.json by the columns that tell them apart."""
+    cols = [c for c in ROW_NAME_COLUMNS if len({str(r.get(c)) for r in rows}) > 1] or \
+        [c for c in ROW_NAME_COLUMNS if rows and c in rows[0]][:2]
+    names = [" ".join(f"{c}={describe(r.get(c))}" for c in cols) for r in rows[:limit]]
+    return ", ".join(names) + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
+
+
+def part_text(part: dict, claim: Claim | None, several: bool,
+              rows: list[dict] | None = None) -> str:
+    """One dtype's judgement: value, interval, rows, what was left out, what it needs."""
+    label = f"{part['dtype']}: " if several else ""
+    if part.get("nonfinite"):
+        bad = part["nonfinite"]
+        named = f": {row_names(rows)}" if rows else ""
+        return (f"{label}{bad['column']} is NaN or infinite in {bad['rows']} row(s){named}; a "
+                "computation that overflowed does not pass")
+    ci = part.get("interval")
+    ci_text = f" (95 % interval {format_value(ci)})" if ci and ci[0] != ci[1] else ""
+    notes = []
+    by_column: dict[str, list] = {}
+    for m in part["missing"]:
+        by_column.setdefault(m.get("column", "?"), []).append(m)
+    for column, entries in by_column.items():
+        notes.append(f"{len(entries)} value(s) of {column} not measured here: "
+                     + "; ".join(map(missing_text, entries)))
+    if part["left_out"]:
+        notes.append(f"{sum(s['rows'] for s in part['left_out'])} row(s) left out by status ("
+                     + "; ".join(map(status_text, part["left_out"])) + ")")
+    check = claim.check if claim is not None else None
+    if part["not_applicable"]:
+        column = check.measure.column if check is not None else "value"
+        notes.append(f"{part['not_applicable']} row(s) have no {column} (not applicable)")
+    if part.get("absent"):
+        notes.append(f"{_values(part['absent'])} not measured here")
+    needs = ("no test: the value is the answer" if check is not None and check.expect is None
+             else f"every value {describe_expect(check.expect)}" if check is not None
+             else None)
+    if needs and not isinstance(part["value"], list):
+        needs = needs.replace("every value", "the value", 1)
+    on = judged_on_text(part.get("judged_on"))
+    return "; ".join([f"{label}value {format_value(part['value'])}{ci_text} over "
+                      f"{part['rows']} row(s)" + (f" ({on})" if on else ""), *notes,
+                      *([f"needs {needs}"] if needs else [])])
+
+
+ELSEWHERE = {"not comparable on this device": "the sentence is about a {about} device and "
+             "{key} ran on {device}: the value here is shown beside it, not judged",
+             "about the author's code": "the sentence is about the chapter author's own code: "
+             "this project's implementation's value is shown beside it, not judged"}
+ANSWER_WORDS = {"yes": "yes", "no": "no", "undecided": "undecided (within noise)",
+                "value": "the value here"}
+
+
+def integrity_text(integrity: dict | None) -> str:
+    if not integrity:
+        return ""
+    if integrity["state"] == "not_registered":
+        return "WARNING: this artifact is not in the evidence register. "
+    return (f"WARNING: the results file's sha256 {integrity['sha256_now']} no longer matches "
+            f"register version {integrity['version']} ({integrity['sha256']}). ")
+
+
+def reason_text(result: dict, claim: Claim | None = None, key: str = "this key",
+                source: str | None = None) -> str:
+    """Why this verdict, in words, from a claims.json entry (``claim``: its claims.yaml
+    entry, for what the sentence needs and who reported it)."""
+    if "reason" in result:  # an older claims.json: its prose as written
+        return result["reason"]
+    verdict = result["verdict"]
+    if verdict == "not checkable":
+        who = source or (claim.source if claim is not None else None) or "others"
+        return f"reported by {who}; this pipeline's data cannot test it"
+    text = integrity_text(result.get("integrity"))
+    if result.get("cause"):
+        text += cause_text(result["cause"], key, result.get("artifact"))
+    else:
+        parts = result.get("judged") or []
+        several = len(parts) > 1 or (claim is not None and claim.check is not None
+                                     and claim.check.dtype == "each")
+        text += " | ".join(part_text(p, claim, several, result.get("rows")) for p in parts)
+    about = claim.check.device if claim is not None and claim.check is not None else None
+    if verdict in ELSEWHERE:
+        return text + "; " + ELSEWHERE[verdict].format(about=DEVICE.get(about or "", "another"),
+                                                       key=key, device=result.get("device"))
+    if result.get("answer"):
+        return f"{text}; answered here: {ANSWER_WORDS[result['answer']]}; judged on {key}"
+    if result.get("cause"):
+        return text
+    return f"{text}; judged on {key}"

@@ -1,0 +1,286 @@
+"""series -> series.csv: every timed point of prefill and decode pooled over this machine's
+series, the register's runs made alike (the same code, effective config, hardware and
+threads), as the evidence the chapter's claims are judged on.
+
+One run is not the unit of evidence on a shared VM: about half the variance between runs
+is run-level, which no process inside one run samples (``measurement.pooling``). So per
+point (a stage's key columns) and quantity (median time, paired ratio, causal over full):
+
+* a ``run`` row per run that measured it: its own value and process interval, its register
+  version, whether it was made under load (``environment.load``) and whether it lies
+  outside the prediction interval the series' other runs give (``outside_pi``);
+* a ``pooled`` row: the random-effects value over the runs, its 95 % confidence interval
+  (``ci_*``: the machine's value) and the 95 % prediction interval of one more run
+  (``pi_*``), how many runs and processes it rests on, the run-level sd it carries and
+  where that comes from (``run_sd_origin``: ``series``, or for a first run ``prior``: the
+  committed series of machines of the same kind, named in ``prior_source``), the largest
+  difference between two runs (``*_spread``), and whether the latest run measured it
+  (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
+  no run measured keeps the latest run's status and cause.
+
+The runs are read through ``evidence.history``: only anchored or this checkout's own
+versions whose retained copies verify; the rest is logged with the reason. At most
+``max_runs`` of the latest runs are pooled (the machine as it is now, as asv keeps).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence.history import kind_keys, trusted_versions
+from inferlab.judging.series_view import TIMED, missing
+from inferlab.measurement.environment import hardware
+from inferlab.measurement.intervals import process_var
+from inferlab.measurement.pooling import (
+    Run,
+    RunLevel,
+    combine_priors,
+    pool,
+    process_variance,
+    run_variance,
+)
+
+# a first run's prior: the latest this many series (two or more runs made alike) of each
+# machine of its kind
+PRIOR_GROUPS = 3
+# quantity -> (its column, interval columns, the processes' sd column)
+QUANTITIES = {
+    "median_ms": ("median_ms", ("ci_low_ms", "ci_high_ms"), "process_sd"),
+    "ratio": ("ratio", ("ratio_ci_low", "ratio_ci_high"), "ratio_process_sd"),
+    "causal_over_full": ("causal_over_full", ("causal_over_full_ci_low",
+                                              "causal_over_full_ci_high"),
+                         "causal_over_full_process_sd"),
+}
+PI = {"median_ms": ("pi_low_ms", "pi_high_ms"), "ratio": ("ratio_pi_low", "ratio_pi_high"),
+      "causal_over_full": ("causal_over_full_pi_low", "causal_over_full_pi_high")}
+RUN_SD = {"median_ms": "run_sd", "ratio": "ratio_run_sd",
+          "causal_over_full": "causal_over_full_run_sd"}
+SPREAD = {"median_ms": "median_ms_spread", "ratio": "ratio_spread"}
+# a rate over the time: scaled from the latest run's by its time over the pooled time
+RATES = ("achieved_gflops", "frac_matmul_ceiling", "achieved_gbs", "frac_copy_ceiling")
+# what a run's row carries besides its timing (the latest run's, where it measured them)
+CARRIED = ("fused_sdpa", "peak_extra_bytes", "memory_method", "flops", "kernel", "threads",
+           "cache_bytes", "floor_ms", "timing_method", "ratio_to")
+
+
+@dataclass(frozen=True)
+class Params:
+    max_runs: int
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> Params:
+        return cls(max_runs=cfg["series"]["max_runs"])
+
+
+def made_alike(a: dict, b: dict) -> bool:
+    """Two register entries of one stage made the same way: code, effective config,
+    hardware and torch's threads."""
+    pa, pb = a["provenance"], b["provenance"]
+    ea, eb = pa.get("environment") or {}, pb.get("environment") or {}
+    return (pa["code_sha256"] == pb["code_sha256"] and pa["config_sha256"] == pb["config_sha256"]
+            and hardware(ea) == hardware(eb)
+            and (ea.get("host") or {}).get("torch_threads")
+            == (eb.get("host") or {}).get("torch_threads"))
+
+
+def _key(row: dict, stage: str) -> tuple:
+    return tuple(row.get(c) for c in STAGES[stage].key_columns)
+
+
+def _runs_of(rows: list[tuple[int, dict]], quantity: str) -> list[tuple[int, Run, dict]]:
+    """(version, Run, row) of every run whose row measured ``quantity``."""
+    column, (_, high), sd = QUANTITIES[quantity]
+    found = []
+    for version, row in rows:
+        value = row.get(column)
+        if row.get("status") != "ok" or value is None or value != value or value <= 0:
+            continue
+        workers = int(row.get("workers") or 1)
+        own = row.get(sd)
+        var = own ** 2 if own is not None and own == own else None
+        if var is None and workers >= 2:  # an older version: backed out of its interval
+            backed = process_var(value, row.get(high), workers)
+            var = None if backed is None else backed * workers
+        found.append((version, Run(math.log(value), workers, var), row))
+    return found
+
+
+def _is_reference(row: dict) -> bool:
+    return row.get("ratio_to") is not None and row.get("ratio_to") == row.get("impl")
+
+
+class _Series:
+    """One timed stage's runs: per point the rows of each run, newest last."""
+
+    def __init__(self, stage: str, versions: list, latest: dict):
+        self.stage, self.latest = stage, latest["version"]
+        self.versions = versions
+        self.points: dict[tuple, list[tuple[int, dict]]] = {}
+        self.order: list[tuple] = []
+        self.load = {v.entry["version"]: ((v.entry["provenance"].get("environment") or {})
+                                          .get("load") or {}).get("under_load")
+                     for v in versions}
+        for v in versions:
+            for row in v.table.frame.to_dict(orient="records"):
+                row = {k: (None if missing(x) else x) for k, x in row.items()}
+                key = _key(row, stage)
+                if key not in self.points:
+                    self.points[key] = []
+                    self.order.append(key)
+                self.points[key].append((v.entry["version"], row))
+
+    def run_levels(self, prior: dict[str, RunLevel]) -> dict[str, tuple[RunLevel, float | None,
+                                                                       int]]:
+        """quantity -> (run level, pooled process variance, its df)."""
+        out = {}
+        for q in QUANTITIES:
+            per_point = [[r for _, r, row in _runs_of(rows, q) if not _is_reference(row)]
+                         for rows in self.points.values()]
+            proc, df = process_variance(per_point)
+            if proc is None and f"process:{q}" in prior:  # every run one process: the prior's
+                proc, df = prior[f"process:{q}"].var, prior[f"process:{q}"].df
+            level = run_variance(per_point, proc)
+            if level.var is None:
+                level = prior.get(q) or RunLevel(None, 0, "none")
+            if level.var is None:  # nothing known of the runs' variance: processes' only
+                level = RunLevel(0.0, 0, "none")
+            out[q] = (level, proc, df)
+        return out
+
+
+def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
+    rows = series.points[key]
+    stage = series.stage
+    latest_row = next((row for v, row in reversed(rows) if v == series.latest), rows[-1][1])
+    base = {"stage": stage, **dict(zip(STAGES[stage].key_columns, key, strict=True))}
+    measured = [(v, row) for v, row in rows if row.get("status") == "ok"]
+    carried = next((row for _, row in reversed(measured)), latest_row)
+    pooled = {**base, "kind": "pooled", "version": series.latest,
+              **{c: carried.get(c) for c in CARRIED}, "in_latest":
+              latest_row.get("status") == "ok", "runs": len(measured),
+              "processes": sum(int(r.get("workers") or 1) for _, r in measured) or None}
+    if not measured:  # no run measured it: the latest run's status says why
+        return [{**pooled, **{c: latest_row.get(c) for c in ("status", "cause",
+                                                              "budget_left_s", "reason")}}]
+    pooled["status"] = "ok"
+    out = []
+    run_rows = {v: {**base, "kind": "run", "version": v, "runs": 1,
+                    "processes": int(r.get("workers") or 1), "status": "ok",
+                    "under_load": series.load.get(v), **{c: r.get(c) for c in CARRIED}}
+                for v, r in measured}
+    for q, (column, (low, high), _) in QUANTITIES.items():
+        found = _runs_of(rows, q)
+        if not found:
+            continue
+        for v, _, r in found:
+            run_rows[v].update({column: r[column], low: r.get(low), high: r.get(high)})
+        if _is_reference(carried) and q == "ratio":
+            pooled.update({column: 1.0, low: 1.0, high: 1.0, PI[q][0]: 1.0, PI[q][1]: 1.0})
+            continue
+        level, proc, df = levels[q]
+        next_w = int(latest_row.get("workers") or found[-1][1].processes)
+        result = pool([r for _, r, _ in found], level, proc, df, next_w)
+        values = [math.exp(r.log_value) for _, r, _ in found]
+        if q in SPREAD:
+            pooled[SPREAD[q]] = max(values) / min(values) - 1 if len(values) >= 2 else None
+        pooled[RUN_SD[q]] = None if level.var is None else math.sqrt(level.var)
+        if q == "median_ms":
+            pooled["run_sd_origin"] = level.origin
+            pooled["prior_source"] = "; ".join(level.source) or None
+            pooled["median_ms_new"] = values[-1]
+        if result is None:  # no variance known to pool with: the runs' geometric mean,
+            # and no interval (the row says ``run_sd_origin`` none; nothing is made up)
+            pooled[column] = math.exp(sum(r.log_value for _, r, _ in found) / len(found))
+            continue
+        pooled.update({column: result.value, low: result.ci[0], high: result.ci[1],
+                       PI[q][0]: result.pi[0], PI[q][1]: result.pi[1]})
+        for v, run, _ in found:  # each run against what the others predict
+            others = [r for w, r, _ in found if w != v]
+            alone = pool(others, level, proc, df, run.processes) if others else None
+            if alone is not None:
+                run_rows[v][f"outside_pi_{q}"] = not (alone.pi[0] <= math.exp(run.log_value)
+                                                      <= alone.pi[1])
+    latest_ok = carried.get("median_ms")
+    for rate in RATES:
+        if carried.get(rate) is not None and latest_ok and pooled.get("median_ms"):
+            pooled[rate] = carried[rate] * latest_ok / pooled["median_ms"]
+    for r in run_rows.values():
+        flags = [r.pop(f"outside_pi_{q}", None) for q in QUANTITIES]
+        r["outside_pi"] = any(f for f in flags if f is not None) if any(
+            f is not None for f in flags) else None
+        out.append(r)
+    return [pooled, *out]
+
+
+def pooled(stage: str, versions: list, prior: dict[str, RunLevel]) -> tuple[list[dict], dict]:
+    """The rows of ``stage``'s points over ``versions`` (its runs made alike, oldest
+    first: the latest is the last) and the run levels they carry."""
+    series = _Series(stage, versions, versions[-1].entry)
+    levels = series.run_levels(prior)
+    return [row for key in series.order for row in _point_rows(series, key, levels)], levels
+
+
+def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLevel], list[str]]:
+    """quantity -> the run-level variance of the committed series of machines of this
+    kind (every group of two or more runs made alike, but the current one), pooled."""
+    # the run-level variance of each quantity, and ("process:<q>") its process variance,
+    # for a series whose runs have one process each
+    levels: dict[str, list[RunLevel]] = {k: [] for q in QUANTITIES for k in (q, f"process:{q}")}
+    notes = []
+    mine = {v.entry["sha256"] for v in current}
+    for other in kind_keys(root, key):
+        versions = trusted_versions(root, other, stage)
+        anchored = [v for v in versions.found if v.anchored and v.entry["sha256"] not in mine]
+        groups: list[list] = []
+        for v in anchored:
+            group = next((g for g in groups if made_alike(g[0].entry, v.entry)), None)
+            if group is None:
+                groups.append([v])
+            else:
+                group.append(v)
+        # the latest groups: the harness as it is now, not as it was many rounds ago
+        for group in [g for g in groups if len(g) >= 2][-PRIOR_GROUPS:]:
+            series = _Series(stage, group, group[-1].entry)
+            names = f"{other} {stage} v" + ",".join(str(v.entry["version"]) for v in group)
+            for q, (level, proc, df) in series.run_levels({}).items():
+                if level.origin == "series":
+                    levels[q].append(RunLevel(level.var, level.df, "prior", (names,)))
+                if proc is not None:
+                    levels[f"process:{q}"].append(RunLevel(proc, df, "prior", (names,)))
+        notes += versions.left_out
+    return {q: combine_priors(found) for q, found in levels.items()}, notes
+
+
+def run(params: Params, ctx) -> list[dict]:
+    rows: list[dict] = []
+    for stage in TIMED:
+        latest = ctx.evidence[stage].entry
+        history = trusted_versions(ctx.root, ctx.key, stage)
+        for note in history.left_out:
+            ctx.log(f"[series] left out: {note}")
+        alike = [v for v in history.found if made_alike(v.entry, latest)
+                 and v.entry["version"] <= latest["version"]][-params.max_runs:]
+        others = [v for v in history.found if not made_alike(v.entry, latest)
+                  and hardware(v.entry["provenance"].get("environment") or {})
+                  != hardware(latest["provenance"].get("environment") or {})]
+        if others:
+            ctx.log(f"[series] {stage}: {len(others)} versions of {ctx.key!r} were made on other "
+                    "hardware than the latest (another machine under this id?): not pooled")
+        if not alike or alike[-1].entry["sha256"] != latest["sha256"]:
+            why = next((n for n in history.left_out
+                        if n.startswith(f"{ctx.key} {stage} v{latest['version']}:")),
+                       f"{ctx.key} {stage} v{latest['version']}: not in the register")
+            raise ValueError(f"the latest {stage} cannot be pooled: {why}")
+        prior, notes = ({}, []) if len(alike) >= 2 else prior_of(ctx.root, ctx.key, stage,
+                                                                 alike)
+        for note in notes:
+            ctx.log(f"[series] prior: left out {note}")
+        found, levels = pooled(stage, alike, prior)
+        ctx.log(f"[series] {stage}: {len(alike)} run(s) v" + ",".join(
+            str(v.entry["version"]) for v in alike) + "; run-level sd " + ", ".join(
+            f"{q} {math.sqrt(lv.var):.1%} ({lv.origin})" if lv.var is not None
+            else f"{q} unknown" for q, (lv, _, _) in levels.items()))
+        rows += found
+    return rows

@@ -1,0 +1,250 @@
+"""Why a claim is not measurable here, as data (inferlab.judging.causes): one test per
+cause, each reproducing a false reason the committed claims.json gave ("8192: not in this
+grid" for a point the budget dropped, "no rows match the filter" where the flash backend
+ran), and the words rendered at the edge (inferlab.presentation.claim_text).
+
+Tables are written and read back by the one artifact writer, in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence
+from inferlab.judging import claims, verdicts
+from inferlab.judging.causes import CAUSES, NotMeasurable, row_cause
+from inferlab.judging.claims import Claim
+from inferlab.presentation.claim_text import cause_text, reason_text
+
+ROOT = Path("/nonexistent-root")
+KEY = "cpu-test-box"
+LENGTHS = {"T": [1024, 8192], "causal": [True]}
+
+
+def prefill_row(**cells) -> dict:
+    row = {"impl": "naive", "fused_sdpa": False, "T": 1024, "batch": 1, "heads": 12, "d": 64,
+           "dtype": "float32", "causal": True, "block_q": None, "block_k": None,
+           "threads": 1, "flops": 1, "median_ms": 4.0, "ratio": 1.0, "ratio_to": "naive",
+           "status": "ok"}
+    return {**row, **cells}
+
+
+NOT_RUN = {"median_ms": None, "ratio": None}
+DROPPED = {"status": "dropped", "cause": "budget", "budget_left_s": 0.0, **NOT_RUN}
+
+
+def evidence(stage: str, rows: list[dict] | None, **more) -> dict:
+    found = {}
+    for name, content in {stage: rows, **more}.items():
+        table = None if content is None else artifacts.decode(name, artifacts.encode(name,
+                                                                                   content))
+        path = ROOT / "results" / KEY / artifacts.declared(name).artifact
+        found[name] = Evidence(name, path, table, None, None)
+    return found
+
+
+def judged(spec: dict, found: dict, stage: str = "prefill", kind: str = "measured") -> dict:
+    claim = Claim("C13-99", "A sentence.", "v", kind, claims._check({"stage": stage, **spec}))
+    result = verdicts.evaluate(claim, found, KEY, ROOT)
+    artifacts.encode("claims", {"schema_version": 3, "machine": KEY, "grid": None,
+                                "claims": [result]})  # claims.json's schema takes it
+    return result | {"text": reason_text(result, claim, KEY)}
+
+
+SPEED = {"scope": LENGTHS, "where": {"impl": "naive"},
+         "value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 10}}
+
+
+def test_the_vocabulary_is_claims_jsons():
+    schema = artifacts.schema("claims")["$defs"]["cause"]["properties"]["kind"]["enum"]
+    assert tuple(schema) == CAUSES
+    with pytest.raises(ValueError, match="cause kind='nonsense' is not one of"):
+        NotMeasurable("nonsense", column="T")
+
+
+@pytest.mark.parametrize(("status", "cause", "kind"), [
+    ("dropped", "budget", "dropped_by_budget"), ("dropped", "slow_path", "device_cannot"),
+    ("dropped", "killed", "upstream_failed"), ("stopped", "step_limit", "stopped_at_limit"),
+    ("unavailable", "backend_refused", "device_cannot"), ("oom", "memory", "device_cannot"),
+    ("error", "exception", "upstream_failed")])
+def test_each_row_status_has_its_cause(status, cause, kind):
+    assert row_cause(status, cause) == kind
+
+
+def test_not_in_grid_when_the_grid_has_no_row_at_the_value():
+    result = judged(SPEED, evidence("prefill", [prefill_row()]))
+    assert result["verdict"] == "reproduced"  # 1024 judged; 8192 said, not dropped
+    (missing,) = result["judged"][0]["missing"]
+    assert missing == {"column": "T", "value": 8192, "kind": "not_in_grid"}
+    only = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", [prefill_row()]))
+    assert only["cause"] == {"kind": "not_in_grid", "column": "T", "missing": [missing],
+                             "grid": [1024]}
+    assert only["text"] == "needs T = 8192 (8192: not in this grid; this grid has 1024)"
+
+
+def test_dropped_by_budget_is_never_called_not_in_the_grid():
+    """The committed claims.json said "8192: not in this grid" where the point was
+    dropped by the stage's budget."""
+    rows = [prefill_row(), prefill_row(T=8192, **DROPPED)]
+    result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
+    assert result["verdict"] == "not measurable here"
+    assert result["cause"]["kind"] == "dropped_by_budget"
+    (missing,) = result["cause"]["missing"]
+    assert missing["statuses"] == [{"status": "dropped", "cause": "budget",
+                                    "kind": "dropped_by_budget", "rows": 1, "impl": ["naive"],
+                                    "budget_left_s": 0.0}]
+    assert "not in this grid" not in result["text"]
+    assert "8192: 1 row(s) dropped: the stage's time budget was spent" in result["text"]
+    assert "(0 s left)" in result["text"]
+
+
+def test_an_older_table_s_dropped_status_reads_as_dropped_by_budget():
+    """A prefill.csv written before the status was data ("dropped: 0.0 s of the stage
+    budget left for this worker") is upgraded by the artifact reader."""
+    rows = [prefill_row(), prefill_row(T=8192, **DROPPED)]
+    text = artifacts.encode("prefill", rows).decode()
+    header, *lines = text.splitlines()
+    columns = header.split(",")
+    keep = [i for i, c in enumerate(columns) if c not in ("cause", "reason", "budget_left_s",
+                                                          "process_sd",
+                                                          "causal_over_full_process_sd")]
+    old = [",".join(header.split(",")[i] for i in keep)]
+    for line in lines:
+        cells = line.split(",")
+        cells[columns.index("status")] = ("dropped: 0.0 s of the stage budget left for this "
+                                          "worker" if cells[columns.index("status")] ==
+                                          "dropped" else "ok")
+        old.append(",".join(cells[i] for i in keep))
+    table = artifacts.decode("prefill", ("\n".join(old) + "\n").encode())
+    found = {"prefill": Evidence("prefill", ROOT / "prefill.csv", table, None, None)}
+    result = judged({**SPEED, "scope": {"T": [8192]}}, found)
+    assert result["cause"]["kind"] == "dropped_by_budget"
+
+
+def test_stopped_at_limit():
+    rows = [prefill_row(), prefill_row(T=8192, status="stopped", cause="step_limit",
+                                       **NOT_RUN)]
+    result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
+    assert result["cause"]["kind"] == "stopped_at_limit"
+    assert "stopped: the stage reached its limit first" in result["text"]
+
+
+def test_device_cannot_for_a_cuda_check_and_for_a_refused_backend():
+    needs = judged({**SPEED, "device": "cuda"}, evidence("prefill", [prefill_row()]))
+    assert needs["cause"] == {"kind": "device_cannot", "needs": "cuda", "device": "cpu"}
+    assert needs["text"] == f"needs a CUDA device; {KEY} ran on cpu"
+    refused = [prefill_row(impl="sdpa_cudnn", fused_sdpa=True, status="unavailable",
+                           cause="backend_refused", reason="needs sm80", **NOT_RUN)]
+    fused = judged({"where": {"fused_sdpa": True}, "value": {"column": "median_ms",
+                                                             "stat": "max"},
+                    "expect": {"max": 10}}, evidence("prefill", refused))
+    assert fused["cause"]["kind"] == "device_cannot"
+    assert fused["cause"]["left_out"][0]["cause"] == "backend_refused"
+    assert "unavailable: the backend refused" in fused["text"]
+
+
+def test_upstream_failed_when_the_stage_did_not_run_or_cannot_be_read():
+    missing = judged(SPEED, evidence("prefill", None))
+    assert missing["cause"] == {"kind": "upstream_failed", "stage": "prefill",
+                                "state": "missing"}
+    found = evidence("prefill", None)
+    found["prefill"].error = "row 3: bad cell"
+    unreadable = judged(SPEED, found)
+    assert unreadable["cause"]["state"] == "unreadable"
+    assert unreadable["text"].endswith("prefill.csv cannot be read: row 3: bad cell")
+
+
+def test_upstream_failed_when_its_rows_raised():
+    rows = [prefill_row(), prefill_row(T=8192, status="error", cause="exception",
+                                       reason="boom", **NOT_RUN)]
+    result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
+    assert result["cause"]["kind"] == "upstream_failed"
+
+
+def traffic_row(T: int, measured: float | None) -> dict:
+    return {"T": T, "d": 64, "causal": True, "dtype": "float32", "tile": "assumed",
+            "block_q_model": 128, "model_ratio": 10.0, "measured_ratio": measured,
+            "measured_ratio_ci_low": measured, "measured_ratio_ci_high": measured}
+
+
+def test_a_derived_stage_s_empty_or_absent_point_takes_the_timed_stage_s_cause():
+    """traffic.csv has the model's row at 8,192 tokens but no measured ratio, because
+    prefill dropped the point: dropped by the budget, not "not applicable"."""
+    prefill = [prefill_row(), prefill_row(T=8192, **DROPPED)]
+    spec = {"dtype": "any", "scope": {"T": [1024, 8192]}, "where": {"causal": True},
+            "value": {"column": "measured_ratio", "stat": "range"},
+            "expect": {"direction": ">1"}}
+    found = evidence("traffic", [traffic_row(1024, 2.0), traffic_row(8192, None)],
+                     prefill=prefill)
+    empty = judged(spec, found, stage="traffic")
+    assert empty["verdict"] == "reproduced"
+    (missing,) = empty["judged"][0]["missing"]
+    assert (missing["value"], missing["kind"], missing["stage"]) == \
+        (8192, "dropped_by_budget", "prefill")
+    assert empty["judged"][0]["not_applicable"] == 0
+    absent = evidence("traffic", [traffic_row(1024, 2.0)], prefill=prefill)
+    (missing,) = judged(spec, absent, stage="traffic")["judged"][0]["missing"]
+    assert missing["kind"] == "dropped_by_budget"
+
+
+def test_too_few_runs_for_a_between_run_claim():
+    error = NotMeasurable("too_few_runs", stage="prefill", rows=3)
+    assert error.cause == {"kind": "too_few_runs", "stage": "prefill", "rows": 3}
+    with pytest.raises(ValueError, match="is not one of"):  # words are not a cause
+        NotMeasurable("needs two runs of prefill")
+    assert cause_text({"kind": "too_few_runs"}, KEY).startswith("needs two runs")
+
+
+def test_not_physical_is_a_probe_error():
+    spec = {"where": {"impl": "naive"}, "value": {"column": "ratio", "valid_max": 0.5,
+                                                  "stat": "max"}, "expect": {"max": 10}}
+    result = judged(spec, evidence("prefill", [prefill_row()]))
+    assert result["cause"] == {"kind": "not_physical", "value": 1.0, "valid_max": 0.5}
+    assert "not physical" in result["text"]
+
+
+def probe(ran: bool) -> dict:
+    row = {"dtype": "float32", "causal": False, "T": 1024, "heads": 12, "d": 64,
+           "backend": "flash", "can_run": ran, "ran": ran, "reason": None if ran else "x",
+           "reason_source": "pytorch", "limit_kind": None if ran else "build", "op": None,
+           "error": None}
+    return {"environment": {"device": "cpu"}, "availability": [row],
+            "ceilings": {"copy_gbs": 1.0, "matmul_gflops": {"float32": 1.0},
+                         "copy_bytes": 1, "matmul_sizes": [1],
+                         "matmul_gflops_by_size": {"float32": {"1": 1.0}}, "method": "x",
+                         "timings": {}}}
+
+
+def test_not_applicable_where_the_backend_ran_is_not_no_rows_match():
+    """C13-51 on a CPU: flash ran, so it has no refusal kind; the committed claims.json
+    said "no rows match the filter"."""
+    spec = {"device": "cuda", "dtype": "any", "where": {"backend": "flash"},
+            "value": {"column": "limit_kind", "stat": "range"}, "expect": {"equals": "build"}}
+    result = judged(spec, evidence("probe", probe(ran=True)), stage="probe",
+                    kind="device-specific")
+    assert result["verdict"] == "not comparable on this device"
+    assert result["cause"] == {"kind": "not_applicable", "column": "limit_kind", "rows": 1}
+    assert "no rows match" not in result["text"]
+    assert result["text"].startswith("every selected row has an empty limit_kind")
+
+
+def test_claims_json_holds_no_prose_and_an_older_one_still_reads():
+    result = judged(SPEED, evidence("prefill", [prefill_row()]))
+    stored = {k: v for k, v in result.items() if k != "text"}
+    assert not {"reason", "note", "chapter_value"} & set(stored)
+    assert all(not isinstance(v, str) or k in ("id", "kind", "verdict", "unit", "answer",
+                                               "device")
+               for k, v in stored.items())
+    old = {"schema_version": 2, "machine": KEY, "grid": None, "claims": [{
+        "id": "C13-02", "kind": "measured", "verdict": "not measurable here", "value": None,
+        "interval": None, "unit": None, "chapter_value": "16 MiB", "judged_on": "",
+        "reason": "needs T = 8192 (8192: dropped: 0.0 s of the stage budget left)",
+        "note": "Counted in outputs.", "rows": [], "artifact": None, "compared_with": None}]}
+    artifacts.decode("claims", json.dumps(old).encode())  # the reader takes version 2
+    assert reason_text(old["claims"][0]) == old["claims"][0]["reason"]
+    with pytest.raises(ValueError, match="claims/0"):  # version 3 is another layout
+        artifacts.decode("claims", json.dumps(old | {"schema_version": 3}).encode())

@@ -1,0 +1,43 @@
+"""The model stage's arithmetic rows (inferlab.stages.model), on the traffic model alone:
+the rows whose value follows from counting, checked against the counting itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferlab.algorithms.traffic import tiled_hbm_elements
+from inferlab.stages import model
+
+PARAMS = model.Params(T=8192, block=128, d=64, heads=12, cache_len=16384,
+                      cache_dtype="float16", launch_us=40, decode_gbs=50,
+                      sustainable_factor=6, dtypes=("float32",))
+
+
+def _kv_elements(T: int, d: int, block_q: int, block_k: int, causal: bool) -> int:
+    """K and V elements a tiled kernel reads (its traffic less Q read and O written)."""
+    return tiled_hbm_elements(T, d, block_q, block_k, causal=causal) - 2 * T * d
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("T", "block_q", "block_k"), [(8192, 64, 128), (2048, 32, 64),
+                                                       (4096, 32, 256), (1024, 16, 128)])
+def test_doubling_the_query_tile_alone_halves_the_kv_traffic(T, block_q, block_k, causal):
+    """The chapter: "Doubling B_q halves the K and V traffic": with the key tile held (a
+    multiple of the doubled query tile), exactly, both masks."""
+    assert _kv_elements(T, 64, block_q, block_k, causal) == \
+        2 * _kv_elements(T, 64, 2 * block_q, block_k, causal)
+
+
+def test_the_model_row_doubles_the_query_tile_alone(monkeypatch):
+    """C13-45 reads this row: B_q = 64 against B_q = 128 with the key tile of 128 in both
+    (halving the key tile too gave 1.98, not 2)."""
+    for slow in ("ops_per_block_pair", "per_op_seconds", "flops_ratio"):
+        monkeypatch.setattr(model, slow, lambda *args: 1.0)
+    monkeypatch.setattr(model, "_added_rows", lambda params, ctx: [])
+
+    class Ctx:
+        inputs = {"probe": {"ceilings": {}}}
+    rows = {r["quantity"]: r for r in model.run(PARAMS, Ctx)}
+    row = rows["kv_traffic_ratio_half_tile"]
+    assert row["value"] == 2.0
+    assert "B_k=128" in row["inputs"]

@@ -1,0 +1,99 @@
+"""The series: a point pooled over the runs made alike (inferlab.measurement.pooling, the
+series stage), checked on runs whose truth the test knows."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+from inferlab.measurement.pooling import (
+    Run,
+    RunLevel,
+    combine_priors,
+    pool,
+    process_variance,
+    run_variance,
+)
+
+SEED = 20261202
+
+
+def _series(rng: random.Random, points: int, runs: int, run_sd: float, proc_sd: float,
+            workers: int = 4) -> tuple[list[list[Run]], list[float]]:
+    """``points`` points with true log values, each measured in ``runs`` runs of
+    ``workers`` processes: y_r = mu + a_r + mean of the processes' e."""
+    truths = [rng.uniform(-2, 2) for _ in range(points)]
+    out = []
+    for mu in truths:
+        runs_ = []
+        for _ in range(runs):
+            a = rng.gauss(0, run_sd)
+            logs = [mu + a + rng.gauss(0, proc_sd) for _ in range(workers)]
+            sd = statistics.stdev(logs) if workers >= 2 else None
+            runs_.append(Run(statistics.fmean(logs), workers, None if sd is None else sd ** 2))
+        out.append(runs_)
+    return out, truths
+
+
+def test_the_run_level_variance_is_recovered_from_many_points():
+    series, _ = _series(random.Random(SEED), points=60, runs=3, run_sd=0.04, proc_sd=0.03)
+    proc, df = process_variance(series)
+    level = run_variance(series, proc)
+    assert level.origin == "series" and level.df == 60 * 2
+    assert math.sqrt(level.var) == pytest.approx(0.04, rel=0.25)
+    assert math.sqrt(proc) == pytest.approx(0.03, rel=0.15) and df == 60 * 3 * 3
+
+
+def test_no_run_level_variance_is_floored_at_zero_not_negative():
+    series, _ = _series(random.Random(SEED + 1), points=40, runs=3, run_sd=0.0, proc_sd=0.05)
+    proc, _ = process_variance(series)
+    assert run_variance(series, proc).var >= 0.0
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_the_prediction_interval_holds_the_next_run_95_percent_of_the_time(runs):
+    """Out of sample: a series of ``runs`` runs (the run-level variance from the series
+    itself, or for one run a prior of the true value) and one more run: inside its
+    prediction interval about 95 % of the time, and the machine's value inside the
+    confidence interval about as often."""
+    rng = random.Random(SEED + runs)
+    inside_pi = inside_ci = total = 0
+    for _ in range(40):
+        series, truths = _series(rng, points=30, runs=runs + 1, run_sd=0.05, proc_sd=0.04)
+        past = [point[:runs] for point in series]
+        proc, df = process_variance(past)
+        level = run_variance(past, proc) if runs >= 2 else RunLevel(0.05 ** 2, 200, "prior")
+        for point, mu in zip(series, truths, strict=True):
+            found = pool(point[:runs], level, proc, df, next_processes=4)
+            inside_pi += found.pi[0] <= math.exp(point[runs].log_value) <= found.pi[1]
+            inside_ci += found.ci[0] <= math.exp(mu) <= found.ci[1]
+            total += 1
+    assert 0.92 <= inside_pi / total <= 0.98
+    assert 0.92 <= inside_ci / total <= 0.98
+
+
+def test_a_run_of_one_process_gets_the_pooled_process_variance_never_zero_width():
+    level = RunLevel(0.02 ** 2, 50, "prior", ("other-key prefill v1,2",))
+    found = pool([Run(math.log(8.9), 1, None)], level, proc_var=0.03 ** 2, proc_df=30,
+                 next_processes=1)
+    assert found.ci[0] < 8.9 < found.ci[1] and found.pi[0] < found.ci[0]
+    half = math.log(found.pi[1] / 8.9)
+    # Welch-Satterthwaite: 56 degrees of freedom from the prior's 50 and the processes' 30
+    assert half == pytest.approx(1.96 * math.sqrt(2 * (0.02 ** 2 + 0.03 ** 2)), rel=1e-3)
+
+
+def test_a_variance_not_known_gives_no_interval():
+    assert pool([Run(0.0, 1, None)], RunLevel(0.01, 10, "series"), None, 0, 1) is None
+    assert pool([Run(0.0, 3, 0.01)], RunLevel(None, 0, "none"), None, 0, 3) is None
+
+
+def test_priors_are_pooled_by_their_degrees_of_freedom_and_name_their_sources():
+    prior = combine_priors([RunLevel(0.01, 10, "prior", ("a",)), RunLevel(0.04, 30, "prior",
+                                                                          ("b",)),
+                            RunLevel(None, 0, "none")])
+    assert prior.var == pytest.approx((0.1 + 1.2) / 40) and prior.df == 40
+    assert prior.source == ("a", "b") and prior.origin == "prior"
+    assert combine_priors([]).var is None
