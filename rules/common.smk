@@ -9,7 +9,9 @@ from inferlab.workflow.config import (
     resolve_grid,
     resolve_machine,
 )
-from inferlab.core.pipeline import STAGES, code_files
+from pathlib import Path
+
+from inferlab.core.pipeline import CLAIMS_FILE, STAGES, code_files, content_sha256
 
 DEVICE = resolve_device(config)
 MACHINE = resolve_machine(config, DEVICE)
@@ -52,12 +54,23 @@ def stage_inputs(stage):
     stage that reads the register's history, the registers there are (this key's and those
     of machines of its kind: the series' prior), as ``ancient``: what it reads from them
     changes with its other inputs, and every stage appends to its key's register."""
-    files = {"code": code_files(stage), **{up: artifact(up) for up in STAGES[stage].reads}}
+    # claims.yaml is compared by what the stage computes from it (params.computed_from), not
+    # by its time: an edited note reruns only the report, which shows it
+    code = [f for f in code_files(stage) if f != CLAIMS_FILE]
+    files = {"code": code, **{up: artifact(up) for up in STAGES[stage].reads}}
     if STAGES[stage].reads_register:
         keys = {KEY, *(k for k in layout.keys(".") if "@" not in k)}
         registers = [layout.register_path(".", k) for k in sorted(keys)]
         files["registers"] = [ancient(p.as_posix()) for p in registers if p.is_file()]
     return files
+
+
+def computed_from(stage):
+    """The sha256 of what ``stage`` computes from in claims.yaml (pipeline.content_sha256):
+    a param, so a change of a check reruns it and an edited sentence does not."""
+    if CLAIMS_FILE not in code_files(stage):
+        return None
+    return content_sha256(Path(CLAIMS_FILE))
 
 
 def reproduce_command(stage):

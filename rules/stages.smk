@@ -26,6 +26,7 @@ for name, declared in STAGES.items():
             key=KEY,
             config=effective_config(config, name, DEVICE),
             command=reproduce_command(name),
+            computed_from=computed_from(name),
         log:
             layout.log_path(".", KEY, name).as_posix(),
         benchmark:

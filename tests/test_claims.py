@@ -798,7 +798,7 @@ def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
 
     class Ctx:
         device, seed, threads = "cpu", 0, 1
-    monkeypatch.setattr(model, "fma_ratio", lambda ctx: Ratio("fused", 1.5, 1.4, 1.6))
+    monkeypatch.setattr(model, "fma_ratio", lambda params, ctx: Ratio("fused", 1.5, 1.4, 1.6))
     params = model.Params(T=256, block=64, d=16, heads=2, cache_len=1024,
                           cache_dtype="float16", launch_us=40, decode_gbs=50,
                           sustainable_factor=6, dtypes=("float32", "bfloat16"))

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inferlab.algorithms import exactness
 from inferlab.algorithms.attention import naive_attention
 from inferlab.algorithms.partials import Partial, finalize, partial_attention
 from inferlab.algorithms.traffic import block_pairs
@@ -56,6 +57,7 @@ try:
     import triton.language as tl
 
     from inferlab.algorithms import kernels
+    from inferlab.algorithms.exactness import inexact
     from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
 finally:
     _put_env_back()
@@ -389,9 +391,9 @@ def test_kernels_compile_for_a_hopper_gpu():
 @pytest.mark.parametrize("causal", [False, True])
 def test_inexact_passes_the_kernels_own_outputs(draw_qkv, dtype, causal):
     q, k, v = _draw(draw_qkv, (1, HEADS, 100, 64), dtype, seed=50)
-    assert kernels.inexact(flash_attention(q, k, v, causal, 32, 16), q, k, v, causal) is None
+    assert inexact(flash_attention(q, k, v, causal, 32, 16), q, k, v, causal) is None
     q1 = q[:, :, :1]
-    assert kernels.inexact(flash_decode(q1, k, v, 3, block_n=16), q1, k, v) is None
+    assert inexact(flash_decode(q1, k, v, 3, block_n=16), q1, k, v) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -399,10 +401,10 @@ def test_inexact_names_an_error_over_twice_naives(draw_qkv, dtype):
     q, k, v = _draw(draw_qkv, (1, HEADS, 100, 64), dtype, seed=51)
     ref = naive_attention(q.double(), k.double(), v.double())
     naive_err = _max_err(naive_attention(q, k, v), ref)
-    floor = kernels.ULP_FLOOR * torch.finfo(dtype).eps * ref.abs().max().item()
+    floor = exactness.ULP_FLOOR * torch.finfo(dtype).eps * ref.abs().max().item()
     out = ref.clone()
     out[0, 1, 7, 3] += 1.5 * max(2 * naive_err, floor)  # one element well over the bound
-    status = kernels.inexact(out.to(dtype), q, k, v)
+    status = inexact(out.to(dtype), q, k, v)
     assert status is not None and status.startswith("error: inexact on this device")
     assert f"{naive_err:.3g}" in status
 
@@ -412,13 +414,13 @@ def test_inexact_floor_accepts_a_few_ulps_where_naive_is_exact(draw_qkv):
     q, k, v = _draw(draw_qkv, (1, 1, 1, 64), torch.float16, keys=1, seed=52)
     ulp = torch.finfo(torch.float16).eps * v.double().abs().max().item()
     near = (v.double() + ulp).to(torch.float16)
-    assert kernels.inexact(near, q, k, v) is None
-    far = (v.double() + 3 * kernels.ULP_FLOOR * ulp).to(torch.float16)
-    assert kernels.inexact(far, q, k, v) is not None
+    assert inexact(near, q, k, v) is None
+    far = (v.double() + 3 * exactness.ULP_FLOOR * ulp).to(torch.float16)
+    assert inexact(far, q, k, v) is not None
 
 
 def test_inexact_fails_a_non_finite_output(draw_qkv):
     q, k, v = _draw(draw_qkv, (1, 1, 8, 16), seed=53)
     out = naive_attention(q, k, v)
     out[0, 0, 3, 2] = float("nan")
-    assert "non-finite" in kernels.inexact(out, q, k, v)
+    assert "non-finite" in inexact(out, q, k, v)

@@ -152,6 +152,19 @@ def test_code_change_reruns_exactly_its_stages(smoke_copy, code_file, reruns):
     assert jobs(run(smoke_copy, "--dry-run", *SMOKE)) == reruns
 
 
+def test_an_edited_check_reruns_the_claims_and_an_edited_note_does_not(smoke_copy):
+    """claims.yaml reruns claims and manuscript by the content they compute from (a
+    param), not by its time: the last run's params are in .snakemake/, as here."""
+    path = smoke_copy / "claims.yaml"
+    text = path.read_text(encoding="utf-8")
+    note = "    note: >-\n      "
+    path.write_text(text.replace(note, note + "Reworded. ", 1), encoding="utf-8")
+    assert jobs(run(smoke_copy, "--dry-run", *SMOKE)) == {"report"}
+    assert "expect: {max: 2}" in text
+    path.write_text(text.replace("expect: {max: 2}", "expect: {max: 3}", 1), encoding="utf-8")
+    assert jobs(run(smoke_copy, "--dry-run", *SMOKE)) == {"claims", "manuscript", "report"}
+
+
 def test_second_machine_writes_only_its_folders(smoke_copy):
     before = {d: tree_hashes(smoke_copy / d / KEY) for d in ("results", "evidence")}
     result = run(smoke_copy, "--cores", "1", "probe", "--configfile", "profiles/smoke.yaml",

@@ -57,6 +57,23 @@ def test_the_audit_text_the_report_shows_reruns_the_report_only(current):
         os.utime(audit, (old, old))
 
 
+def test_a_claims_note_reruns_the_report_only(current):
+    """claims.yaml is compared by what a stage computes from it (each claim's id, kind and
+    check: ``params.computed_from``, tests/test_pipeline.py edits a check): the report
+    shows the sentences and notes, claims.json holds none of them."""
+    repo, old = current
+    path = repo / "claims.yaml"
+    text = path.read_text(encoding="utf-8")
+    note = "    note: >-\n      "
+    assert note in text
+    try:
+        path.write_text(text.replace(note, note + "Reworded. ", 1), encoding="utf-8")
+        assert jobs(run(repo, *ARGS)) == {"report"}
+    finally:
+        path.write_text(text, encoding="utf-8")
+        os.utime(path, (old, old))
+
+
 def test_stages_that_read_the_register_declare_it(current):
     """The series pools the register's runs and the manuscript names their commits: the
     register is their input (``ancient``: every stage appends to it, which is no change

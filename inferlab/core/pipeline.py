@@ -130,7 +130,9 @@ STAGES: dict[str, Stage] = _declare(
                        "block_k")),
     Stage("traffic", table=True, reads=("series",),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
-    Stage("model", table=True, reads=("probe",), key_columns=("quantity", "source", "dtype")),
+    # times a launch floor and a multiply-add: timed, with the timing section's settings
+    Stage("model", table=True, reads=("probe",), timed=True,
+          key_columns=("quantity", "source", "dtype")),
     # configured by claims.yaml (one of its code files), not by a config section
     Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),
           schema_file="claims_result.schema.json"),
@@ -209,6 +211,32 @@ REPORT_FILES = ("claims.yaml", "inferlab/presentation/templates/report.html.j2")
 def report_modules() -> tuple[str, ...]:
     """The report's module and every stage view that exists (``inferlab/presentation/views/``)."""
     return (REPORT_MODULE, *(s.view for s in STAGES.values() if _module_file(s.view)))
+
+
+# What of claims.yaml a stage computes from (its code, as far as a rerun goes): each claim's
+# id, kind and check, and the file's version and fp16 stand-in. Its sentences, notes and
+# readings are for people: an edit of them reruns the report (which shows them), never
+# claims or manuscript (whose artifacts hold none of them).
+CLAIMS_FILE = "claims.yaml"
+CLAIMS_COMPUTED = ("id", "kind", "check")
+
+
+def content_sha256(path: Path) -> str:
+    """The sha256 of what a stage computes from ``path``: for claims.yaml its computed part
+    (``CLAIMS_COMPUTED``, as canonical JSON), for any other file its bytes."""
+    import hashlib
+    import json
+
+    data = path.read_bytes()
+    if path.name == CLAIMS_FILE:
+        import yaml
+
+        parsed = yaml.safe_load(data) or {}
+        kept = {"version": parsed.get("version"), "fp16_stand_in": parsed.get("fp16_stand_in"),
+                "claims": [{k: c.get(k) for k in CLAIMS_COMPUTED}
+                           for c in parsed.get("claims") or [] if isinstance(c, dict)]}
+        data = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(data).hexdigest()
 
 
 def stage(name: str) -> Stage:

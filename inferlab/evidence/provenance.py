@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 
 from inferlab.core import layout
+from inferlab.core.pipeline import content_sha256
 from inferlab.core.files import (
     atomic_write,
     canonical_json,
@@ -57,7 +58,9 @@ def file_hashes(files: list[Path | str], root: Path | str) -> dict[str, str]:
     for f in files:
         if not Path(f).is_file():
             raise ValueError(f"file {str(f)!r} does not exist (or is not a file)")
-        hashes[relative(f, root)] = sha256_file(f)
+        # claims.yaml by what a stage computes from (pipeline.content_sha256), so that an
+        # edited note is no change of a stage's code
+        hashes[relative(f, root)] = content_sha256(Path(f))
     return dict(sorted(hashes.items()))
 
 

@@ -12,9 +12,9 @@ from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
 
-# the timing stages whose tables the series pools: the timed ones with a table
-TIMED = tuple(name for name, s in STAGES.items() if s.timed and s.table)
 SERIES = "series"
+# the timing stages whose tables the series pools: the ones it reads
+TIMED = STAGES[SERIES].reads
 
 
 def missing(x) -> bool:

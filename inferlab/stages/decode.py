@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from inferlab.algorithms import kernels
+from inferlab.algorithms.exactness import inexact
 from inferlab.algorithms.partials import splitkv_decode
 from inferlab.algorithms.traffic import decode_cache_bytes, decode_floor_time_us
 from inferlab.measurement.backends import FUSED_SDPA
@@ -85,7 +86,7 @@ def _cases(params: Params, q, k, v, plan) -> tuple[dict, dict, list]:
             if why is not None:
                 refused.append({**fields, "status": f"unavailable: {why}"})
                 continue
-            bad = kernels.inexact(kernels.flash_decode(q, k, v, splits), q, k, v)
+            bad = inexact(kernels.flash_decode(q, k, v, splits), q, k, v)
             if bad is not None:  # checked once at this point's sizes before it is timed
                 refused.append({**fields, "status": bad})
                 continue

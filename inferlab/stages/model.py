@@ -34,7 +34,6 @@ the chapter), counted or measured here, or the analytic model (``inferlab.algori
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -51,7 +50,7 @@ from inferlab.algorithms.traffic import (
 )
 from inferlab.measurement.kernel_names import quiet_profile
 from inferlab.measurement.measure import time_interleaved
-from inferlab.stages.common import random_qkv, torch_dtype, tuples
+from inferlab.stages.common import TimingParams, random_qkv, torch_dtype, tuples
 
 # Chapter 11's multiply-add operands: 2**23 fp32 elements (32 MiB each) outgrow a CPU's
 # last-level cache, so every memory pass goes to main memory, as on the GPU it measured.
@@ -79,10 +78,14 @@ class Params:
     decode_gbs: float            # premise: "50 GB/s at batch 1"
     sustainable_factor: float    # premise: "a sixth of the sustainable bandwidth"
     dtypes: tuple[str, ...]      # dtypes the machine balance is given for
+    # the one harness's settings (the config's timing section): the launch floor and the
+    # multiply-add are timed like everything else
+    timing: TimingParams | None = None
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
-        return cls(**{k: tuples(v) for k, v in cfg["model"].items()})
+        return cls(**{k: tuples(v) for k, v in cfg["model"].items()},
+                   timing=TimingParams(**cfg["timing"]))
 
 
 def _kernel_ops(fn) -> int:
@@ -106,15 +109,12 @@ def ops_per_block_pair(params: Params, ctx) -> float:
     return (counts[1] - counts[0]) / 4
 
 
-def per_op_seconds(ctx) -> float:
-    """This machine's cost of one small ATen op (a launch floor): the median of 2,000."""
+def per_op_seconds(params: Params, ctx) -> float:
+    """This machine's cost of one small ATen op (a launch floor): the median time per call
+    of ``x.add(1.0)`` on 8 elements, timed by the one harness (``timing`` section)."""
     x = torch.ones(8, device=ctx.device)
-    samples = []
-    for _ in range(2000):
-        started = time.perf_counter()
-        x.add(1.0)
-        samples.append(time.perf_counter() - started)
-    return sorted(samples)[len(samples) // 2]
+    return time_interleaved({"op": lambda: x.add(1.0)},
+                            **params.timing.options(ctx))["op"].median_ms / 1e3
 
 
 def flops_ratio(params: Params, ctx) -> float:
@@ -135,15 +135,13 @@ def splitkv_ops(params: Params, ctx) -> list[int]:
     return [_kernel_ops(lambda s=s: splitkv_decode(q, k, v, s)) for s in SPLITS]
 
 
-def fma_ratio(ctx):
+def fma_ratio(params: Params, ctx):
     """Two kernels (multiply, then add) over one fused multiply-add: the paired ratio."""
     gen = torch.Generator(device=ctx.device).manual_seed(ctx.seed)
     a, b, c = (torch.rand(FMA_ELEMENTS, generator=gen, device=ctx.device) for _ in range(3))
     timings = time_interleaved({"fused": lambda: torch.addcmul(c, a, b),
                                 "separate": lambda: a * b + c},
-                               threads=ctx.threads, device=ctx.device,
-                               pair_with={"separate": ["fused"]}, max_rounds=20,
-                               time_cap_s=10.0)
+                               pair_with={"separate": ["fused"]}, **params.timing.options(ctx))
     return timings["separate"].ratio
 
 
@@ -170,7 +168,7 @@ def _added_rows(params: Params, ctx) -> list[dict]:
     for dtype in params.dtypes:
         rows.append(row("decode_intensity", 2 / torch_dtype(dtype).itemsize, "FLOP/B",
                         "model", "4·S·d FLOPs per 2·S·d cache elements read", dtype))
-    ratio = fma_ratio(ctx)
+    ratio = fma_ratio(params, ctx)
     if ratio is not None:
         rows.append(row("fma_two_kernels_over_fused", ratio.median, "×", "measured here",
                         f"a * b + c over torch.addcmul(c, a, b), {FMA_ELEMENTS} float32 "
@@ -182,7 +180,7 @@ def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]
     pairs, _ = block_pairs(params.T, params.T, params.block, params.block, causal=True)
     ops = ops_per_block_pair(params, ctx)
-    op_s = per_op_seconds(ctx)
+    op_s = per_op_seconds(params, ctx)
     launches = pairs * ops
     # B_q alone: B_k stays (block_k defaults to block_q, which would halve both tiles)
     half = tiled_hbm_elements(params.T, params.d, params.block // 2, params.block, causal=True)

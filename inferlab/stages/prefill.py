@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from inferlab.algorithms import kernels
 from inferlab.algorithms.attention import TILED, naive_attention
+from inferlab.algorithms.exactness import inexact
 from inferlab.measurement.backends import FUSED_SDPA
 from inferlab.measurement.kernel_names import kernel_in, kernel_that_ran
 from inferlab.measurement.memory import capped, is_oom, peak_extra_bytes
@@ -118,7 +119,7 @@ def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, lis
                 refused.append({**fields, "status": f"unavailable: {why}"})
                 continue
             # checked once at this point's sizes before it is timed (kernels.inexact)
-            bad = kernels.inexact(kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N),
+            bad = inexact(kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N),
                                   q, k, v, causal)
             if bad is not None:
                 refused.append({**fields, "status": bad})
