@@ -61,8 +61,8 @@ smoke: $(STAMP)
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial"
-	$(VPY) -m pytest -q -m serial
+	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" --durations=12
+	$(VPY) -m pytest -q -m serial --durations=8
 
 # The numerics tests again under every ATen CPU capability from `default` up to this host's
 # (docs/other-cpu.md): their tolerances must hold whichever SIMD kernels a CPU has (issue 18).

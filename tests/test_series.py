@@ -97,3 +97,26 @@ def test_priors_are_pooled_by_their_degrees_of_freedom_and_name_their_sources():
     assert prior.var == pytest.approx((0.1 + 1.2) / 40) and prior.df == 40
     assert prior.source == ("a", "b") and prior.origin == "prior"
     assert combine_priors([]).var is None
+
+
+def test_runs_of_one_process_each_get_intervals_from_their_spread():
+    """Every run timed each point in one process (a budget that cut processes, as prefill's
+    on a slow CPU): no process variance is known, but the spread between the runs is what
+    one more such run varies by. The series stage pools it as ``series_total``, never a
+    value without an interval (the committed prefill series had none before this)."""
+    from tests.series_helper import series_rows
+
+    rng = random.Random(SEED + 7)
+    shifts = [rng.gauss(0, 0.05) for _ in range(3)]
+    runs = [[{"impl": "naive", "fused_sdpa": False, "T": T, "batch": 1, "heads": 12, "d": 64,
+              "dtype": "float32", "causal": True, "block_q": 128, "block_k": 128,
+              "threads": 1, "flops": 1, "status": "ok", "workers": 1,
+              "median_ms": T / 100 * math.exp(s + rng.gauss(0, 0.03))}
+             for T in (1024, 2048, 4096, 8192)] for s in shifts]
+    pooled = [r for r in series_rows(prefill=runs) if r["kind"] == "pooled"]
+    assert len(pooled) == 4
+    for row in pooled:
+        assert row["runs"] == 3 and row["processes"] == 3
+        assert row["run_sd_origin"] == "series_total" and row["run_sd"] > 0
+        assert row["ci_low_ms"] < row["median_ms"] < row["ci_high_ms"]
+        assert row["pi_low_ms"] < row["ci_low_ms"] and row["pi_high_ms"] > row["ci_high_ms"]

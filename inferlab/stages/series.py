@@ -12,8 +12,10 @@ point (a stage's key columns) and quantity (median time, paired ratio, causal ov
 * a ``pooled`` row: the random-effects value over the runs, its 95 % confidence interval
   (``ci_*``: the machine's value) and the 95 % prediction interval of one more run
   (``pi_*``), how many runs and processes it rests on, the run-level sd it carries and
-  where that comes from (``run_sd_origin``: ``series``, or for a first run ``prior``: the
-  committed series of machines of the same kind, named in ``prior_source``), the largest
+  where that comes from (``run_sd_origin``: ``series``; ``series_total`` where every run
+  has one process, whose variance is then the runs' with the processes' in it; or for a
+  first run ``prior``: the committed series of machines of the same kind, named in
+  ``prior_source``), the largest
   difference between two runs (``*_spread``), and whether the latest run measured it
   (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
   no run measured keeps the latest run's status and cause.
@@ -142,6 +144,12 @@ class _Series:
             if proc is None and f"process:{q}" in prior:  # every run one process: the prior's
                 proc, df = prior[f"process:{q}"].var, prior[f"process:{q}"].df
             level = run_variance(per_point, proc)
+            if level.var is None and proc is None:
+                # every run one process: the processes' variance is not told apart from the
+                # runs', but their sum is what one more run varies by (series_total)
+                total = run_variance(per_point, 0.0)
+                if total.var is not None:
+                    level, proc, df = RunLevel(total.var, total.df, "series_total"), 0.0, 0
             if level.var is None:
                 level = prior.get(q) or RunLevel(None, 0, "none")
             if level.var is None:  # nothing known of the runs' variance: processes' only
