@@ -401,3 +401,25 @@ def test_a_verdict_that_differs_from_the_previous_run_is_marked(tmp_path, eviden
     write_stage(root, CPU, "claims", data, "cpu")
     assert "differs from the previous run" not in render_report(
         root, layout.report_path(root), [CPU]).read_text()
+
+
+def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence_root):
+    """Evidence merged from another machine at an older commit: the card says which
+    stages this checkout's code would not compute so (only that machine can remake them),
+    and names none once a stage's recorded code is today's."""
+    import dataclasses
+
+    from inferlab.core.pipeline import code_files
+    from inferlab.evidence.provenance import file_hashes
+    from inferlab.presentation.report import summary_card
+    from inferlab.presentation.sections import load_key
+
+    data = load_key(evidence_root, CPU)
+    # the test's stages recorded one file as their code, not their stages' code files
+    assert "prefill" in summary_card(data)["older_code"]
+    today = {s: dataclasses.replace(e, entry={**e.entry, "provenance": {
+        **e.provenance, "code_files": file_hashes(
+            [layout.REPO_ROOT / f for f in code_files(s)], layout.REPO_ROOT)}})
+        for s, e in data.evidence.items() if e.entry}
+    current = dataclasses.replace(data, evidence={**data.evidence, **today})
+    assert summary_card(current)["older_code"] == []

@@ -92,7 +92,7 @@ def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
     those entries, and flags exactly the computing files that differ today."""
     from inferlab.core.pipeline import bookkeeping_files, code_files
     from inferlab.evidence.provenance import file_hashes
-    from inferlab.workflow.adopt import code_changed
+    from inferlab.evidence.trust import code_changed
 
     root = layout.REPO_ROOT
     code = file_hashes([root / f for f in code_files("prefill")], root)

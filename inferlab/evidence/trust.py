@@ -28,9 +28,10 @@ from pathlib import Path
 
 from inferlab.core import layout
 from inferlab.core.files import relative, sha256_file
-from inferlab.core.pipeline import STAGES
+from inferlab.core.pipeline import STAGES, code_files
 from inferlab.evidence.entries import results_fault
 from inferlab.evidence.integrity import DISAGREES, NOT_JSON, sidecar_fault
+from inferlab.evidence.provenance import file_hashes
 from inferlab.evidence.register import Register
 
 
@@ -92,3 +93,12 @@ def stale_inputs(root: Path | str, entry: dict) -> str | None:
                     f"(from {_version_of(root, rel, sha)}; there now: "
                     f"{_version_of(root, rel, now)})")
     return None
+
+
+def code_changed(root: Path | str, name: str, recorded: dict[str, str]) -> list[str]:
+    """The files of stage ``name``'s computing code (``pipeline.code_files``) whose sha256
+    today is not the one the version recorded; the bookkeeping it recorded besides (an
+    older version recorded its runner, register ... as code too) is not compared."""
+    root = Path(root)
+    today = file_hashes([root / f for f in code_files(name)], root)
+    return sorted(f for f, sha in today.items() if recorded.get(f) != sha)

@@ -29,6 +29,7 @@ from markupsafe import Markup
 from inferlab.core import layout
 from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.evidence.register import Register
+from inferlab.evidence.trust import code_changed
 from inferlab.judging.claims import Claim, load
 from inferlab.presentation import sections
 from inferlab.presentation.claim_text import judged_on_text, reason_text
@@ -61,7 +62,9 @@ def _environment(data: KeyData) -> dict:
 
 
 def summary_card(data: KeyData) -> dict:
-    """The first screen for one key: verdict counts, hardware, torch, date, commit."""
+    """The first screen for one key: verdict counts, hardware, torch, date, commit, and
+    the stages whose artifact the code of this checkout (the one running) would not compute
+    so (``older_code``: evidence merged from another machine, which only it can remake)."""
     env = _environment(data)
     host, cuda = env.get("host") or {}, env.get("cuda") or {}
     device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
@@ -92,7 +95,9 @@ def summary_card(data: KeyData) -> dict:
             "flipped_measured": [c["id"] for c in data.results
                                  if data.was(c["id"], c["verdict"]) and MEASURABLE in
                                  (c["verdict"], data.previous[1].get(c["id"]))],
-            "previous_version": data.previous[0]}
+            "previous_version": data.previous[0],
+            "older_code": [s for s, e in data.evidence.items() if e.provenance and code_changed(
+                layout.REPO_ROOT, s, e.provenance.get("code_files") or {})]}
 
 
 def figure_of(claim: Claim) -> str | None:

@@ -35,22 +35,14 @@ from pathlib import Path
 from inferlab.core import layout
 from inferlab.core.pipeline import STAGES, code_files
 from inferlab.evidence.integrity import derived_faults
-from inferlab.evidence.provenance import config_hash, file_hashes
+from inferlab.evidence.provenance import config_hash
 from inferlab.evidence.register import Register
-from inferlab.evidence.trust import doubt, stale_inputs
+from inferlab.evidence.trust import code_changed, doubt, stale_inputs
 from inferlab.measurement.environment import fingerprint, hardware
 from inferlab.workflow.config import Config, load_config, resolve, resolve_threads
 
 STEP_S = 0.001      # between the stamps of consecutive stages
 MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
-
-
-def code_changed(root: Path, name: str, recorded: dict[str, str]) -> list[str]:
-    """The files of stage ``name``'s computing code (``pipeline.code_files``) whose sha256
-    today is not the one the version recorded; the bookkeeping it recorded besides (an
-    older version recorded its runner, register ... as code too) is not compared."""
-    today = file_hashes([root / f for f in code_files(name)], root)
-    return sorted(f for f, sha in today.items() if recorded.get(f) != sha)
 
 
 def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
