@@ -9,6 +9,7 @@ fresh clone of this project would find it (only much smaller).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -99,6 +100,40 @@ def book_repo(dest: Path) -> Path:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "evidence")
     return repo
+
+
+# The smoke pipeline as the tests run it: its own machine id, so its key never meets this
+# host's (test-smoke@smoke).
+SMOKE_MACHINE = "test-smoke"
+SMOKE = ["--configfile", "profiles/smoke.yaml", "--config", f"machine={SMOKE_MACHINE}"]
+
+
+def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every xdist worker of this test session shares (pytest-xdist's own
+    recipe: the parent of a worker's base temporary folder); without xdist, the base."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def smoke_repo(tmp_path_factory: pytest.TempPathFactory, dest: Path) -> Path:
+    """A copy at ``dest`` of the repository after one ``snakemake --cores 1`` of the smoke
+    profile (every rule; .snakemake/ metadata and mtimes kept). The run is made once per
+    session under a lock, by the first module that asks; the others wait for it and copy
+    it. A failed run is recorded and fails every module that asks, with its stderr."""
+    root = _session_root(tmp_path_factory)
+    made, failed = root / "smoke-shared" / "repo", root / "smoke-shared.failed"
+    with open(root / "smoke-shared.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not made.is_dir() and not failed.exists():
+            repo = copy_repo(root / "smoke-shared" / "building")
+            result = run(repo, "--cores", "1", *SMOKE)
+            if result.returncode != 0:
+                failed.write_text(result.stderr[-5000:])
+            else:
+                repo.rename(made)
+    if failed.exists():
+        pytest.fail(f"the shared smoke pipeline run failed:\n{failed.read_text()}")
+    return Path(shutil.copytree(made, dest, symlinks=True))
 
 
 def book_key(repo: Path) -> str:

@@ -37,13 +37,10 @@ def synthetic(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
     """The report the smoke pipeline writes (every rule, in a copy of the repository)."""
-    from tests.pipeline_repo import copy_repo, run
-    from tests.test_pipeline import SMOKE
+    from tests.pipeline_repo import smoke_repo
 
-    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
-    result = run(repo, "--cores", "1", *SMOKE)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return layout.report_path(repo)
+    return layout.report_path(smoke_repo(tmp_path_factory,
+                                         tmp_path_factory.mktemp("smoke") / "repo"))
 
 
 @pytest.fixture(params=REPORTS)

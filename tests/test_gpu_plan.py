@@ -40,6 +40,13 @@ def test_a_timing_stage_stops_timing_before_its_backstop(committed):
             assert step.timeout_s - step.limit_s >= gpu_plan.STOP_GRACE_S
 
 
+def test_only_the_stages_that_stop_at_a_limit_are_given_one(committed):
+    # --limit-s reaches the stage as ctx.stop_at, which only the point-timed stages read
+    # (workers.time_points); probe's 22 s and model's 1 s were a limit nothing obeyed.
+    for step in committed.steps:
+        assert (step.limit_s is not None) == (step.budget_s is not None), step
+
+
 @pytest.mark.parametrize(("stage", "budget_s"), [("prefill", 300), ("decode", 120)])
 def test_the_budgets_before_this_plan_did_not_fit(stage, budget_s):
     # config.yaml's cuda blocks gave prefill 300 s and decode 120 s: the script killed them

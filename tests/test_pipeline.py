@@ -1,7 +1,8 @@
 """The whole Snakemake pipeline on the smoke profile, in a temporary copy of the repository.
 
-One module-scoped run (``smoke``) is shared; a test that changes the tree works on its own
-copy of that run (``smoke_copy``), .snakemake/ metadata included.
+The module works on its own copy (``smoke``) of the session's one smoke run
+(``pipeline_repo.smoke_repo``, which tests/test_browser.py copies too); a test that changes
+the tree works on its own copy of that (``smoke_copy``), .snakemake/ metadata included.
 """
 
 from __future__ import annotations
@@ -25,32 +26,28 @@ from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.register import Register
 from tests.pipeline_repo import (
-    copy_repo,
+    SMOKE,
+    SMOKE_MACHINE,
     env,
     git,
     jobs,
     run,
     small_tmpfs,
+    smoke_repo,
     tree_hashes,
     versions,
 )
 
 pytestmark = pytest.mark.slow
 
-MACHINE = "test-smoke"
+MACHINE = SMOKE_MACHINE
 KEY = f"{MACHINE}@smoke"  # the smoke profile is its own grid: never the book evidence
-SMOKE = ["--configfile", "profiles/smoke.yaml", "--config", f"machine={MACHINE}"]
 ALL_JOBS = {*STAGES, "report"}
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("smoke") / "repo")
-    started = time.perf_counter()
-    result = run(repo, "--cores", "1", *SMOKE)
-    assert result.returncode == 0, result.stderr[-5000:]
-    print(f"smoke pipeline: {time.perf_counter() - started:.1f} s")
-    return repo
+    return smoke_repo(tmp_path_factory, tmp_path_factory.mktemp("smoke") / "repo")
 
 
 @pytest.fixture

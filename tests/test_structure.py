@@ -337,11 +337,11 @@ def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, n
 # follow from the declaration.
 DIRECT_USERS = {
     "inferlab/algorithms/kernels.py": {"prefill", "decode"},
-    "inferlab/measurement/measure.py": {"probe", "prefill", "decode"},
+    "inferlab/measurement/measure.py": {"probe", "prefill", "decode", "model"},  # the harness
     "inferlab/algorithms/attention.py": {"correctness", "prefill", "decode", "model"},
     "inferlab/measurement/process.py": set(STAGES),
-    "inferlab/stages/common.py": set(STAGES) - {"claims"},
-    "inferlab/judging/claims.py": {"claims"},
+    "inferlab/stages/common.py": set(STAGES) - {"claims", "series", "manuscript"},
+    "inferlab/judging/claims.py": {"claims", "manuscript"},  # the manuscript reads claims.yaml too
     # claims.yaml is compared by content (test_triggers): its time alone reruns the report
     "claims.yaml": set(),
     "inferlab/presentation/figures.py": set(),  # presentation: the report only
@@ -397,10 +397,34 @@ def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_pa
             f.write("\n# an edited message\n")
     assert jobs(run(repo, *args)) == set()
 
+    # Which rules list each file as an input, as Snakemake itself prints every job of a
+    # forced dry run; a file's rerun is then the rules that list it and what reads them.
+    listed = _inputs_by_rule(run(repo, *args, "--forceall"))
+    listed.pop("all", None)  # the target rule
+    assert set(listed) == {*STAGES, "report"}
     for rel, direct in DIRECT_USERS.items():
+        users = {name for name, files in listed.items() if rel in files}
+        assert users - {"report"} == direct, rel
+        assert "report" in users or direct, f"{rel}: its change would rerun nothing"
+    # and Snakemake reruns what reads them: a deep closure, and the report alone
+    for rel in ("inferlab/algorithms/kernels.py", "inferlab/presentation/figures.py"):
         os.utime(repo / rel)  # now: newer than the outputs
-        assert jobs(run(repo, *args)) == _rerun_by(direct), rel
+        assert jobs(run(repo, *args)) == _rerun_by(DIRECT_USERS[rel]), rel
         os.utime(repo / rel, (old, old))
+
+
+def _inputs_by_rule(dry_run: subprocess.CompletedProcess) -> dict[str, set[str]]:
+    """rule -> the input files of its job, from a dry run's job listing."""
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    found: dict[str, set[str]] = {}
+    rule = None
+    for line in (dry_run.stdout + dry_run.stderr).splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            rule = m.group(1)
+        elif rule and line.strip().startswith("input:"):
+            found[rule] = set(line.split(":", 1)[1].strip().split(", "))
+            rule = None
+    return found
 
 
 def test_every_stage_has_a_view_or_says_why_not():

@@ -67,9 +67,10 @@ TESTS = (("tests-kernels", 100), ("tests-cuda", 45))  # in what is left, at most
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the call. ``limit_s``: the stage's ``--limit-s`` (None: not a timing
-    stage); ``timeout_s``: the backstop; ``planned``: counted in the plan's total (the
-    extras are not: they take what is left, at most ``timeout_s``)."""
+    """One step of the call. ``limit_s``: the stage's ``--limit-s`` (None: a stage that
+    does not time points one by one, so nothing in it would stop there); ``timeout_s``:
+    the backstop; ``planned``: counted in the plan's total (the extras are not: they take
+    what is left, at most ``timeout_s``)."""
 
     name: str
     timeout_s: int
@@ -205,10 +206,10 @@ def timing_step(name: str, cfg: dict) -> Step:
 
 def _other_step(name: str) -> Step:
     expected = UNTIMED_S.get(name, DEFAULT_STAGE_S)
-    timeout = math.ceil(1.5 * expected)
-    limit = timeout - STAGE_START_S - STOP_GRACE_S if STAGES[name].timed else None
-    return Step(f"stage-{name}", stage=name, timeout_s=timeout, expected_s=expected,
-                limit_s=max(limit, 1) if limit is not None else None)
+    # no --limit-s: a stage reads it only where it times points (workers.time_points stops
+    # at it); the others end on their own, or at the backstop
+    return Step(f"stage-{name}", stage=name, timeout_s=math.ceil(1.5 * expected),
+                expected_s=expected)
 
 
 def plan(raw: dict) -> Plan:
