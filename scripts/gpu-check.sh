@@ -25,7 +25,7 @@
 # Triton configurations checked under the interpreter, no test steps.
 # GPU_CHECK_STAGES="claims ncu" runs only the steps named (stage names, ncu, tests-*,
 # exactness),
-# GPU_CHECK_TESTS=0 no tests, GPU_CHECK_BUDGET_S another budget, GPU_CHECK_SITE the wheels'
+# GPU_CHECK_TESTS=0 no tests, GPU_CHECK_BUDGET_S a lower budget, GPU_CHECK_SITE the wheels'
 # folder (must not exist or be empty), PYTHON another interpreter.
 # Exit status: 0 every step passed; 1 a step failed, was stopped or skipped, or $OUT breaks
 # a limit; 2 nothing was measured (no GPU torch can use, the carried wheels do not install,
@@ -227,9 +227,29 @@ if ! "$PY" -m inferlab.workflow.gpu_plan check --configfile profiles/book.yaml \
   pack
   exit 2
 fi
+# A name in GPU_CHECK_STAGES that is no step of the plan would be skipped without a word
+# (a typo, "prefil"), the device time spent on the rest: refused before anything runs.
+KNOWN="exactness $(awk '$1 == "step" { print $2; if ($3 != "-") print $3 }' "$WORK/plan-steps.txt" | tr '\n' ' ')"
+for want in ${GPU_CHECK_STAGES:-}; do
+  case " $KNOWN " in
+    *" $want "*) ;;
+    *) say "GPU_CHECK_STAGES names '$want', which is no step of the plan (the steps: $KNOWN): nothing was run"
+       pack
+       exit 2 ;;
+  esac
+done
 read -r _ BUDGET_S < <(grep '^budget_s ' "$WORK/plan-steps.txt")
 read -r _ KILL_AFTER_S < <(grep '^kill_after_s ' "$WORK/plan-steps.txt")
-BUDGET_S=${GPU_CHECK_BUDGET_S:-$BUDGET_S}
+# GPU_CHECK_BUDGET_S may lower the plan's budget, never raise it: the plan fits the lent
+# machine at its own (5000 ran past the command's limit; "abc" ended the script silently)
+if [ -n "${GPU_CHECK_BUDGET_S:-}" ]; then
+  if ! [[ $GPU_CHECK_BUDGET_S =~ ^[0-9]+$ ]] || (( 10#$GPU_CHECK_BUDGET_S > BUDGET_S )); then
+    say "GPU_CHECK_BUDGET_S=$GPU_CHECK_BUDGET_S: it must be whole seconds, at most the plan's budget of ${BUDGET_S}s (which fits the lent machine's limits): nothing was run"
+    pack
+    exit 2
+  fi
+  BUDGET_S=$(( 10#$GPU_CHECK_BUDGET_S ))
+fi
 STAGE_ARGS=(${PROFILE:+--configfile "$PROFILE"})
 if (( DRY )); then
   "$PY" -m inferlab.workflow.gpu_dry_run config config.yaml.sim --configfile profiles/book.yaml \

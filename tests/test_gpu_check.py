@@ -164,6 +164,41 @@ def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
     assert "logs/gpu-check/preflight.txt" in names and "logs/gpu-check/plan.txt" in names
 
 
+def test_a_step_name_the_plan_does_not_have_is_refused_before_any_step(tmp_path):
+    """Round five: GPU_CHECK_STAGES="probe prefil" (a typo) ran probe alone and ended
+    "done, exit 0", the device call spent without prefill and without a word."""
+    repo = copy_repo(tmp_path / "repo")
+    wheels(repo)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(out, tmp_path, GPU_CHECK_STAGES="probe prefil",
+                                         GPU_CHECK_PY312="python3.12-absent"),
+                          capture_output=True, text=True, timeout=120)
+    summary = (out / "summary.log").read_text()
+    assert done.returncode == 2, summary
+    assert "GPU_CHECK_STAGES names 'prefil', which is no step of the plan" in summary
+    assert "stage-probe: exit" not in summary  # nothing ran
+
+
+@pytest.mark.parametrize("budget", ["5000", "abc", "-3"])
+def test_a_budget_above_the_plans_or_no_number_is_refused_before_any_step(tmp_path, budget):
+    """Round five: GPU_CHECK_BUDGET_S=5000 was taken (the plan fits 435 s, the command's
+    limit is 600 s); "abc" ended the script with no word after its preflight."""
+    repo = copy_repo(tmp_path / "repo")
+    wheels(repo)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
+                          env=script_env(out, tmp_path, GPU_CHECK_BUDGET_S=budget,
+                                         GPU_CHECK_STAGES="probe",
+                                         GPU_CHECK_PY312="python3.12-absent"),
+                          capture_output=True, text=True, timeout=120)
+    summary = (out / "summary.log").read_text()
+    assert done.returncode == 2, summary
+    assert f"GPU_CHECK_BUDGET_S={budget}: it must be whole seconds, at most the plan's " \
+        f"budget of {gpu_plan.SCRIPT_BUDGET_S}s" in summary
+    assert "stage-probe: exit" not in summary
+
+
 def test_dry_run_refuses_without_carried_wheels(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     out = tmp_path / "out"

@@ -8,7 +8,7 @@ checkout itself (``record_own``: the runner notes each entry it appends in
 ``.inferlab/own-writes.jsonl``, which git ignores, so a register tail merged from elsewhere
 or forged by hand is not this checkout's). Everything left out is said, with the version
 and why (``Versions.left_out``): a retained copy that was tampered with, a version nobody
-here wrote or committed, a value that is not finite.
+here wrote or committed, a value that is not finite or that no clock measures.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from inferlab.evidence.register import Register
 OWN_WRITES = Path(".inferlab") / "own-writes.jsonl"
 # the columns a series pools: a version with one of them not finite in an ok row is left out
 POOLED = ("median_ms", "ratio", "causal_over_full")
+# ... and one whose value no clock measures: a time under a nanosecond (perf_counter's and
+# CUDA events' resolution, 1e-6 ms) or over 1e10 ms (four months: longer than any run),
+# a ratio of two such times outside [1e-16, 1e16]. A finite 1e300 passed the old check and
+# overflowed the pooling (exp of its log's interval) after the whole timing run.
+PLAUSIBLE = {"median_ms": (1e-6, 1e10), "ratio": (1e-16, 1e16),
+             "causal_over_full": (1e-16, 1e16)}
 
 
 @dataclass(frozen=True)
@@ -76,9 +82,14 @@ def _nonfinite(table: artifacts.Table) -> str | None:
         if column not in frame or ok is None:
             continue
         values = frame.loc[ok.fillna(False), column].dropna().astype(float)
+        low, high = PLAUSIBLE[column]
         bad = values[~values.map(math.isfinite) | (values <= 0)]
         if len(bad):
-            return f"{column}={bad.iloc[0]!r} in an ok row: not a time or ratio"
+            return f"{column}={float(bad.iloc[0])!r} in an ok row: not a time or ratio"
+        bad = values[(values < low) | (values > high)]
+        if len(bad):
+            return (f"{column}={float(bad.iloc[0])!r} in an ok row: outside [{low:g}, {high:g}], "
+                    "which no clock measures")
     return None
 
 

@@ -189,8 +189,19 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
             continue
         level, proc, df = levels[q]
         next_w = int(latest_row.get("workers") or found[-1][1].processes)
-        result = pool([r for _, r, _ in found], level, proc, df, next_w)
         values = [math.exp(r.log_value) for _, r, _ in found]
+        try:
+            result = pool([r for _, r, _ in found], level, proc, df, next_w)
+        except OverflowError:  # an interval past floating point: no run measured that
+            point = ", ".join(f"{c}={x}" for c, x in zip(STAGES[stage].key_columns, key,
+                                                                   strict=True) if x is not None)
+            raise ValueError(
+                f"{stage} ({point}): its runs' {column} values " + ", ".join(
+                    f"{x:.3g} (v{v})" for (v, _, _), x in zip(found, values, strict=True))
+                + f" with the run-level sd pooled over all of the stage's points ("
+                f"{math.sqrt(level.var or 0):.3g} in log) give an interval beyond floating "
+                "point: a value of these runs, here or at another point, is no measurement; "
+                "`inferlab history` shows each version's") from None
         if q in SPREAD:
             pooled[SPREAD[q]] = max(values) / min(values) - 1 if len(values) >= 2 else None
         pooled[RUN_SD[q]] = None if level.var is None else math.sqrt(level.var)
@@ -206,7 +217,10 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
                        PI[q][0]: result.pi[0], PI[q][1]: result.pi[1]})
         for v, run, _ in found:  # each run against what the others predict
             others = [r for w, r, _ in found if w != v]
-            alone = pool(others, level, proc, df, run.processes) if others else None
+            try:
+                alone = pool(others, level, proc, df, run.processes) if others else None
+            except OverflowError:  # the others' interval is unbounded: nothing is outside
+                alone = None
             if alone is not None:
                 run_rows[v][f"outside_pi_{q}"] = not (alone.pi[0] <= math.exp(run.log_value)
                                                       <= alone.pi[1])
@@ -261,6 +275,18 @@ def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLe
     return {q: combine_priors(found) for q, found in levels.items()}, notes
 
 
+def _once(versions: list, ctx) -> list:
+    """Each artifact once: the same bytes registered again are one measurement, which two
+    runs would count twice (the later version is kept, the latest among them)."""
+    later = {v.entry["sha256"]: v for v in versions}
+    for v in versions:
+        if later[v.entry["sha256"]] is not v:
+            ctx.log(f"[series] left out: {ctx.key} {v.entry['stage']} v{v.entry['version']}: "
+                    f"the same artifact as v{later[v.entry['sha256']].entry['version']} (one "
+                    "measurement: pooled once)")
+    return [v for v in versions if later[v.entry["sha256"]] is v]
+
+
 def run(params: Params, ctx) -> list[dict]:
     rows: list[dict] = []
     for stage in TIMED:
@@ -268,8 +294,8 @@ def run(params: Params, ctx) -> list[dict]:
         history = trusted_versions(ctx.root, ctx.key, stage)
         for note in history.left_out:
             ctx.log(f"[series] left out: {note}")
-        alike = [v for v in history.found if made_alike(v.entry, latest)
-                 and v.entry["version"] <= latest["version"]][-params.max_runs:]
+        alike = _once([v for v in history.found if made_alike(v.entry, latest)
+                       and v.entry["version"] <= latest["version"]], ctx)[-params.max_runs:]
         others = [v for v in history.found if not made_alike(v.entry, latest)
                   and hardware(v.entry["provenance"].get("environment") or {})
                   != hardware(latest["provenance"].get("environment") or {})]
@@ -277,10 +303,13 @@ def run(params: Params, ctx) -> list[dict]:
             ctx.log(f"[series] {stage}: {len(others)} versions of {ctx.key!r} were made on other "
                     "hardware than the latest (another machine under this id?): not pooled")
         if not alike or alike[-1].entry["sha256"] != latest["sha256"]:
-            why = next((n for n in history.left_out
-                        if n.startswith(f"{ctx.key} {stage} v{latest['version']}:")),
+            why = next((n for n in history.left_out  # the version's own reason, else
+                        if n.startswith(f"{ctx.key} {stage} v{latest['version']}:")  # the
+                        or n.startswith(f"{ctx.key}: ")),  # register's (a broken chain)
                        f"{ctx.key} {stage} v{latest['version']}: not in the register")
-            raise ValueError(f"the latest {stage} cannot be pooled: {why}")
+            raise ValueError(f"the latest {stage} cannot be pooled: {why}. Commit evidence/ and "
+                             f"results/ if this checkout made it, or rerun it here (snakemake "
+                             f"--forcerun {stage})")
         prior, notes = ({}, []) if len(alike) >= 2 else prior_of(ctx.root, ctx.key, stage,
                                                                  alike)
         for note in notes:

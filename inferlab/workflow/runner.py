@@ -77,6 +77,28 @@ class Job:
     limit_s: float | None = None  # a timing stage stops timing after this many seconds
 
 
+def measured_here(key: str, evidence: dict[str, Evidence], here_env: dict) -> None:
+    """A timing stage computes with its timed inputs' numbers (probe's ceilings and launch
+    floor): they must have been measured on this hardware. Run under another host's id
+    (``--config machine=...``), prefill once used that host's probe.json without a word
+    (issue 35, item 5). Threads are left to the config, which reruns both."""
+    from inferlab.measurement.environment import hardware
+
+    here = {k: v for k, v in hardware(here_env).items() if k != "threads"}
+    for name, found in evidence.items():
+        if not stage(name).timed or found.entry is None:
+            continue
+        there = {k: v for k, v in hardware(found.entry["provenance"].get("environment")
+                                            or {}).items() if k != "threads"}
+        if there != here:
+            raise ValueError(
+                f"results/{key}/{found.path.name} was measured on other hardware ({there}) "
+                f"than this machine ({here}): a timing stage computes with its numbers, so "
+                f"they must be this machine's. Run the {name!r} stage here first (snakemake "
+                f"--forcerun {name}), or leave out --config machine=... so this machine's "
+                "own id is used")
+
+
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     """Run the stage of ``job`` and write its artifact; return the register entry.
 
@@ -96,6 +118,8 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     params = module.Params.from_config(job.config)
     evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
                 for name in declared.reads}
+    if declared.timed:
+        measured_here(job.key, evidence, fingerprint(job.config["device"], collect_env=False))
     stop_at = None if job.limit_s is None else time.time() + job.limit_s
     ctx = StageContext(job.stage, job.root, job.key, job.config["device"], job.threads,
                        job.config["seed"], evidence, log, stop_at)
