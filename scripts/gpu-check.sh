@@ -24,7 +24,7 @@
 # budgets and limits here read too), the carried wheels used by the stages, the planned
 # Triton configurations checked under the interpreter, no test steps.
 # GPU_CHECK_STAGES="claims ncu" runs only the steps named (stage names, ncu, tests-*,
-# exactness),
+# exactness; "none": no step, the install, plan and packs only; any other name is refused),
 # GPU_CHECK_TESTS=0 no tests, GPU_CHECK_BUDGET_S a lower budget, GPU_CHECK_SITE the wheels'
 # folder (must not exist or be empty), PYTHON another interpreter.
 # Exit status: 0 every step passed; 1 a step failed, was stopped or skipped, or $OUT breaks
@@ -229,7 +229,7 @@ if ! "$PY" -m inferlab.workflow.gpu_plan check --configfile profiles/book.yaml \
 fi
 # A name in GPU_CHECK_STAGES that is no step of the plan would be skipped without a word
 # (a typo, "prefil"), the device time spent on the rest: refused before anything runs.
-KNOWN="exactness $(awk '$1 == "step" { print $2; if ($3 != "-") print $3 }' "$WORK/plan-steps.txt" | tr '\n' ' ')"
+KNOWN="none exactness $(awk '$1 == "step" { print $2; if ($3 != "-") print $3 }' "$WORK/plan-steps.txt" | tr '\n' ' ')"
 for want in ${GPU_CHECK_STAGES:-}; do
   case " $KNOWN " in
     *" $want "*) ;;
