@@ -146,16 +146,22 @@ def test_dry_run_uses_the_carried_wheels_checks_exactness_and_leaves_nothing(dry
                                             tmp.iterdir()), "its temporary folders stay"
 
 
-def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
+def _short_dry_run(tmp_path: Path, **env: str) -> tuple[int, str, Path]:
+    """The dry run in a fresh copy with ``env`` over the script's (no CPython 3.12):
+    (exit status, summary.log, $OUT). For the runs that end early, by budget or refusal."""
     repo = copy_repo(tmp_path / "repo")
     wheels(repo)
     out = tmp_path / "out"
     done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
-                          env=script_env(out, tmp_path, GPU_CHECK_BUDGET_S="5",
-                                         GPU_CHECK_PY312="python3.12-absent"),
+                          env=script_env(out, tmp_path, GPU_CHECK_PY312="python3.12-absent",
+                                         **env),
                           capture_output=True, text=True, timeout=120)
-    summary = (out / "summary.log").read_text()
-    assert done.returncode == 1, summary
+    return done.returncode, (out / "summary.log").read_text(), out
+
+
+def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
+    rc, summary, out = _short_dry_run(tmp_path, GPU_CHECK_BUDGET_S="5")
+    assert rc == 1, summary
     assert "SKIP stage-probe" in summary and "SKIP ncu" in summary
     assert "import not checked" in summary  # no CPython 3.12: said, not hidden
     assert "OUT check: ok" in summary
@@ -167,15 +173,8 @@ def test_a_spent_budget_skips_steps_and_still_packs_and_fits(tmp_path):
 def test_a_step_name_the_plan_does_not_have_is_refused_before_any_step(tmp_path):
     """Round five: GPU_CHECK_STAGES="probe prefil" (a typo) ran probe alone and ended
     "done, exit 0", the device call spent without prefill and without a word."""
-    repo = copy_repo(tmp_path / "repo")
-    wheels(repo)
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
-                          env=script_env(out, tmp_path, GPU_CHECK_STAGES="probe prefil",
-                                         GPU_CHECK_PY312="python3.12-absent"),
-                          capture_output=True, text=True, timeout=120)
-    summary = (out / "summary.log").read_text()
-    assert done.returncode == 2, summary
+    rc, summary, _ = _short_dry_run(tmp_path, GPU_CHECK_STAGES="probe prefil")
+    assert rc == 2, summary
     assert "GPU_CHECK_STAGES names 'prefil', which is no step of the plan" in summary
     assert "stage-probe: exit" not in summary  # nothing ran
 
@@ -184,16 +183,9 @@ def test_a_step_name_the_plan_does_not_have_is_refused_before_any_step(tmp_path)
 def test_a_budget_above_the_plans_or_no_number_is_refused_before_any_step(tmp_path, budget):
     """Round five: GPU_CHECK_BUDGET_S=5000 was taken (the plan fits 435 s, the command's
     limit is 600 s); "abc" ended the script with no word after its preflight."""
-    repo = copy_repo(tmp_path / "repo")
-    wheels(repo)
-    out = tmp_path / "out"
-    done = subprocess.run(["bash", "scripts/gpu-check.sh", "--dry-run"], cwd=repo,
-                          env=script_env(out, tmp_path, GPU_CHECK_BUDGET_S=budget,
-                                         GPU_CHECK_STAGES="probe",
-                                         GPU_CHECK_PY312="python3.12-absent"),
-                          capture_output=True, text=True, timeout=120)
-    summary = (out / "summary.log").read_text()
-    assert done.returncode == 2, summary
+    rc, summary, _ = _short_dry_run(tmp_path, GPU_CHECK_BUDGET_S=budget,
+                                    GPU_CHECK_STAGES="probe")
+    assert rc == 2, summary
     assert f"GPU_CHECK_BUDGET_S={budget}: it must be whole seconds, at most the plan's " \
         f"budget of {gpu_plan.SCRIPT_BUDGET_S}s" in summary
     assert "stage-probe: exit" not in summary
