@@ -505,3 +505,32 @@ def test_a_probe_json_without_the_map_still_reads():
                      "matmul_sizes": [16], "matmul_gflops_by_size": {"float32": {"16": 1.0}},
                      "method": "torch.utils.benchmark.Timer", "timings": {}}}
     assert artifacts.decode("probe", artifacts.encode("probe", old)) == old
+
+
+@pytest.mark.parametrize(("reason", "source", "limit", "error", "fields"), [
+    ("cudnn attention is a CUDA-only kernel and this PyTorch build has no CUDA", "inferlab",
+     "build", "No viable backend", {"cause": "no_cuda_build"}),
+    ("... but no CUDA device is available to this process", "inferlab", "hardware", None,
+     {"cause": "no_cuda_device"}),
+    ("... and the tensors are on cpu", "inferlab", "input", None, {"cause": "not_on_cuda"}),
+    ("Head dimension 512 exceeds 256", "pytorch", "shape", None,
+     {"cause": "backend_refused", "reason": "Head dimension 512 exceeds 256"}),
+    # our words that PyTorch gave none: the run's exception is what it said
+    ("PyTorch's check said no and gave no reason", "inferlab", None, "No viable backend",
+     {"cause": "backend_refused", "reason": "No viable backend"}),
+    ("PyTorch's check said no and gave no reason", "inferlab", None, None,
+     {"cause": "backend_refused", "reason": None}),
+])
+def test_a_refused_backends_row_holds_a_cause_and_only_pytorchs_words(reason, source, limit,
+                                                                       error, fields):
+    """Issue 31: evidence holds no prose of ours. A refusal is the cause as data; the
+    ``reason`` column only ever holds what PyTorch said."""
+    from inferlab.measurement.backends import BackendStatus, refusal
+
+    status = BackendStatus("cudnn", False, False, reason, source, limit, None, error,
+                           "float32", False, (1, 2, 8, 16), "cpu")
+    assert refusal(status) == {"status": "unavailable", **fields}
+    oom = BackendStatus("flash", True, False, None, "pytorch", None, None,
+                        "CUDA out of memory. Tried to allocate 2.00 GiB", "float16", False,
+                        (1, 2, 8, 16), "cuda")
+    assert refusal(oom) == {"status": "oom", "cause": "memory"}

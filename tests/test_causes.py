@@ -70,9 +70,21 @@ def test_the_vocabulary_is_claims_jsons():
     ("dropped", "budget", "dropped_by_budget"), ("dropped", "slow_path", "device_cannot"),
     ("dropped", "killed", "upstream_failed"), ("stopped", "step_limit", "stopped_at_limit"),
     ("unavailable", "backend_refused", "device_cannot"), ("oom", "memory", "device_cannot"),
-    ("error", "exception", "upstream_failed")])
+    ("error", "exception", "upstream_failed"), ("error", "inexact", "device_cannot"),
+    *[("unavailable", c, "device_cannot") for c in ("no_cuda_build", "no_cuda_device",
+                                                    "not_on_cuda", "no_triton",
+                                                    "triton_driver")]])
 def test_each_row_status_has_its_cause(status, cause, kind):
     assert row_cause(status, cause) == kind
+
+
+def test_every_status_and_cause_a_row_may_have_is_said_in_words():
+    """The words are the presentation's: every (status, cause) of the row contract has
+    them, so that none is shown as its enum."""
+    from inferlab.measurement.status import CAUSES as ROW_CAUSES
+    from inferlab.presentation.claim_text import STATUS_WORDS
+
+    assert {(s, c) for s, causes in ROW_CAUSES.items() for c in causes} == set(STATUS_WORDS)
 
 
 def test_not_in_grid_when_the_grid_has_no_row_at_the_value():

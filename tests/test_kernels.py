@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -364,6 +365,16 @@ def test_cuda_without_a_working_triton_driver_says_why(monkeypatch):
     available, reason = module.triton_status()
     assert available is False
     assert "Python.h" in reason and "python3-dev" in reason
+    # a row says it as data: the cause, and Triton's own first line as the reason
+    monkeypatch.setattr(module, "_DRIVER_ERROR", module._driver_error())
+    assert module.not_timeable("cuda") == {"status": "unavailable", "cause": "triton_driver",
+                                           "reason": module._DRIVER_ERROR}
+    assert "Python.h" in module._DRIVER_ERROR and "apt-get" not in module._DRIVER_ERROR
+
+
+def test_a_kernel_row_that_cannot_be_timed_here_says_why_as_data():
+    assert kernels.not_timeable("cpu") == {"status": "unavailable", "cause": (
+        "no_triton" if kernels.triton is None else "no_cuda_device")}
 
 
 
@@ -405,8 +416,9 @@ def test_inexact_names_an_error_over_twice_naives(draw_qkv, dtype):
     out = ref.clone()
     out[0, 1, 7, 3] += 1.5 * max(2 * naive_err, floor)  # one element well over the bound
     status = inexact(out.to(dtype), q, k, v)
-    assert status is not None and status.startswith("error: inexact on this device")
-    assert f"{naive_err:.3g}" in status
+    assert status is not None and (status["status"], status["cause"]) == ("error", "inexact")
+    assert status["error_bound"] == pytest.approx(max(2 * naive_err, floor))
+    assert status["max_error"] > status["error_bound"]
 
 
 def test_inexact_floor_accepts_a_few_ulps_where_naive_is_exact(draw_qkv):
@@ -423,4 +435,5 @@ def test_inexact_fails_a_non_finite_output(draw_qkv):
     q, k, v = _draw(draw_qkv, (1, 1, 8, 16), seed=53)
     out = naive_attention(q, k, v)
     out[0, 0, 3, 2] = float("nan")
-    assert "non-finite" in inexact(out, q, k, v)
+    assert inexact(out, q, k, v) == {"status": "error", "cause": "inexact",
+                                     "max_error": math.inf, "error_bound": None}

@@ -12,7 +12,10 @@ import pytest
 from inferlab.measurement.pooling import (
     Run,
     RunLevel,
+    chi2_median,
+    chi2_sf,
     combine_priors,
+    outlying,
     pool,
     process_variance,
     run_variance,
@@ -120,3 +123,40 @@ def test_runs_of_one_process_each_get_intervals_from_their_spread():
         assert row["run_sd_origin"] == "series_total" and row["run_sd"] > 0
         assert row["ci_low_ms"] < row["median_ms"] < row["ci_high_ms"]
         assert row["pi_low_ms"] < row["ci_low_ms"] and row["pi_high_ms"] > row["ci_high_ms"]
+
+
+def test_the_chi_square_tail_and_median_are_the_tables():
+    # the 95 % points of chi-square with 1-4 degrees of freedom, and its medians, as
+    # printed in every table (Abramowitz & Stegun 26.4)
+    for x, d in ((3.841, 1), (5.991, 2), (7.815, 3), (9.488, 4), (18.307, 10)):
+        assert chi2_sf(x, d) == pytest.approx(0.05, abs=2e-4)
+    for d, median in ((1, 0.4549), (2, 1.3863), (3, 2.3660), (10, 9.3418)):
+        assert chi2_median(d) == pytest.approx(median, abs=1e-4)
+
+
+def test_one_point_whose_runs_spread_beyond_the_others_is_named_and_still_pooled():
+    """Round five's open attack: a 1e16 in one anchored run widens every point's interval.
+    The point is now named (``outlying``); it stays in the estimate, which it widens
+    (leaving it out cost coverage out of sample: pooling.py's docstring)."""
+    series, _ = _series(random.Random(SEED + 11), points=30, runs=3, run_sd=0.04,
+                        proc_sd=0.03)
+    proc, _ = process_variance(series)
+    calm = run_variance(series, proc)
+    assert calm.outliers == ()
+    hit = [list(p) for p in series]
+    hit[7][2] = Run(hit[7][2].log_value + math.log(1e16), 4, hit[7][2].process_var)
+    level = run_variance(hit, proc)
+    assert level.outliers == (7,)
+    assert level.var > 100 * calm.var  # kept: it widens every point
+
+
+def test_points_that_vary_alike_are_called_outlying_about_5_percent_of_the_time():
+    """The test's family-wise level: over many series whose points all vary alike, the
+    share of series in which any point is called outlying is about ALPHA (5 %)."""
+    rng = random.Random(SEED + 12)
+    flagged = 0
+    for _ in range(300):
+        series, _ = _series(rng, points=30, runs=3, run_sd=0.04, proc_sd=0.03)
+        proc, _ = process_variance(series)
+        flagged += bool(outlying(series, proc))
+    assert 0.01 <= flagged / 300 <= 0.10

@@ -207,6 +207,26 @@ def test_r4_03_a_nan_ratio_is_no_value_and_narrows_nothing(series_root, capsys):
     assert row["ratio_run_sd"] > 0 and row["ratio_ci_low"] < row["ratio"] < row["ratio_ci_high"]
 
 
+def test_r5_an_anchored_extreme_value_is_named_where_it_widens_every_interval(series_root):
+    """Round five's open item: an anchored run with an extreme but plausible value (here
+    naive's 1,024-token time 1e6 times its others) widens the run-level sd of every point.
+    The statistics keep it (a hiccup at one point is evidence of hiccups at any: leaving
+    such points out cost coverage, pooling.py); the point is named in its row and the log."""
+    frame = artifacts.decode("prefill", _prefill(0.01)).frame
+    frame.loc[(frame["impl"] == "naive") & (frame["T"] == 1024), "median_ms"] *= 1e6
+    rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in frame.to_dict(orient="records")]
+    _write(series_root, "prefill", artifacts.encode("prefill", rows))
+    _commit(series_root)
+    rc, log, rows = _series(series_root)
+    assert rc == 0
+    named = {(r["impl"], r["T"]): r.get("outlying") for r in _pooled(rows)}
+    assert named == {("naive", 1024): "median_ms", ("naive", 2048): None,
+                     ("tiled", 1024): None, ("tiled", 2048): None}
+    assert "prefill: median_ms: the runs of impl=naive" in log and "T=1024" in log
+    assert "widen every point's interval" in log
+
+
 def test_r5_a_pooling_that_overflows_names_the_point_and_its_runs():
     """The series' own guard, behind the history's bounds: values that reach the pooling
     (here straight from tables, as tests/series_helper.py pools them) and overflow its

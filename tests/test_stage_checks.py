@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from inferlab.algorithms import kernels
+from inferlab.measurement.status import status_fields
 from inferlab.stages import decode, prefill
 from inferlab.workflow.config import effective_config, load_config
 
@@ -41,7 +42,9 @@ def test_prefill_refuses_an_inexact_triton_configuration(monkeypatch, timeable_h
     cases, meta, refused = prefill._cases(params, q, k, v, True, ((), []))
     assert list(cases) == ["triton_flash block=16 causal"]
     assert [r["block_q"] for r in refused] == [32]
-    assert refused[0]["status"].startswith("error: inexact")
+    bad = status_fields(refused[0]["status"])  # as the row gets it: data, no prose
+    assert (bad["status"], bad["cause"]) == ("error", "inexact")
+    assert bad["max_error"] > bad["error_bound"] > 0
 
 
 def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_here, make_qkv):
@@ -53,7 +56,8 @@ def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_he
                         if s == 1 else torch.zeros_like(q))
     cases, meta, refused = decode._cases(params, q, k, v, ((), []))
     assert [c for c in cases if c.startswith("triton")] == ["triton_decode splits=1"]
-    assert [(r["splits"], r["status"][:14]) for r in refused] == [(4, "error: inexact")]
+    assert [(r["splits"], status_fields(r["status"])["cause"]) for r in refused] == [
+        (4, "inexact")]
 
 
 def test_one_profiled_call_reads_both_memory_and_kernel_on_a_cpu(monkeypatch, make_qkv):

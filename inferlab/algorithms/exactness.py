@@ -3,6 +3,8 @@ sizes (``inexact``), before they are timed: flash-attention's rule, against floa
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -14,9 +16,10 @@ ULP_FLOOR = 2
 
 
 def inexact(out: Tensor, q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
-            scale: float | None = None) -> str | None:
+            scale: float | None = None) -> dict | None:
     """None when ``out``, our kernel's output for q, k, v, is as exact as attention can be
-    in q's dtype; else a row status ``"error: inexact ..."`` with the errors.
+    in q's dtype; else the row's status as data: error, cause ``inexact``, ``max_error``
+    (infinite for a non-finite output) and the ``error_bound`` it is over.
 
     Every configuration a stage times is checked once, at the stage's own sizes, before
     it is timed: the interpreter tests small sizes, and on NVIDIA fp32 ``tl.exp`` and
@@ -28,13 +31,13 @@ def inexact(out: Tensor, q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     """
     ref = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
     if not torch.isfinite(out).all():
-        return "error: inexact on this device: non-finite output"
+        return {"status": "error", "cause": "inexact", "max_error": math.inf,
+                "error_bound": None}
     err = (out.double() - ref).abs().max().item()
     naive_err = (naive_attention(q, k, v, causal=causal, scale=scale).double() - ref).abs()
     naive_err = naive_err.max().item()
     floor = ULP_FLOOR * torch.finfo(q.dtype).eps * ref.abs().max().item()
-    if err <= max(2 * naive_err, floor):
+    bound = max(2 * naive_err, floor)
+    if err <= bound:
         return None
-    return (f"error: inexact on this device: max error {err:.3g} against float64, over "
-            f"twice naive attention's {naive_err:.3g} in {str(q.dtype).removeprefix('torch.')} "
-            f"and over the floor {floor:.3g} ({ULP_FLOOR} ulps)")
+    return {"status": "error", "cause": "inexact", "max_error": err, "error_bound": bound}

@@ -64,11 +64,25 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)  # powers of two: tl.arange lengths, tl.dot
 MAX_HEAD_DIM = 256
 
 
-def triton_status() -> tuple[bool, str]:
+def _driver_error() -> str | None:
+    """The first line of Triton's exception when its CUDA driver cannot start (a CUDA
+    device present), else None."""
+    if triton is None or INTERPRETED or not torch.cuda.is_available():
+        return None
+    try:  # the first use builds Triton's C helper with the system's compiler
+        triton.runtime.driver.active.get_current_device()
+    except Exception as exc:  # noqa: BLE001 - whatever broke, the kernels cannot launch
+        return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return None
+
+
+def triton_status(driver_error: str | None | bool = True) -> tuple[bool, str]:
     """(can the kernels run here, why or why not), for a row such as "not measured here".
 
     Whether the interpreter is on is read from the jitted kernels (``INTERPRETED``,
     below), not from today's environment: Triton decided it when this module loaded.
+    ``driver_error``: the driver's error as already asked (``_driver_error``), or True to
+    ask now.
     """
     if triton is None:
         return False, "triton is not installed (pip install 'inferlab[kernels]')"
@@ -77,12 +91,10 @@ def triton_status() -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, ("needs a CUDA device, or TRITON_INTERPRET=1 set before importing "
                        "inferlab.algorithms.kernels to run the interpreter on CPU tensors")
-    try:  # the first use builds Triton's C helper with the system's compiler
-        triton.runtime.driver.active.get_current_device()
-    except Exception as exc:  # noqa: BLE001 - whatever broke, the kernels cannot launch
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    first = _driver_error() if driver_error is True else driver_error
+    if first is not None:
         return False, (f"triton {triton.__version__} cannot start its CUDA driver here: "
-                       f"{first[:300]} (its C helper needs a C compiler and Python's "
+                       f"{first} (its C helper needs a C compiler and Python's "
                        "headers: e.g. apt-get install gcc python3-dev)")
     return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
 
@@ -278,7 +290,8 @@ if triton is not None:
 
 # Triton reads TRITON_INTERPRET when @triton.jit runs (at import): ask what it made.
 INTERPRETED = triton is not None and not isinstance(_attn_fwd, triton.runtime.JITFunction)
-AVAILABLE, _STATUS_REASON = triton_status()
+_DRIVER_ERROR = _driver_error()  # asked once: the first try builds Triton's C helper
+AVAILABLE, _STATUS_REASON = triton_status(_DRIVER_ERROR)
 
 # --------------------------------------------------------------------------- wrappers
 
@@ -377,10 +390,15 @@ def _split_partials(q: Tensor, k: Tensor, v: Tensor, splits: int, block_n: int,
     return Partial(m, l, o)
 
 
-def not_timeable(device: str) -> str | None:
-    """None when the kernels can be timed on ``device``, else the reason for a row that
-    says "not measured here" (the interpreter on CPU tensors is for tests, never timing)."""
+def not_timeable(device: str) -> dict | None:
+    """None when the kernels can be timed on ``device``, else the row's status as data
+    (``measurement.status``): unavailable, cause ``no_triton``, ``triton_driver`` (with
+    Triton's own words) or ``no_cuda_device`` (the interpreter on CPU tensors is for tests,
+    never timing)."""
     if device == "cuda" and AVAILABLE and not INTERPRETED:
         return None
-    why = _STATUS_REASON if not AVAILABLE else f"{_STATUS_REASON}; timing needs a CUDA device"
-    return f"not measured here: needs CUDA and Triton ({why})"
+    if triton is None:
+        return {"status": "unavailable", "cause": "no_triton"}
+    if _DRIVER_ERROR is not None:
+        return {"status": "unavailable", "cause": "triton_driver", "reason": _DRIVER_ERROR}
+    return {"status": "unavailable", "cause": "no_cuda_device"}

@@ -14,7 +14,8 @@ not_in_grid        the grid has no row at the sentence's value (a length, a dtyp
 dropped_by_budget  the point was dropped: the stage's time budget was spent
 stopped_at_limit   the stage was stopped at its limit (or by SIGTERM) before it
 device_cannot      this device cannot run it: a CUDA-only check, a backend PyTorch
-                   refuses here, out of memory, a dtype on a slow path
+                   refuses here, out of memory, a dtype on a slow path, our kernel
+                   inexact here
 upstream_failed    the stage (or the stage it reads) did not run, cannot be read, or
                    its row failed (an exception, a killed worker)
 too_few_runs       a between-run check with one run
@@ -39,6 +40,7 @@ ROW_CAUSES = {("dropped", "budget"): "dropped_by_budget",
               ("stopped", None): "stopped_at_limit",
               ("unavailable", None): "device_cannot",
               ("oom", None): "device_cannot",
+              ("error", "inexact"): "device_cannot",
               ("error", None): "upstream_failed"}
 
 

@@ -309,17 +309,28 @@ def sdpa_cases(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                            "fused_sdpa": status.backend in FUSED_SDPA}
         else:
             refused.append({"impl": label, "fused_sdpa": status.backend in FUSED_SDPA,
-                            "status": _refusal_status(status)})
+                            "status": refusal(status)})
     return cases, meta, refused
 
 
-def _refusal_status(status: BackendStatus) -> str:
-    """'oom' when forcing the backend ran out of memory, else 'unavailable: <reason>'."""
+# our reason for a CUDA-only kernel (``_cuda_only_check``'s limit) -> the row's cause
+_CUDA_ONLY_CAUSE = {"build": "no_cuda_build", "hardware": "no_cuda_device",
+                    "input": "not_on_cuda"}
+
+
+def refusal(status: BackendStatus) -> dict:
+    """A backend that did not run, as the row's status (``measurement.status``): oom where
+    forcing it ran out of memory; else unavailable, with PyTorch's own words as the reason
+    (its check's, or the exception of the forced run), or where the reason is ours the
+    cause it states (a CUDA-only kernel here) and no words."""
     from inferlab.measurement.memory import is_oom
 
     if status.error and is_oom(RuntimeError(status.error)):
-        return "oom"
-    return f"unavailable: {status.reason or status.error or 'refused without a reason'}"
+        return {"status": "oom", "cause": "memory"}
+    if status.reason_source == "inferlab" and status.limit_kind in _CUDA_ONLY_CAUSE:
+        return {"status": "unavailable", "cause": _CUDA_ONLY_CAUSE[status.limit_kind]}
+    said = status.reason if status.reason_source == "pytorch" else status.error
+    return {"status": "unavailable", "cause": "backend_refused", "reason": said or None}
 
 
 def _yes_no(flag: bool | None) -> str:

@@ -2,8 +2,14 @@
 that came with it, never our prose (the report and the CLI say it in words).
 
 ``status``: ok | oom | unavailable | error | dropped | stopped. ``cause``: for oom
-``memory``; unavailable ``backend_refused`` (``reason``: PyTorch's or the kernel's own
-words); error ``exception`` (``reason``: the exception's first line); dropped ``budget``
+``memory``; unavailable ``backend_refused`` (``reason``: PyTorch's own words, or none
+where it gave none), ``no_cuda_build`` / ``no_cuda_device`` / ``not_on_cuda`` (a CUDA-only
+kernel: this PyTorch build has no CUDA, no CUDA device is available to the process, the
+tensors are on another device), ``no_triton`` (Triton is not installed) or
+``triton_driver`` (Triton cannot start its CUDA driver: ``reason``, its exception's first
+line); error ``exception`` (``reason``: the exception's first line) or ``inexact`` (our
+kernel's output failed the exactness rule at the stage's sizes: ``max_error`` against
+float64 over ``error_bound``, ``algorithms.exactness``); dropped ``budget``
 (``budget_left_s``: the seconds the worker had left), ``slow_path`` (the probe found the
 dtype's matmul on a slow path) or ``killed`` (the kernel killed the timing worker: the
 out-of-memory killer, mostly); stopped ``step_limit`` (the stage was stopped at its limit
@@ -18,13 +24,27 @@ from __future__ import annotations
 import re
 
 STATUSES = ("ok", "oom", "unavailable", "error", "dropped", "stopped")
-CAUSES = {"oom": ("memory",), "unavailable": ("backend_refused",), "error": ("exception",),
+CAUSES = {"oom": ("memory",),
+          "unavailable": ("backend_refused", "no_cuda_build", "no_cuda_device", "not_on_cuda",
+                          "no_triton", "triton_driver"),
+          "error": ("exception", "inexact"),
           "dropped": ("budget", "slow_path", "killed"), "stopped": ("step_limit",)}
 
 
-def status_fields(status: str) -> dict:
-    """The harness's and the backend checks' status string ("ok", "oom", "unavailable:
-    <why>", "error: <message>") as the artifact's columns; the one place that splits it."""
+# the columns a status may carry beside status and cause
+FIELDS = ("reason", "budget_left_s", "max_error", "error_bound")
+
+
+def status_fields(status: str | dict) -> dict:
+    """The harness's status string ("ok", "oom", "unavailable: <PyTorch's words>", "error:
+    <exception's first line>") as the artifact's columns, the one place that splits it;
+    or a status already as columns (a backend's refusal, an inexact kernel), checked."""
+    if isinstance(status, dict):
+        causes = CAUSES.get(status.get("status"), ())
+        if status.get("cause") not in causes or set(status) - {"status", "cause", *FIELDS}:
+            raise ValueError(f"status={status!r} is not a status with one of its causes "
+                             f"{causes} and fields of {FIELDS}")
+        return dict(status)
     kind, _, said = status.partition(": ")
     if kind == "unavailable":
         return {"status": "unavailable", "cause": "backend_refused", "reason": said}

@@ -19,7 +19,17 @@ STATUS_WORDS = {("dropped", "budget"): "dropped: the stage's time budget was spe
                 ("dropped", "killed"): "dropped: the timing worker was killed",
                 ("stopped", "step_limit"): "stopped: the stage reached its limit first",
                 ("unavailable", "backend_refused"): "unavailable: the backend refused",
-                ("oom", "memory"): "out of memory", ("error", "exception"): "an error"}
+                ("unavailable", "no_cuda_build"):
+                    "unavailable: a CUDA-only kernel, and this PyTorch build has no CUDA",
+                ("unavailable", "no_cuda_device"):
+                    "unavailable: it needs a CUDA device, and this process has none",
+                ("unavailable", "not_on_cuda"):
+                    "unavailable: a CUDA-only kernel, and the tensors are not on CUDA",
+                ("unavailable", "no_triton"): "unavailable: Triton is not installed",
+                ("unavailable", "triton_driver"):
+                    "unavailable: Triton cannot start its CUDA driver here",
+                ("oom", "memory"): "out of memory", ("error", "exception"): "an error",
+                ("error", "inexact"): "our kernel's output is inexact here (against float64)"}
 KIND_WORDS = {"not_in_grid": "not in this grid",
               "dropped_by_budget": "dropped by the stage's time budget",
               "stopped_at_limit": "stopped at the stage's limit",

@@ -116,9 +116,9 @@ def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, lis
             fields = {"impl": "triton_flash", "fused_sdpa": False, "block_q": b,
                       "block_k": TRITON_BLOCK_N}
             if why is not None:
-                refused.append({**fields, "status": f"unavailable: {why}"})
+                refused.append({**fields, "status": why})
                 continue
-            # checked once at this point's sizes before it is timed (kernels.inexact)
+            # checked once at this point's sizes before it is timed (exactness.inexact)
             bad = inexact(kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N),
                                   q, k, v, causal)
             if bad is not None:

@@ -16,7 +16,9 @@ point (a stage's key columns) and quantity (median time, paired ratio, causal ov
   has one process, whose variance is then the runs' with the processes' in it; or for a
   first run ``prior``: the committed series of machines of the same kind, named in
   ``prior_source``), the largest
-  difference between two runs (``*_spread``), and whether the latest run measured it
+  difference between two runs (``*_spread``), the quantities whose runs spread beyond the stage's
+  other points (``outlying``, ``pooling.outlying``: kept in the stage's run-level sd, which
+  they widen for every point), and whether the latest run measured it
   (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
   no run measured keeps the latest run's status and cause.
 
@@ -158,6 +160,11 @@ class _Series:
         return out
 
 
+def _point_name(stage: str, key: tuple) -> str:
+    return ", ".join(f"{c}={x}" for c, x in zip(STAGES[stage].key_columns, key, strict=True)
+                     if x is not None)
+
+
 def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
     rows = series.points[key]
     stage = series.stage
@@ -188,13 +195,14 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
             pooled.update({column: 1.0, low: 1.0, high: 1.0, PI[q][0]: 1.0, PI[q][1]: 1.0})
             continue
         level, proc, df = levels[q]
+        if series.order.index(key) in level.outliers:  # its runs spread beyond the stage's
+            pooled["outlying"] = ";".join(filter(None, [pooled.get("outlying"), q]))
         next_w = int(latest_row.get("workers") or found[-1][1].processes)
         values = [math.exp(r.log_value) for _, r, _ in found]
         try:
             result = pool([r for _, r, _ in found], level, proc, df, next_w)
         except OverflowError:  # an interval past floating point: no run measured that
-            point = ", ".join(f"{c}={x}" for c, x in zip(STAGES[stage].key_columns, key,
-                                                                   strict=True) if x is not None)
+            point = _point_name(stage, key)
             raise ValueError(
                 f"{stage} ({point}): its runs' {column} values " + ", ".join(
                     f"{x:.3g} (v{v})" for (v, _, _), x in zip(found, values, strict=True))
@@ -319,5 +327,12 @@ def run(params: Params, ctx) -> list[dict]:
             str(v.entry["version"]) for v in alike) + "; run-level sd " + ", ".join(
             f"{q} {math.sqrt(lv.var):.1%} ({lv.origin})" if lv.var is not None
             else f"{q} unknown" for q, (lv, _, _) in levels.items()))
+        for q in levels:
+            names = [_point_name(stage, _key(r, stage)) for r in found if r["kind"] == "pooled"
+                     and q in (r.get("outlying") or "").split(";")]
+            if names:
+                ctx.log(f"[series] {stage}: {q}: the runs of {'; '.join(names)} spread beyond "
+                        "the stage's other points (chi-square, 5 % family-wise): they widen "
+                        "every point's interval (`outlying` in series.csv)")
         rows += found
     return rows

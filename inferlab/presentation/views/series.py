@@ -26,7 +26,8 @@ COLUMNS = {
     "ci_high_ms": "95% CI high", "pi_low_ms": "next run low", "pi_high_ms": "next run high",
     "ratio": "ratio", "ratio_ci_low": "95% CI low", "ratio_ci_high": "95% CI high",
     "ratio_pi_low": "next run low", "ratio_pi_high": "next run high",
-    "run_sd_origin": "run-level sd from", "in_latest": "in the latest run",
+    "run_sd_origin": "run-level sd from", "outlying": "runs spread beyond the stage's",
+    "in_latest": "in the latest run",
     "status": "status"}
 
 
