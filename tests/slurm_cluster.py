@@ -19,6 +19,7 @@ DIR is ``$INFERLAB_SLURM_DIR`` or /tmp/inferlab-slurm (the script's default).
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import re
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,6 +165,36 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     state_dir = os.environ.get("INFERLAB_SLURM_DIR", DEFAULT_DIR)
     env = {**os.environ, "SLURM_CONF": f"{state_dir}/etc/slurm.conf",
            "LOCAL_SLURM_NO_INSTALL": "1"}
+    # One session at a time on the cluster (its ports are fixed): a second test session on
+    # this host (two clones' `make test` side by side) waits here, instead of finding the
+    # cluster running and losing it when the first session stops it under its jobs.
+    with _session_lock(f"{state_dir}.lock"):
+        yield from _cluster(state_dir, env)
+
+
+_HELD: dict[str, object] = {"file": None, "users": 0}
+
+
+@contextmanager
+def _session_lock(path: str) -> Iterator[None]:
+    """An exclusive lock on ``path`` for as long as any fixture of this process uses the
+    cluster: each test module that imports ``slurm_cluster`` has a session fixture of its
+    own, and a second flock of the same file in one process would wait for the first."""
+    if not _HELD["users"]:
+        held = open(path, "a")  # noqa: SIM115 - closed by the last user
+        fcntl.flock(held, fcntl.LOCK_EX)
+        _HELD["file"] = held
+    _HELD["users"] += 1
+    try:
+        yield
+    finally:
+        _HELD["users"] -= 1
+        if not _HELD["users"]:
+            _HELD["file"].close()
+
+
+def _cluster(state_dir: str, env: dict[str, str]) -> Iterator[SlurmCluster]:
+    """The cluster at ``state_dir``: started (and stopped after) unless already running."""
     already_running = _script("status", state_dir, env, timeout=30).returncode == 0
     if not already_running:
         start = _script("start", state_dir, env)

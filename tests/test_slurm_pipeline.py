@@ -39,8 +39,11 @@ def local_profile(dest: Path) -> Path:
     """profiles/slurm as it ships, scaled to the local node (2 CPUs, ~20 GB, one fake GPU)
     and its accounting (account "inferlab"), with status checks every few seconds."""
     profile = yaml.safe_load((REPO_ROOT / "profiles" / "slurm" / "config.yaml").read_text())
-    profile |= {"seconds-between-status-checks": 2, "slurm-init-seconds-before-status-checks": 8,
-                "latency-wait": 5}
+    # The plugin checks a job first after the init seconds, then 10 s later for each check
+    # that found nothing finished (8, 26, 54 s...). A smoke job takes 10-13 s from sbatch
+    # to its end here, so 8 s missed every one and waited 26 s; 15 s sees most at once.
+    profile |= {"seconds-between-status-checks": 2,
+                "slurm-init-seconds-before-status-checks": 15, "latency-wait": 5}
     profile["default-resources"] |= {"slurm_account": "inferlab", "mem_mb": 1000}
     for resources in profile["set-resources"].values():
         resources |= {"mem_mb": 1000, "cpus_per_task": 1}

@@ -155,7 +155,11 @@ def outlying(points: Sequence[Sequence[Run]], proc_var: float | None) -> tuple[i
     units of that scale plus its allotment, is chi-square(d) / d where the point varies like
     the others; under ``ALPHA`` / (points) it is outlying. Fewer than three points, or a
     scale of 0 (every run the same), call nothing outlying."""
-    found = _spreads(points, proc_var)
+    return _outlying(_spreads(points, proc_var))
+
+
+def _outlying(found: Sequence[tuple[int, int, float, float]]) -> tuple[int, ...]:
+    """``outlying`` of the points' spreads (``_spreads``)."""
     if len(found) < 3:
         return ()
     scale = max(0.0, statistics.median(d * s2 / chi2_median(d) - a for _, d, s2, a in found))
@@ -171,7 +175,7 @@ def run_variance(points: Sequence[Sequence[Run]], proc_var: float | None) -> Run
     their degrees of freedom and floored at 0; the outlying points (``outlying``) named."""
     found = _spreads(points, proc_var)
     df = sum(d for _, d, _, _ in found)
-    out = outlying(points, proc_var)
+    out = _outlying(found)
     if not df:
         return RunLevel(None, 0, "none", outliers=out)
     total = sum(d * (s2 - a) for _, d, s2, a in found)

@@ -38,6 +38,7 @@ from inferlab.judging.series_view import TIMED, missing
 from inferlab.measurement.environment import hardware
 from inferlab.measurement.intervals import process_var
 from inferlab.measurement.pooling import (
+    ALPHA,
     Run,
     RunLevel,
     combine_priors,
@@ -332,7 +333,7 @@ def run(params: Params, ctx) -> list[dict]:
                      and q in (r.get("outlying") or "").split(";")]
             if names:
                 ctx.log(f"[series] {stage}: {q}: the runs of {'; '.join(names)} spread beyond "
-                        "the stage's other points (chi-square, 5 % family-wise): they widen "
-                        "every point's interval (`outlying` in series.csv)")
+                        f"the stage's other points (chi-square, {ALPHA * 100:g} % family-wise): "
+                        "they widen every point's interval (`outlying` in series.csv)")
         rows += found
     return rows
