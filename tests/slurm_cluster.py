@@ -172,7 +172,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield from _cluster(state_dir, env)
 
 
-_HELD: dict[str, object] = {"file": None, "users": 0}
+_HELD: dict[str, list] = {}  # lock path -> [open file, users]
 
 
 @contextmanager
@@ -180,17 +180,17 @@ def _session_lock(path: str) -> Iterator[None]:
     """An exclusive lock on ``path`` for as long as any fixture of this process uses the
     cluster: each test module that imports ``slurm_cluster`` has a session fixture of its
     own, and a second flock of the same file in one process would wait for the first."""
-    if not _HELD["users"]:
+    if path not in _HELD:
         held = open(path, "a")  # noqa: SIM115 - closed by the last user
         fcntl.flock(held, fcntl.LOCK_EX)
-        _HELD["file"] = held
-    _HELD["users"] += 1
+        _HELD[path] = [held, 0]
+    _HELD[path][1] += 1
     try:
         yield
     finally:
-        _HELD["users"] -= 1
-        if not _HELD["users"]:
-            _HELD["file"].close()
+        _HELD[path][1] -= 1
+        if not _HELD[path][1]:
+            _HELD.pop(path)[0].close()
 
 
 def _cluster(state_dir: str, env: dict[str, str]) -> Iterator[SlurmCluster]:
