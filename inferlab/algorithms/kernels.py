@@ -1,9 +1,8 @@
 """Our own fused attention kernels in Triton, of tile sizes we choose and know.
 
-``inferlab.algorithms.attention`` states the algorithms in plain PyTorch and is the oracle; here the
-same algorithms run as fused kernels, so the traffic model can be checked at a tile size
-the caller sets rather than one a library picked. Modelled on Triton's tutorial
-``06-fused-attention`` (forward only, no autotuning: the tile is an argument).
+``inferlab.algorithms.attention`` is the oracle in plain PyTorch; here the same algorithms
+run fused, so the traffic model is checked at a tile the caller sets, not one a library
+picked. Modelled on Triton's tutorial ``06-fused-attention`` (forward only, no autotune).
 
 * ``flash_attention``: FlashAttention-2 forward (Dao 2023, Algorithm 1), one program per
   (tile of BLOCK_M queries, batch x head)::
@@ -34,10 +33,9 @@ the caller sets rather than one a library picked. Modelled on Triton's tutorial
 
 Inputs are float16, bfloat16 or float32 on a CUDA device; scores, softmax state and
 accumulators are float32, the output has q's dtype. With ``TRITON_INTERPRET=1`` set
-before this module is imported, the same kernels run in Triton's interpreter on CPU
-tensors (slowly: that is how the tests check them). ``triton_status()`` says which
-applies here. The first call for each new set of compile-time constants (dtype,
-HEAD_DIM, block sizes, causal) compiles the kernel; time only after a warm-up call.
+before import, the kernels run in Triton's interpreter on CPU tensors (slowly: the
+tests); ``triton_status()`` says which applies. The first call for new compile-time
+constants (dtype, HEAD_DIM, blocks, causal) compiles: time after a warm-up call.
 """
 
 from __future__ import annotations
@@ -134,9 +132,8 @@ def _launch_options(BLOCK_M: int = 64) -> dict[str, int | bool]:
     return {"num_warps": 4 if BLOCK_M <= 64 else 8, "num_stages": 3, "enable_fp_fusion": True}
 
 
-def _dot_precision(dtype: torch.dtype) -> str:
-    # float32 in "ieee", not Triton's default tf32: tf32 would break the 2x error rule.
-    return "ieee" if dtype == torch.float32 else "tf32"
+def _dot_precision(dtype: torch.dtype) -> str:  # float32 in "ieee", not Triton's tf32
+    return "ieee" if dtype == torch.float32 else "tf32"  # (tf32 breaks the 2x error rule)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -337,10 +334,9 @@ def flash_attention_tiles(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
                           scale: float | None = None) -> tuple[Tensor, TileStats]:
     """``flash_attention`` plus the (query tile, key tile) pairs its loops really ran.
 
-    Same arguments and output. The counts come from a counter in the kernel's loop,
-    written by one program per (query tile, batch x head), and are reported per batch
-    and head like ``tiled_attention``'s (all heads run the same loops). A debug variant:
-    it compiles separately (COUNT_TILES), so do not time it.
+    Same arguments and output. Counted in the kernel's loop by each program (query tile,
+    batch x head), reported per batch and head like ``tiled_attention``'s. A debug
+    variant compiled separately (COUNT_TILES): do not time it.
     """
     out, tiles = _launch_fwd(q, k, v, causal, block_m, block_n, scale, count_tiles=True)
     n_m, n_n = tiles.shape[1], triton.cdiv(k.shape[2], block_n)

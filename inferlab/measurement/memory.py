@@ -147,9 +147,11 @@ def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
 
     CPU: lowers the address-space limit (RLIMIT_AS) to the current VmSize + cap, restored
     on exit; it caps virtual memory, so threads started inside the block also count, and
-    memory the allocator already holds does not: glibc serves allocations below its mmap
-    threshold (up to 32 MiB) from freed heap chunks, so a cap is exact only for tensors
-    larger than that.
+    memory the allocator already holds does not: glibc serves a request of any size from
+    a free chunk of its heap (memory freed earlier in the process) without new address
+    space. So on CPU this is a guard for the machine (a size far over the cap fails
+    instead of being swapped or killed), not an exact cap: ``capped`` adds the exact
+    check, from the profiler's allocation trace.
     CUDA: see ``_cuda_cap``. It synchronizes and empties the allocator's cache, so it must
     not be entered inside a timed call: time ``capped(fn, ...)`` instead. None = no cap.
     """
@@ -190,38 +192,46 @@ def capped(fn: Callable[[], object], cap_bytes: int | None,
            device: str = "cpu") -> Callable[[], object]:
     """``fn`` as a harness should time it under a cap of ``cap_bytes`` (None: ``fn``).
 
-    CPU: every call runs inside ``memory_cap`` (two setrlimit calls: cheap), and only the
-    call, not the harness or the profiler around it (a cap of a few MiB would starve
-    Python itself).
-    CUDA: the cap synchronizes and empties the cache, which must not be timed, and a
-    call's allocations do not change from one call to the next; so ``fn`` runs once under
-    the cap, now. If it fits, ``fn`` itself is returned and timed without a cap; if not,
-    a function that raises that out-of-memory error again, so the harness records
-    ``oom`` without running a case known not to fit.
+    A call's allocations do not change from one call to the next, and the cap's set-up
+    must not be timed (on CUDA it synchronizes and empties the cache), so ``fn`` is
+    tried now, outside the timing. If it fits, ``fn`` itself is returned and timed
+    without a cap; if not, a function that raises that out-of-memory error again, so the
+    harness records ``oom`` without running a case known not to fit.
+    CUDA: one call under ``memory_cap``, which the caching allocator enforces exactly.
+    CPU: an address-space limit is not exact (glibc reuses memory its heap holds, see
+    ``memory_cap``), so the try is a warm-up call under ``memory_cap`` (a size far over
+    the cap fails there, and one-time lazy allocations are made), then a second call,
+    outside it, whose peak extra bytes the profiler's allocation trace counts whatever
+    the heap holds: a peak over the cap is the out-of-memory.
     """
     check_device(device)
     if cap_bytes is None:
         return fn
-    if device == "cpu":
-        def under_cap():
-            with memory_cap(cap_bytes, device):
-                return fn()
-        return under_cap
     try:
         with memory_cap(cap_bytes, device):
             fn()
-            torch.cuda.synchronize()
+            if device == "cuda":
+                torch.cuda.synchronize()
+        # Not under the address-space limit: the profiler's start-up would be refused.
+        peak = _cpu_allocation_peak_bytes(fn) if device == "cpu" else 0
     except Exception as exc:  # noqa: BLE001 - any other failure recurs in the harness
         if not is_oom(exc):
             return fn
         # Keep the message, not the exception: its traceback holds the case's tensors.
-        message = f"over the {cap_bytes / 2**30:.2f} GiB cap: {str(exc).splitlines()[0]}"
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        message = f"over the {_size(cap_bytes)} cap: {first}"
     else:
-        return fn
+        if peak <= cap_bytes:
+            return fn
+        message = f"over the {_size(cap_bytes)} cap: a peak of {_size(peak)} allocated"
 
     def over_cap():
         raise torch.OutOfMemoryError(message)
     return over_cap
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def _cpu_address_space_cap(cap_bytes: int) -> Iterator[None]:
