@@ -101,19 +101,22 @@ def test_dry_run_replays_the_plan_and_returns_what_fits(dry_run):
     assert "OUT check: ok" in summary and "(no index)" in summary
     steps = [line.split() for line in _member(out, "logs/gpu-check/steps.txt").splitlines()]
     plan = gpu_plan.load_plan([repo / "profiles" / "book.yaml"])
-    # every planned step in the plan's order (the tests are not run on a CPU), each under
-    # its planned backstop and limit: a step with a limit stops at it on the script's
-    # clock, which reads the simulated one; one without (probe, model: nothing in them
-    # reads a limit) ends on its own before the backstop, which counts real seconds (its
-    # CPU work here is this CPU's, on a GPU machine's 16 cores a fraction of it)
+    # every planned step in the plan's order (the tests are not run on a CPU), each checked
+    # against its own clock. The backstop (`timeout`) counts real seconds: exit 0 says it
+    # never fired. A stage's limit counts the script's clock (real + simulated GPU
+    # seconds); the simulated GPU's share of a step never runs past it. Their sum is not
+    # checked against the backstop: its real part is this CPU's input building and start-up
+    # (on a GPU machine's 16 cores a fraction of it), which a busy neighbour doubles
+    # (docs/attacks.md R7-2: 98 s against 95 beside a spin loop, 69 of them real)
     assert [s[0] for s in steps] == ["exactness"] + [s.name for s in plan.steps][:-2]
     for step, ran in zip(plan.steps, steps[1:], strict=False):
         fields = dict(f.split("=") for f in ran[1:])
         assert fields["timeout"] == str(step.timeout_s)
         assert fields["limit"] == str(step.limit_s or "-")
         assert fields["exit"] == "0", ran
-        took = fields["seconds"] if step.limit_s else fields["real_seconds"]
-        assert int(took) <= step.timeout_s, ran
+        assert int(fields["real_seconds"]) <= step.timeout_s, ran
+        if step.limit_s:
+            assert int(fields["seconds"]) - int(fields["real_seconds"]) <= step.limit_s, ran
 
 
 @pytest.mark.slow
