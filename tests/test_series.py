@@ -160,3 +160,31 @@ def test_points_that_vary_alike_are_called_outlying_about_5_percent_of_the_time(
         proc, _ = process_variance(series)
         flagged += bool(outlying(series, proc))
     assert 0.01 <= flagged / 300 <= 0.10
+
+
+def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_latest_probe():
+    """Four quiet runs and a latest one beside a busy process, whose probe read the matmul
+    ceiling at half (make regenerate beside two spin loops, 3 December 2026: 47 GFLOP/s
+    against 92). The pooled time is the quiet runs' mostly; divided by the latest run's
+    low ceiling it made naive attention run at 1.32 of the roof ("not physical", Q13-15
+    not measurable). A ceiling is the fastest the machine was seen doing: the series'
+    roof is the highest its runs read."""
+    from tests.series_helper import series_rows
+
+    flops = 2 * 2 * 12 * 1024 * 1024 * 64
+    quiet_ceiling, busy_ceiling = 92.0, 47.0
+
+    def run(ms: float, ceiling: float) -> list[dict]:
+        gflops = flops / (ms * 1e-3) / 1e9
+        return [{"impl": "naive", "fused_sdpa": False, "T": 1024, "batch": 1, "heads": 12,
+                 "d": 64, "dtype": "float32", "causal": False, "block_q": None,
+                 "block_k": None, "threads": 1, "flops": flops, "status": "ok", "workers": 3,
+                 "median_ms": ms, "ci_low_ms": 0.98 * ms, "ci_high_ms": 1.02 * ms,
+                 "achieved_gflops": gflops, "frac_matmul_ceiling": gflops / ceiling}]
+
+    runs = [run(ms, quiet_ceiling) for ms in (47.4, 48.2, 46.6, 46.7)] + [run(77.4, busy_ceiling)]
+    row = next(r for r in series_rows(prefill=runs) if r["kind"] == "pooled")
+    gflops = flops / (row["median_ms"] * 1e-3) / 1e9
+    assert row["achieved_gflops"] == pytest.approx(gflops)
+    assert row["frac_matmul_ceiling"] == pytest.approx(gflops / quiet_ceiling)
+    assert row["frac_matmul_ceiling"] < 1.0

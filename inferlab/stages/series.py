@@ -63,8 +63,12 @@ PI = {"median_ms": ("pi_low_ms", "pi_high_ms"), "ratio": ("ratio_pi_low", "ratio
 RUN_SD = {"median_ms": "run_sd", "ratio": "ratio_run_sd",
           "causal_over_full": "causal_over_full_run_sd"}
 SPREAD = {"median_ms": "median_ms_spread", "ratio": "ratio_spread"}
-# a rate over the time: scaled from the latest run's by its time over the pooled time
-RATES = ("achieved_gflops", "frac_matmul_ceiling", "achieved_gbs", "frac_copy_ceiling")
+# a rate over the time: the latest run's scaled by its time over the pooled time; a rate
+# over a ceiling (fraction -> its rate): the pooled rate over the highest ceiling the
+# series' runs read (a ceiling is the fastest the machine was seen doing: a probe beside a
+# busy process reads it low, and the pooled time is not that run's)
+RATES = ("achieved_gflops", "achieved_gbs")
+FRACTIONS = {"frac_matmul_ceiling": "achieved_gflops", "frac_copy_ceiling": "achieved_gbs"}
 # what a run's row carries besides its timing (the latest run's, where it measured them)
 CARRIED = ("fused_sdpa", "peak_extra_bytes", "memory_method", "flops", "kernel", "threads",
            "cache_bytes", "floor_ms", "timing_method", "ratio_to")
@@ -166,6 +170,10 @@ def _point_name(stage: str, key: tuple) -> str:
                      if x is not None)
 
 
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
     rows = series.points[key]
     stage = series.stage
@@ -237,6 +245,11 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
     for rate in RATES:
         if carried.get(rate) is not None and latest_ok and pooled.get("median_ms"):
             pooled[rate] = carried[rate] * latest_ok / pooled["median_ms"]
+    for frac, rate in FRACTIONS.items():
+        roofs = [r[rate] / r[frac] for _, r in measured
+                 if _finite(r.get(rate)) and _finite(r.get(frac)) and r[frac] > 0]
+        if roofs and _finite(pooled.get(rate)):
+            pooled[frac] = pooled[rate] / max(roofs)
     for r in run_rows.values():
         flags = [r.pop(f"outside_pi_{q}", None) for q in QUANTITIES]
         r["outside_pi"] = any(f for f in flags if f is not None) if any(
