@@ -9,9 +9,9 @@ the window's 95 % prediction interval. Prints, per k and stage, how often it hel
     .venv/bin/python benchmarks/series_coverage.py --key cpu-intel-xeon-amx-2c --k 1 2 3
     .venv/bin/python benchmarks/series_coverage.py --key K --versions 5-12   # those runs only
 
-A run made under load (its provenance's environment.load) is counted apart as well
-(``--load`` splits the windows' next runs by it), so the busy-neighbour condition reads
-on its own line.
+A run made under load (its provenance's environment.load) is counted apart: every line
+names the load of the windows' next runs (light, busy), so the busy-neighbour condition
+reads on its own line.
 """
 
 from __future__ import annotations
