@@ -26,6 +26,7 @@ import pandas as pd
 
 from inferlab.judging.causes import NotMeasurable
 from inferlab.judging.claims import Expect, Measure, printed_rounding
+from inferlab.judging.series_view import is_number
 
 # ---------------------------------------------------------------- intervals
 
@@ -183,10 +184,6 @@ def plain(value: Any) -> Any:
 INSIDE, OUTSIDE, STRADDLES = "reproduced", "not reproduced", "within noise here"
 ANSWERED = "answered here"  # an open question (kind question): never "reproduced"
 WORST = (OUTSIDE, STRADDLES, INSIDE, ANSWERED)  # several values: the worst of theirs
-
-
-def is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def region(e: Expect, target: float | None = None) -> tuple[float, float, bool, bool]:

@@ -25,6 +25,11 @@ def missing(x) -> bool:
         return False
 
 
+def is_number(v) -> bool:
+    """A finite int or float (not a bool): a value a rule or a pooling can compute with."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 # the columns a judged table gains from the series, beside the stage's own
 VIEW_EXTRAS = ("runs", "processes", "pi_low_ms", "pi_high_ms", "ratio_pi_low", "ratio_pi_high",
                "causal_over_full_pi_low", "causal_over_full_pi_high", "run_sd", "ratio_run_sd",

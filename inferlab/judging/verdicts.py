@@ -58,7 +58,6 @@ from inferlab.judging.rule import (
     divided,
     interval,
     interval_of,
-    is_number,
     is_numeric_column,
     judge,
     plain,
@@ -76,6 +75,7 @@ from inferlab.judging.selection import (
     select,
     with_nonfinite,
 )
+from inferlab.judging.series_view import is_number
 
 MAX_ROWS = 20  # rows kept per claim in claims.json: enough to see why, small enough to read
 SCHEMA_VERSION = 3  # of claims.json (schemas/claims_result.schema.json)

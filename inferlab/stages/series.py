@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence.history import kind_keys, trusted_versions
-from inferlab.judging.series_view import TIMED, missing
+from inferlab.judging.series_view import TIMED, is_number, missing
 from inferlab.measurement.environment import hardware
 from inferlab.measurement.intervals import process_var
 from inferlab.measurement.pooling import (
@@ -170,10 +170,6 @@ def _point_name(stage: str, key: tuple) -> str:
                      if x is not None)
 
 
-def _finite(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
     rows = series.points[key]
     stage = series.stage
@@ -247,8 +243,8 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
             pooled[rate] = carried[rate] * latest_ok / pooled["median_ms"]
     for frac, rate in FRACTIONS.items():
         roofs = [r[rate] / r[frac] for _, r in measured
-                 if _finite(r.get(rate)) and _finite(r.get(frac)) and r[frac] > 0]
-        if roofs and _finite(pooled.get(rate)):
+                 if is_number(r.get(rate)) and is_number(r.get(frac)) and r[frac] > 0]
+        if roofs and is_number(pooled.get(rate)):
             pooled[frac] = pooled[rate] / max(roofs)
     for r in run_rows.values():
         flags = [r.pop(f"outside_pi_{q}", None) for q in QUANTITIES]
