@@ -29,14 +29,13 @@ KEY = "cpu-test-box"
 @pytest.fixture(scope="module")
 def listed():
     claims = load().claims
-    entries = index(load_sentences(ROOT, {c.id for c in claims},
-                                   load_kinds(ROOT / NOT_CLAIMS_FILE)))
-    return claims, entries
+    seeds = load_sentences(ROOT, {c.id for c in claims}, load_kinds(ROOT / NOT_CLAIMS_FILE))
+    return claims, seeds
 
 
 def failures(text: str, listed, measured=None, strict=False) -> list[dict]:
-    claims, entries = listed
-    return [r for r in check_text(text, claims, entries, measured or {}, strict)
+    claims, seeds = listed
+    return [r for r in check_text(text, claims, index(seeds), measured or {}, strict, seeds)
             if r.get("failure")]
 
 
@@ -153,7 +152,8 @@ def test_strict_fails_a_figure_whose_claim_is_not_reproduced_on_the_key(tmp_path
     assert cli_check(chapter, root, strict=True, key=KEY) == 1
     out = capsys.readouterr().out
     assert "'sixteen': C13-06 is not reproduced on cpu-test-box" in out
-    assert cli_check(chapter, root, strict=True, key="cpu-other-box") == 0
+    with pytest.raises(ValueError, match="--machine cpu-other-box: no .*numbers.json"):
+        cli_check(chapter, root, strict=True, key="cpu-other-box")  # R8-5: not a pass
 
 
 def test_a_number_without_a_leading_zero_and_a_sentence_with_an_equals_sign(listed):
@@ -230,3 +230,79 @@ def test_the_check_speaks_json(tmp_path, capsys):
     found = json.loads(capsys.readouterr().out)
     assert [(f["number"], f["claim"], f["figure"]) for f in found] == \
         [("sixteen", "C13-06", "16.0"), ("eighteen", "C13-06", "18.0")]
+
+
+# ------------------------------------------------------------ round eight (docs/attacks.md)
+
+R8_WRONG = [  # (old, new, the number that must fail)
+    # R8-1: a figure replaced by a setting of its claim (128: a block; 8,192: a length)
+    ("that alone is 1.2 seconds", "that alone is 128 seconds", "128"),
+    ("with blocks of 64, 52 per cent", "with blocks of 64, 128 per cent", "128"),
+    ("that alone is 1.2 seconds", "that alone is 8,192 seconds", "8,192"),
+    # R8-2: a setting or declared number printed twice, or out of its order
+    ("split count from 1 to 64,", "split count from 1 to 1,", "1"),
+    ("split count from 1 to 64,", "split count from 64 to 1,", "1"),
+    ("for 12 heads of dimension 64", "for 64 heads of dimension 12", "12"),
+    # R8-3: a per cent that is the figure's fraction, not the figure
+    (" 53 per cent of the block pairs", " 0.53 per cent of the block pairs", "0.53"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "named"), R8_WRONG)
+def test_a_wrong_number_that_is_a_setting_declared_or_a_fraction_fails(old, new, named,
+                                                                       listed):
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    assert old in text
+    assert named in [r["number"] for r in failures(text.replace(old, new, 1), listed)]
+
+
+def test_a_figure_its_sentence_no_longer_prints_fails(listed):
+    """R8-1: each figure of a sentence's claims must be printed in it. C13-65's 50 GB/s
+    replaced by 1, a setting of another claim of the sentence (batch 1), passed: every
+    number left was something, and nothing asked for the figure."""
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    old = "than the fused kernel does (50)"
+    found = failures(text.replace(old, "than the fused kernel does (1)"), listed)
+    assert [(r["expected"]["claim"], r["expected"]["figure"], r["missing"]) for r in found] \
+        == [("C13-65", "50.0", True)]
+
+
+@pytest.mark.parametrize("new", ["And it was a hundred times slower.",
+                                 "And it was many times slower."])
+def test_a_claims_sentence_rewritten_without_digits_is_missed_loudly(new, listed):
+    """R8-4: "sixteen to eighteen times" rewritten in words the parser does not read: the
+    sentence is unlisted but prints no number it knows, and C13-06 vanished unjudged."""
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    old = "And it was sixteen to eighteen times slower."
+    found = failures(text.replace(old, new), listed)
+    assert [(r["expected"]["claim"], r["expected"]["figure"], r["line"], r["gap"])
+            for r in found] == [("C13-06", "16.0", 3, True), ("C13-06", "18.0", 3, True)]
+    # an excerpt that starts after it is no failure: only a gap between listed sentences
+    excerpt = text[text.index("The version of the same algorithm"):]
+    assert failures(excerpt, listed) == []
+
+
+def test_strict_with_a_key_that_has_no_numbers_is_an_error(tmp_path, capsys):
+    """R8-5: a mistyped key made the strict check pass with nothing to check."""
+    root = measured_root(tmp_path, {"C13-06": {"text": "17×", "verdict": "reproduced"}})
+    chapter = CHAPTER_DIR / "chapter.txt"
+    with pytest.raises(ValueError, match="no-such-box: no .*numbers.json.*holds cpu-test-box"):
+        cli_check(chapter, root, strict=True, key="no-such-box")
+    (root / "results" / KEY / "manuscript" / "numbers.json").unlink()
+    with pytest.raises(ValueError, match="--strict: no results/<machine>/manuscript"):
+        cli_check(chapter, root, strict=True)
+    assert cli_check(chapter, root) == 0  # without --strict there is nothing to judge by
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("needed 16 MiB of extra memory", "needed 16 MiB of extra\nmemory"),
+    ("at 8,192 tokens", "at\n8,192 tokens"),
+    ("53 per cent of the block", "53 per\tcent of the block"),
+    ("53 per cent of the block", "53 per\u00a0cent of the block"),
+])
+def test_a_hard_wrapped_line_or_a_tab_in_a_unit_reads_as_printed(old, new, listed):
+    """R8-6: Markdown wraps its paragraphs; a wrapped sentence was 'unlisted', and a tab or
+    no-break space inside "per cent" lost the unit (53 read as 0.53's misprint)."""
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    assert old in text
+    assert failures(text.replace(old, new, 1), listed) == []

@@ -22,14 +22,25 @@ _TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "sev
          "eighty": 80, "ninety": 90}
 WORDS = {w: i for i, w in enumerate(_SMALL) if i > 0} | dict(_TENS) | {"a dozen": 12}
 WORDS |= {f"{t}-{o}": v + _SMALL.index(o) for t, v in _TENS.items() for o in _SMALL[1:10]}
-_WORD_RE = "|".join(sorted((re.escape(w) for w in WORDS), key=len, reverse=True))
+def _spaced(words) -> str:
+    """An alternation of ``words``, longest first, any whitespace (a tab, a no-break space, a
+    line break) standing for each space: "per\\tcent" is "per cent"."""
+    return "|".join(r"\s+".join(re.escape(p) for p in w.split(" "))
+                    for w in sorted(words, key=len, reverse=True))
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+_WORD_RE = _spaced(WORDS)
 _SCI = r"(?P<mant>\d+(?:\.\d+)?)\s*\\times\s*10\^\{(?P<exp>-?\d+)\}"
 _DIGITS = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"
 # a unit after a number, normalised: "per cent" and "%" alike, "microseconds" as "µs"
 UNITS = {"per cent": "%", "percent": "%", "%": "%", "mib": "MiB", "gib": "GiB",
          "gb/s": "GB/s", "ms": "ms", "µs": "µs", "microseconds": "µs", "seconds": "s",
          "times": "×", "×": "×", "x": "×"}
-_UNIT_RE = "|".join(sorted((re.escape(u) for u in UNITS), key=len, reverse=True))
+_UNIT_RE = _spaced(UNITS)
 NUMBER_RE = re.compile(
     rf"(?<![\w.\\])(?<![A-Za-z]-)(?:(?P<version>\d+(?:\.\d+){{2,}})|{_SCI}"
     rf"|(?P<digits>{_DIGITS}))(?![\d])"
@@ -50,12 +61,15 @@ class Number:
     start: int
     end: int
 
-    def equals(self, value: float, unit: str | None = None) -> bool:
+    def equals(self, value: float, unit: str | None = None, fraction: bool = False) -> bool:
         """Whether this number prints ``value`` (in ``unit`` where both have one): the same
-        value, or for a per cent its fraction (53 per cent is 0.53)."""
+        value, or for a per cent its fraction (53 per cent is 0.53). ``fraction``: a figure
+        with no unit of its own, which a per cent prints as its fraction only (0.53 per cent
+        is not 0.53)."""
         if unit is not None and self.unit is not None and unit != self.unit:
             return False
-        candidates = [self.value] + ([self.value / 100] if self.unit == "%" else [])
+        candidates = ([self.value / 100] if fraction else [self.value, self.value / 100]) \
+            if self.unit == "%" else [self.value]
         return any(abs(c - value) <= 1e-9 * max(1.0, abs(value)) for c in candidates)
 
 
@@ -68,7 +82,7 @@ def numbers_in(text: str) -> list[Number]:
     found = []
     for m in NUMBER_RE.finditer(text):
         if m.group("word"):
-            value, decimals = float(WORDS[m.group("word").lower()]), 0
+            value, decimals = float(WORDS[_normal(m.group("word"))]), 0
         elif m.group("version"):  # 0.26.0: matched by its token, never by value
             value, decimals = float("nan"), 0
         elif m.group("mant"):
@@ -77,7 +91,7 @@ def numbers_in(text: str) -> list[Number]:
         else:
             value, decimals = float(m.group("digits").replace(",", "")), _decimals(m.group(0))
         unit = _UNIT_AFTER.match(text, m.end())
-        found.append(Number(m.group(0), value, UNITS[unit.group("unit").lower()]
+        found.append(Number(m.group(0), value, UNITS[_normal(unit.group("unit"))]
                             if unit else None, decimals, m.start(), m.end()))
     return found
 

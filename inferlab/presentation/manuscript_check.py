@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 from inferlab.core import layout
@@ -30,6 +31,7 @@ from inferlab.presentation.coverage import NOT_CLAIMS_FILE, Entry, index, load_k
 
 MAX_BYTES = 1_000_000  # the chapter is 25 kB; a file 40 times that is not a chapter
 NOT_REPRODUCED = "not reproduced"
+SETTING = object()  # a number read as a setting of the sentence's claims
 
 
 # ---------------------------------------------------------------- what a claim prints
@@ -57,29 +59,43 @@ def figures(claim) -> list[Number]:
     return [parse_figure(v) for v in values]
 
 
-def settings(claim) -> list[float]:
-    """The numbers of the claim's own setting: its scope and filters (8,192 tokens, blocks
-    of 128), and the abscissae of approx_at."""
+def settings(claim) -> list[list[float]]:
+    """The numbers of the claim's own setting, one list per dimension or filter in its
+    order: its scope and filters (8,192 tokens, blocks of 128), and the abscissae of
+    approx_at."""
     check = claim.check
     if check is None:
         return []
-    values = [v for _, vs in check.scope for v in vs]
+    groups = [list(vs) for _, vs in check.scope]
     sides = [check.measure.numerator, check.measure.denominator] if check.measure.is_ratio \
         else []
     for cond in [c for rows in (check.rows, *sides) for c in rows.where]:
-        values += list(cond.values or ()) + [b for b in (cond.low, cond.high) if b is not None]
+        groups += [list(cond.values or ()), [b for b in (cond.low, cond.high) if b is not None]]
     if check.expect is not None:
-        values += [k for k, _ in check.expect.points]
-    return [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        groups.append([k for k, _ in check.expect.points])
+    numeric = [[float(v) for v in g if isinstance(v, int | float) and not isinstance(v, bool)]
+               for g in groups]
+    return [g for g in numeric if g]
 
 
-def _declared(left: list[tuple[str, object]], number: Number) -> str | None:
-    """The kind of the first declared value ``number`` prints, taken from ``left`` (each
-    declared value stands for one number of the sentence)."""
-    for i, (kind, v) in enumerate(left):
-        if (isinstance(v, str) and v == number.token) or (
-                not isinstance(v, str) and number.equals(float(v))):
-            del left[i]
+def _take(groups: list[list], matches) -> bool:
+    """Whether a value of one of ``groups`` (lists in print order) is the number; that value
+    is used up with every value before it in its list: each is printed once, in order
+    ("from 1 to 64", never "from 64 to 1")."""
+    for g in groups:
+        i = next((i for i, v in enumerate(g) if matches(v)), None)
+        if i is not None:
+            del g[:i + 1]
+            return True
+    return False
+
+
+def _declared(left: dict[str, list], number: Number) -> str | None:
+    """The kind of the declared value ``number`` prints, taken from ``left`` (kind -> its
+    values in print order; each stands for one number of the sentence)."""
+    for kind, values in left.items():
+        if _take([values], lambda v: (isinstance(v, str) and v == number.token) or (
+                not isinstance(v, str) and number.equals(float(v)))):
             return kind
     return None
 
@@ -87,45 +103,122 @@ def _declared(left: list[tuple[str, object]], number: Number) -> str | None:
 # ---------------------------------------------------------------- one sentence
 
 
-def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list[dict]:
-    """Each number of ``text`` against ``entry``: its claim figure, setting or declared
-    kind, or a failure naming what was expected and what is measured here."""
+def _prints(number: Number, figure: Number) -> bool:
+    return number.equals(figure.value, figure.unit, fraction=figure.unit is None)
+
+
+def _expected(claim_id: str, figure: Number, measured: dict) -> dict:
+    return {"claim": claim_id, "figure": figure.token,
+            "measured": {k: n.get(claim_id, {}).get("text") for k, n in measured.items()}}
+
+
+def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
+    """Each number of ``text`` read against ``entry``: (number, the index of the required
+    figure it prints or misprints, SETTING, the declared kind or None, whether it passes) and the
+    required figures (claim id, figure) in print order."""
     lists = {}  # two claims that print the same figures (C13-30, C13-47) print them once
     for cid in entry.checked_by:
         lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), cid)
     required = [(cid, f) for cid in lists.values() for f in figures(by_id[cid])]
-    setting = [v for cid in entry.checked_by for v in settings(by_id[cid])]
-    declared = [(kind, v) for kind, values in entry.numbers.items() for v in values]
-    found, at = [], 0
+    setting = [g for cid in entry.checked_by for g in settings(by_id[cid])]
+    declared = {kind: list(values) for kind, values in entry.numbers.items()}
+    read, at = [], 0
     for number in numbers_in(text):
-        row = {"number": number.token, "value": number.value, "unit": number.unit}
-        if at < len(required) and number.equals(required[at][1].value, required[at][1].unit):
-            cid = required[at][0]
-            row |= {"claim": cid, "figure": required[at][1].token,
-                    "verdicts": {k: n.get(cid, {}).get("verdict") for k, n in measured.items()}}
+        if at < len(required) and _prints(number, required[at][1]):
+            read.append((number, at, True))
             at += 1
-        elif any(number.equals(v) for v in setting):
-            row |= {"setting_of": list(entry.checked_by)}
+        elif number.unit is None and _take(setting, number.equals):
+            read.append((number, SETTING, True))
         elif (kind := _declared(declared, number)) is not None:
-            row |= {"declared": kind}
+            read.append((number, kind, True))
+        else:  # read as the next figure misprinted: go on after it
+            read.append((number, at if at < len(required) else None, False))
+            at += at < len(required)
+    return read, required
+
+
+def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list[dict]:
+    """Each number of ``text`` against ``entry``: its claim figure, setting or declared
+    kind, or a failure naming what was expected and what is measured here; then each
+    figure that the listed sentence prints and ``text`` does not, as a failure of its own.
+    A setting carries no unit of a measurement (128 seconds is no block size)."""
+    read, required = _read(text, entry, by_id)
+    found, seen = [], set()
+    for number, what, ok in read:
+        row = {"number": number.token, "value": number.value, "unit": number.unit}
+        if isinstance(what, int):
+            seen.add(what)
+        if ok and isinstance(what, int):
+            cid = required[what][0]
+            row |= {"claim": cid, "figure": required[what][1].token,
+                    "verdicts": {k: n.get(cid, {}).get("verdict") for k, n in measured.items()}}
+        elif ok and what is SETTING:
+            row |= {"setting_of": list(entry.checked_by)}
+        elif ok:
+            row |= {"declared": what}
         else:
-            expected = required[at] if at < len(required) else None
-            row |= {"failure": True, "expected": None if expected is None else {
-                "claim": expected[0], "figure": expected[1].token,
-                "measured": {k: n.get(expected[0], {}).get("text") for k, n in
-                             measured.items()}}}
-            at += expected is not None  # read as that figure misprinted: go on after it
+            row |= {"failure": True, "expected": None if what is None else
+                    _expected(*required[what], measured)}
         found.append(row)
+    printed = {what for _, what, ok in _read(entry.text, entry, by_id)[0]
+               if ok and isinstance(what, int)}
+    for i in sorted(printed - seen):  # the listed sentence prints it; this one does not
+        found.append({"number": None, "failure": True, "missing": True,
+                      "expected": _expected(*required[i], measured)})
     return found
 
 
+def _listed(found: list, entries: dict[str, Entry]) -> list:
+    """The sentences with a sentence that a line break cut (Markdown wraps its paragraphs)
+    joined again: a sentence the list does not hold is joined to the next line's first one
+    while the join is the start of a listed sentence, and kept joined if it is one."""
+    prefixes = list(entries)
+    out, i = [], 0
+    while i < len(found):
+        text, j = found[i].text, i
+        while (shape(text) not in entries and j + 1 < len(found)
+               and found[j + 1].line == found[j].line + 1
+               and any(p.startswith(shape(f"{text} {found[j + 1].text}")) for p in prefixes)):
+            text, j = f"{text} {found[j + 1].text}", j + 1
+        if j > i and shape(text) in entries:
+            out.append(replace(found[i], text=text))
+            i = j + 1
+        else:
+            out.append(found[i])
+            i += 1
+    return out
+
+
+def _gaps(found: list, entries: dict[str, Entry], seeds, by_id: dict,
+          measured: dict) -> list[dict]:
+    """A listed sentence that prints its claims' figures, missing from the text between two
+    listed sentences that are there (rewritten beyond the list's shape: "a hundred times"
+    for "sixteen to eighteen times"): its figures are failures, at the line where it was.
+    An excerpt (the text starting or ending elsewhere) has no gap."""
+    where = {}  # shape -> line of the text
+    for sentence in found:
+        where.setdefault(shape(sentence.text), sentence.line)
+    out = []
+    for seed in seeds:
+        shapes = [shape(e.text) for e in seed.entries]
+        present = [k for k, sh in enumerate(shapes) if sh in where]
+        for a, b in zip(present, present[1:], strict=False):
+            for entry in seed.entries[a + 1:b]:
+                for row in check_sentence("", entry, by_id, measured):  # its figures
+                    out.append({"line": where[shapes[a]], "sentence": entry.text,
+                                **row, "gap": True})
+    return out
+
+
 def check_text(text: str, claims, entries: dict[str, Entry], measured: dict,
-               strict: bool = False) -> list[dict]:
+               strict: bool = False, seeds=()) -> list[dict]:
     """Every number of ``text``, sentence by sentence (``entries``: the sentence list by
-    shape; ``measured``: key -> claim id -> its numbers.json entry)."""
+    shape; ``measured``: key -> claim id -> its numbers.json entry; ``seeds``: the lists
+    in order, for the sentences missing between two that are there)."""
     by_id = {c.id: c for c in claims}
     out = []
-    for sentence in sentences(text):
+    found = _listed(sentences(text), entries)
+    for sentence in found:
         entry = entries.get(shape(sentence.text))
         if entry is None:
             if numbers_in(sentence.text):
@@ -137,10 +230,19 @@ def check_text(text: str, claims, entries: dict[str, Entry], measured: dict,
             if strict and NOT_REPRODUCED in (row.get("verdicts") or {}).values():
                 row["failure"] = row["not_reproduced"] = True
             out.append({"line": sentence.line, "sentence": sentence.text, **row})
-    return out
+    gaps = _gaps(found, entries, seeds, by_id, measured)
+    return sorted(out + gaps, key=lambda r: r["line"]) if gaps else out
 
 
 def _why(row: dict) -> str:
+    if row.get("gap"):
+        e = row["expected"]
+        return (f"{e['claim']} prints {e['figure']} in a sentence of "
+                f"docs/chapter/sentences.yaml that is not in this text after this line's sentence "
+                "(the sentences either side of it are): restore it, or list its new text")
+    if row.get("missing"):
+        e = row["expected"]
+        return f"{e['claim']} prints {e['figure']} in this sentence, which does not print it"
     if row.get("unlisted"):
         return ("a sentence docs/chapter/sentences.yaml does not list: add it with its "
                 "claims or a reason")
@@ -157,8 +259,8 @@ def _why(row: dict) -> str:
 
 
 def format_check(found: list[dict], name: str) -> str:
-    lines = [f"{name}:{r['line']}: {r['number']!r}: {_why(r)}\n    {r['sentence'][:120]}"
-             for r in found if r.get("failure")]
+    lines = [f"{name}:{r['line']}: {r['number'] or '(not printed)'!r}: {_why(r)}\n"
+             f"    {r['sentence'][:120]}" for r in found if r.get("failure")]
     by = {"figure": sum("claim" in r and not r.get("failure") for r in found),
           "setting": sum("setting_of" in r for r in found),
           "declared": sum("declared" in r for r in found),
@@ -223,9 +325,17 @@ def cli_check(path: Path | str, root: Path | str = ".", not_claims: Path | str |
     text = read_chapter(path)
     claims = load(Path(root) / "claims.yaml").claims
     kinds = load_kinds(Path(not_claims) if not_claims else Path(root) / NOT_CLAIMS_FILE)
-    entries = index(load_sentences(root, {c.id for c in claims}, kinds))
-    found = check_text(text, claims, entries,
-                       measured_numbers(root, [key] if key else None), strict)
+    seeds = load_sentences(root, {c.id for c in claims}, kinds)
+    measured = measured_numbers(root, [key] if key else None)
+    if strict and key and key not in measured:
+        raise ValueError(f"--strict --machine {key}: no "
+                         f"{layout.derived_path(root, key, 'manuscript', 'numbers.json')}: "
+                         "run the pipeline for that machine first (or check its name: "
+                         f"results/ holds {', '.join(layout.keys(root)) or 'no machine'})")
+    if strict and not measured:
+        raise ValueError("--strict: no results/<machine>/manuscript/numbers.json under "
+                         f"{str(root)!r}: nothing to judge the figures by; run the pipeline")
+    found = check_text(text, claims, index(seeds), measured, strict, seeds)
     print(json.dumps(found, indent=2, ensure_ascii=False) if as_json
           else format_check(found, Path(path).name))
     return 1 if any(r.get("failure") for r in found) else 0
