@@ -6,7 +6,7 @@ prior it would carry: the committed series of machines of the same kind), and ea
 paired ratio (ratio != 1) and median time of the run after the window is checked against
 the window's 95 % prediction interval. Prints, per k and stage, how often it held.
 
-    .venv/bin/python benchmarks/series_coverage.py --key cpu-intel-xeon-amx-2c --k 1 2 3
+    .venv/bin/python benchmarks/series_coverage.py --key cpu-amd-epyc-avx512bf16-2c --k 1 2 3
     .venv/bin/python benchmarks/series_coverage.py --key K --versions 5-12   # those runs only
 
 A run made under load (its provenance's environment.load) is counted apart: every line
@@ -79,7 +79,7 @@ def coverage(root: Path, key: str, k: int, stage: str, wanted: set[int] | None):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=".")
-    parser.add_argument("--key", required=True, help="results key, e.g. cpu-intel-xeon-amx-2c")
+    parser.add_argument("--key", required=True, help="results key, e.g. cpu-amd-epyc-avx512bf16-2c")
     parser.add_argument("--k", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--versions", default=None,
                         help="only these register versions of each stage, e.g. 5-12")
@@ -93,6 +93,12 @@ def main(argv=None) -> int:
             parser.error(f"--versions {args.versions!r}: expected N or N-M")
     if any(k < 1 for k in args.k):
         parser.error(f"--k {args.k}: every k must be >= 1")
+    register = Path(args.root) / "evidence" / args.key / "register.jsonl"
+    if not register.is_file():  # R8-22: an unknown key printed an empty table, exit 0
+        held = sorted(p.name for p in (Path(args.root) / "evidence").glob("*")
+                      if (p / "register.jsonl").is_file())
+        parser.error(f"--key {args.key!r}: no {register}; the keys here: "
+                     f"{', '.join(held) or 'none'}")
     print(f"{'k':>2}  {'stage':8} {'quantity':10} {'load':6} {'inside':>7} {'of':>5}  share")
     for k in args.k:
         for stage in TIMED:

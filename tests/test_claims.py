@@ -280,7 +280,7 @@ def test_every_field_of_a_check_is_parsed_into_its_dataclass(tmp_path):
              "scope": {"T": [1024, 2048], "causal": [True]},
              "where": {"fused_sdpa": True, "T": {"min": 512, "max": 4096}, "impl": ["a", "b"]},
              "best": {"by": ["T", "dtype"], "lowest": "median_ms_new"},
-             "value": {"column": "median_ms_spread", "over": "ratio_diff", "invert": True,
+             "value": {"column": "median_ms_spread", "over": "ratio_spread", "invert": True,
                        "valid_max": 3.5, "stat": "at", "by": ["causal"],
                        "at": "T"},
              "expect": {"max": 2.5, "printed": True}}
@@ -294,7 +294,7 @@ def test_every_field_of_a_check_is_parsed_into_its_dataclass(tmp_path):
                           claims.Condition("fused_sdpa", values=(True,)),
                           claims.Condition("impl", values=("a", "b"))),
                          claims.Best(("T", "dtype"), "median_ms_new")),
-        measure=claims.Measure(column="median_ms_spread", stat="at", over="ratio_diff",
+        measure=claims.Measure(column="median_ms_spread", stat="at", over="ratio_spread",
                                invert=True, valid_max=3.5, by=("causal",), at="T"),
         expect=claims.Expect("max", target=2.5, printed=(True, True)), dtype="each",
         scope=(("T", (1024, 2048)), ("causal", (True,))), device="cuda", between_runs=True)
@@ -431,11 +431,13 @@ def test_an_unknown_column_gets_close_matches_or_none(tmp_path):
 
 def test_the_columns_a_check_may_name():
     between = claims._check({"stage": "decode", "between_runs": True,
-                             "value": {"column": "median_ms_diff", "stat": "max"},
+                             "value": {"column": "median_ms_spread", "stat": "max"},
                              "expect": {"max": 1}})
     allowed = claims.artifact_columns(between)
-    assert {"status", "impl", "cache_len", "splits", "median_ms_old", "median_ms_new",
-            "median_ms_diff", "median_ms_spread", "ratio_old", "ratio_spread"} <= allowed
+    assert {"status", "impl", "cache_len", "splits", "median_ms_new", "median_ms_spread",
+            "ratio_spread"} <= allowed
+    # the series has no _old or _diff (R8-11: the loader once allowed them, the judge died)
+    assert not {"median_ms_old", "median_ms_diff", "ratio_old", "ratio_new"} & allowed
     assert "median_ms" not in allowed and "achieved_gbs" not in allowed
     probe = claims._check({"stage": "probe", "value": {"column": "ran", "stat": "max"},
                            "expect": {"equals": True}})

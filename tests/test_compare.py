@@ -67,7 +67,7 @@ def test_a_version_made_otherwise_is_not_comparable(tmp_path, change):
 
 
 def test_compare_is_for_timing_stages():
-    with pytest.raises(ValueError, match="times nothing"):
+    with pytest.raises(ValueError, match="only prefill, decode have"):
         compare_latest(".", KEY, "traffic")
 
 
@@ -141,7 +141,10 @@ def test_history_record_prints_every_pair_and_says_when_there_is_none(tmp_path, 
                  KEY]) == 0
     assert "2 of 2 (100%)" in capsys.readouterr().out
     for bad, says in ((["history", "--record"], "--record needs a timing stage"),
-                      (["history", "claims", "--record"], "stage 'claims' times nothing")):
+                      (["history", "claims", "--record"], "'claims' has none"),
+                      # R8-19: probe is timed, but its JSON pairs nothing: AttributeError
+                      (["history", "probe", "--record"], "only prefill, decode have"),
+                      (["history", "model", "--compare"], "'model' has none")):
         assert main([*bad, "--root", str(tmp_path), "--machine", KEY]) == 2
         assert says in capsys.readouterr().err
 

@@ -186,3 +186,61 @@ def test_every_schema_field_has_description_type_and_bounds(path_and_field):
         assert "minItems" in field and "maxItems" in field, f"{path} has no length bounds"
     if "string" in types:
         assert {"enum", "pattern", "const"} & set(field), f"{path} accepts any string"
+
+
+# ------------------------------------------------------------ round eight (docs/attacks.md)
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("seed=.nan", "seed"), ("prefill.cpu.budget_s=.nan", "prefill.cpu.budget_s"),
+    ("probe.matmul_min_s=.inf", "probe.matmul_min_s")])
+def test_a_non_finite_number_is_refused_naming_its_key(override, key):
+    """R8-14: JSON Schema's bounds are false for NaN: ``.nan`` passed and the stage ran its
+    whole budget before its provenance refused it with a message about None."""
+    with pytest.raises(ValueError, match=re.escape(key)):
+        cfg.load_config(overrides=[override])
+
+
+@pytest.mark.parametrize("sizes", [
+    "[{dtype: float32, T: [64], causal: [true]}, {dtype: float32, T: [64], causal: [false]}]",
+    "[{dtype: float32, T: [64, 96]}, {dtype: float32, T: [96]}]"])
+def test_a_point_in_two_prefill_size_entries_is_refused(sizes):
+    """R8-15: prefill keys its results by (T, dtype): the second entry replaced the first's
+    rows (no causal rows written, the full-mask ones twice)."""
+    with pytest.raises(ValueError, match=r"prefill\.cpu\.sizes\[0\] and \[1\] both hold "
+                                         r"float32 T=(64|96)"):
+        cfg.load_config(overrides=[f"prefill.cpu.sizes={sizes}"])
+
+
+@pytest.mark.parametrize(("text", "value"), [("seed=010", 10), ("decode.cpu.cache_lens=[010, 020]",
+                                                                [10, 20])])
+def test_a_leading_zero_is_decimal_as_snakemake_reads_it(text, value):
+    """R8-16: YAML 1.1 read 010 as octal 8 (Snakemake's --config reads 10) and 1:30 as 90."""
+    raw = cfg.load_config(overrides=[text])
+    got = raw["seed"] if text.startswith("seed") else raw["decode"]["cpu"]["cache_lens"]
+    assert got == value
+    with pytest.raises(ValueError, match="config key seed:"):
+        cfg.load_config(overrides=["seed=1:30"])
+
+
+def test_the_override_examples_given_are_accepted():
+    """R8-17: config.yaml's header and parse_override's hint gave prefill.cpu.lengths,
+    which no config has."""
+    header = layout.CONFIG_FILE.read_text(encoding="utf-8").splitlines()[3]
+    example = re.search(r"--set (\S+)", header).group(1)
+    cfg.load_config(overrides=[example])
+    with pytest.raises(ValueError) as info:
+        cfg.parse_override("no-equals")
+    cfg.load_config(overrides=[re.search(r"e\.g\. (\S+)\)", str(info.value)).group(1)])
+
+
+@pytest.mark.parametrize(("overrides", "says"), [
+    (["probe.cpu.matmul_min_n=1024", "probe.cpu.matmul_max_n=512"],
+     "probe.cpu.matmul_min_n=1024 is above probe.cpu.matmul_max_n=512"),
+    (["timing.min_rounds=12", "timing.max_rounds=10"],
+     "timing.min_rounds=12 is above timing.max_rounds=10"),
+    (["probe.map.gqa_groups=5"], "probe.map.gqa_groups=5 does not divide probe.map.heads=12")])
+def test_keys_that_bound_one_another_are_checked_together(overrides, says):
+    """R8-21: accepted, then timed the wrong size or failed mid-run without the key."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        cfg.load_config(overrides=overrides)

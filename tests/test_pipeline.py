@@ -239,6 +239,23 @@ def test_adopt_marks_current_results_up_to_date(smoke_copy):
     assert max(stamps) <= time.time()  # never in the future (Snakemake's clock-skew check)
 
 
+def test_a_dry_run_before_adopt_does_not_make_every_stage_rerun(smoke, smoke_copy):
+    """R8-13: ``snakemake -n`` in a fresh clone makes an empty .snakemake/metadata/; adopt
+    then said "Snakemake already tracks these results", adopted nothing, and the next run
+    redid every stage (5 minutes, new register versions). Only a record of this key's
+    artifacts means Snakemake tracks them."""
+    repo = _fresh_clone(smoke_copy)
+    assert jobs(run(repo, "--dry-run", *SMOKE)) >= {"probe", "prefill", "report"}
+    assert (repo / ".snakemake" / "metadata").is_dir()
+    adopt = run(repo, *ADOPT, module="inferlab")
+    assert adopt.returncode == 0 and adopt.stdout.count("adopted (current)") == len(STAGES), \
+        adopt.stdout
+    assert jobs(run(repo, "--dry-run", *SMOKE)) <= {"report"}
+    again = run(smoke, *ADOPT, module="inferlab")  # the run that made them: tracked (and
+    # adopt changes nothing there)
+    assert again.returncode == 0 and "Snakemake already tracks" in again.stdout, again.stdout
+
+
 def test_adopt_reruns_an_edited_artifact_and_downstream(smoke_copy):
     repo = _fresh_clone(smoke_copy)
     with open(layout.artifact_path(repo, KEY, "prefill"), "a") as f:

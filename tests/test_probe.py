@@ -157,3 +157,19 @@ def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     rows = backends.availability(q, k, v, backends=("flash", "cudnn"))
     assert [r.backend for r in rows] == ["flash", "cudnn"] and ran == ["flash", "cudnn"]
     assert [r.backend for r in backends.availability(q, k, v)] == list(backends.BACKENDS)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--heads", "-1"], "argument --heads: -1 must be at least 1"),
+    (["--tokens", "0"], "argument --tokens: 0 must be at least 1"),
+    (["--head-dim", "x"], "argument --head-dim: 'x' is not an integer"),
+    (["--device", "tpu"], "invalid choice: 'tpu'")])
+def test_the_probe_command_refuses_bad_arguments_by_name(args, says, capsys):
+    """R8-20: each was a torch traceback (or, for 0, a table of backends run on nothing)."""
+    from inferlab.workflow.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as info:
+        cli_main(["probe", *args])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err

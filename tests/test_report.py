@@ -423,3 +423,14 @@ def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence
         for s, e in data.evidence.items() if e.entry}
     current = dataclasses.replace(data, evidence={**data.evidence, **today})
     assert summary_card(current)["older_code"] == []
+
+
+def test_the_card_says_when_the_evidence_was_measured_apart_from_derived():
+    """R8-23: the AVX2 card gave the date its claims were derived here, a day after its
+    timed stages ran there."""
+    from inferlab.presentation.report import _when
+
+    assert _when(["2026-12-02T01:01:00"], ["2026-12-02T01:01:30", "2026-12-03T10:11:00"]) == \
+        "measured 2026-12-02 01:01 UTC (derived 2026-12-03 10:11 UTC)"
+    assert _when(["2026-12-03T10:11:00"], ["2026-12-03T10:11:40"]) == "2026-12-03 10:11 UTC"
+    assert _when([], []) == "no date"

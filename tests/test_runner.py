@@ -103,3 +103,15 @@ def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
         ["inferlab/algorithms/kernels.py"]
     missing = {f: sha for f, sha in code.items() if f != "inferlab/measurement/process.py"}
     assert code_changed(root, "prefill", missing) == ["inferlab/measurement/process.py"]
+
+
+def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
+    """R8-18: every refusal of ``inferlab stage`` printed a full traceback before its one
+    clear line; the traceback now goes to the stage's log file only."""
+    shutil.copy2(layout.CONFIG_FILE, tmp_path / "config.yaml")
+    assert cli_main(["stage", "prefill", "--root", str(tmp_path), "--machine", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("results/nosuch/probe.json does not exist") == 1, err
+    logs = list((tmp_path / "logs").rglob("*.log"))
+    assert any("Traceback" in p.read_text() for p in logs), logs

@@ -18,8 +18,9 @@ class Log:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
 
-    def __call__(self, line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    def __call__(self, line: str, echo: bool = True) -> None:
+        if echo:
+            print(line, file=sys.stderr, flush=True)
         if self._file:
             try:
                 self._file.write(line + "\n")

@@ -167,12 +167,22 @@ def _number(value) -> float | None:
     return None if pd.isna(value) else float(value)
 
 
+# the stages whose tables pair their times (ratio): the timing stages the series pools
+PAIRED = tuple(STAGES["series"].reads)
+
+
+def check_paired(stage: str, flag: str) -> None:
+    """A ValueError unless ``stage`` pairs its times (R8-19: probe, timed but JSON, crashed
+    --record with an AttributeError; model printed rows of "0 paired ratios")."""
+    if stage not in PAIRED:
+        raise ValueError(f"{flag} compares paired ratios, which only {', '.join(PAIRED)} "
+                         f"have; {stage!r} has none")
+
+
 def compare_latest(root: Path | str, key: str, stage: str) -> tuple[dict, dict, pd.DataFrame]:
     """(previous entry, latest entry, differences) for ``stage`` on ``key``; ValueError
     saying why when there is no comparable previous version."""
-    if not STAGES[stage].timed:
-        raise ValueError(f"stage {stage!r} times nothing; compare a timing stage "
-                         f"({', '.join(s for s in STAGES if STAGES[s].timed)})")
+    check_paired(stage, "--compare")
     register = Register(root, key)
     latest = register.latest(stage)
     if latest is None:

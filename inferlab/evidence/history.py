@@ -32,6 +32,11 @@ POOLED = ("median_ms", "ratio", "causal_over_full")
 # overflowed the pooling (exp of its log's interval) after the whole timing run.
 PLAUSIBLE = {"median_ms": (1e-6, 1e10), "ratio": (1e-16, 1e16),
              "causal_over_full": (1e-16, 1e16)}
+# ... and the processes' sd of each (of the log value): finite, and at most 5 (a factor of
+# e^5 = 148 between two processes of one run is no timing; 1e3 passed and widened every
+# interval of the stage to about [1e-129, 1e129], 1e200 overflowed the pooling)
+PROCESS_SD = ("process_sd", "ratio_process_sd", "causal_over_full_process_sd")
+MAX_PROCESS_SD = 5.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,14 @@ def _nonfinite(table: artifacts.Table) -> str | None:
         if len(bad):
             return (f"{column}={float(bad.iloc[0])!r} in an ok row: outside [{low:g}, {high:g}], "
                     "which no clock measures")
+    for column in PROCESS_SD:
+        if column not in frame or ok is None:
+            continue
+        values = frame.loc[ok.fillna(False), column].dropna().astype(float)
+        bad = values[~values.map(math.isfinite) | (values < 0) | (values > MAX_PROCESS_SD)]
+        if len(bad):
+            return (f"{column}={float(bad.iloc[0])!r} in an ok row: a processes' sd (of the "
+                    f"log time) outside [0, {MAX_PROCESS_SD:g}], which no timing gives")
     return None
 
 

@@ -34,9 +34,9 @@ UNITS = {"MiB": ("_bytes", 2.0**-20), "us": ("_ms", 1e3), "s": ("_ms", 1e-3)}
 # row's columns (scores B*H*T*T, outputs B*H*T*d); the element size from its dtype
 TENSORS = {"score_matrix": ("batch", "heads", "T", "T"), "output": ("batch", "heads", "T", "d")}
 ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-# between-run checks read the differences of these columns (inferlab.evidence.compare)
-COMPARED = ("median_ms", "ratio")
-DIFF_SUFFIXES = ("_old", "_new", "_diff", "_spread")
+# between-run checks read the series' between-run columns (inferlab.stages.series): the
+# largest difference between two of its runs, the latest run's time
+BETWEEN_RUNS = ("median_ms_spread", "ratio_spread", "median_ms_new")
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def artifact_columns(check: Check) -> set[str]:
         return set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
     if check.between_runs:
         return {*STAGES[check.stage].key_columns, "status",
-                *(c + s for c in COMPARED for s in DIFF_SUFFIXES)}
+                *BETWEEN_RUNS}
     return set(artifacts.columns(check.stage))
 
 

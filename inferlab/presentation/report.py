@@ -61,6 +61,18 @@ def _environment(data: KeyData) -> dict:
                  if e.provenance.get("environment")), {})
 
 
+def _stamp(iso: str) -> str:
+    return iso[:16].replace("T", " ") + " UTC"
+
+
+def _when(measured: list[str], dates: list[str]) -> str:
+    if not dates:
+        return "no date"
+    if not measured or _stamp(measured[-1]) == _stamp(dates[-1]):
+        return _stamp(dates[-1])
+    return f"measured {_stamp(measured[-1])} (derived {_stamp(dates[-1])})"
+
+
 def summary_card(data: KeyData) -> dict:
     """The first screen for one key: verdict counts, hardware, torch, date, commit, and
     the stages whose artifact the code of this checkout (the one running) would not compute
@@ -74,6 +86,10 @@ def summary_card(data: KeyData) -> dict:
     commits = sorted({((p.get("git_commit") or "")[:10] or "not recorded")
                       + (" (dirty)" if p.get("git_dirty") else "") for p in provs})
     dates = sorted(p["created_at"] for p in provs if p.get("created_at"))
+    # when it was measured (the timed stages) apart from when it was last derived (R8-23:
+    # the card gave the derived stages' date for evidence measured a day earlier)
+    measured = sorted(e.provenance["created_at"] for s, e in data.evidence.items()
+                      if STAGES[s].timed and e.provenance and e.provenance.get("created_at"))
     counts = Counter(c["verdict"] for c in data.results)
     shown = [*VERDICTS, *(v for v in counts if v not in VERDICTS)]
     check = data.integrity[CLAIMS_STAGE]
@@ -83,7 +99,7 @@ def summary_card(data: KeyData) -> dict:
             "grid": "book grid (config.yaml)" if data.grid is None else f"grid “{data.grid}”",
             "hardware": f"{env.get('device') or '?'}: {device}{threads}",
             "torch": (env.get("build") or {}).get("torch") or "?",
-            "date": dates[-1][:16].replace("T", " ") + " UTC" if dates else "no date",
+            "date": _when(measured, dates),
             "commit": ", ".join(commits) or "not recorded", "problem": problem,
             "mismatch": check["status"] == "MISMATCH",
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()

@@ -69,6 +69,8 @@ SPREAD = {"median_ms": "median_ms_spread", "ratio": "ratio_spread"}
 # busy process reads it low, and the pooled time is not that run's)
 RATES = ("achieved_gflops", "achieved_gbs")
 FRACTIONS = {"frac_matmul_ceiling": "achieved_gflops", "frac_copy_ceiling": "achieved_gbs"}
+# a point the latest run did not reach (its budget or limit): judged from the earlier runs
+NOT_REACHED = ("dropped", "stopped")
 # what a run's row carries besides its timing (the latest run's, where it measured them)
 CARRIED = ("fused_sdpa", "peak_extra_bytes", "memory_method", "flops", "kernel", "threads",
            "cache_bytes", "floor_ms", "timing_method", "ratio_to")
@@ -83,13 +85,23 @@ class Params:
         return cls(max_runs=cfg["series"]["max_runs"])
 
 
+# the build facts that change a timing as much as the hardware does: torch (its version
+# and commit), its BLAS and cuDNN
+SOFTWARE = ("torch", "torch_git_version", "blas_info", "cudnn_version")
+
+
+def _software(env: dict) -> tuple:
+    build = env.get("build") or {}
+    return tuple(build.get(k) for k in SOFTWARE)
+
+
 def made_alike(a: dict, b: dict) -> bool:
     """Two register entries of one stage made the same way: code, effective config,
-    hardware and torch's threads."""
+    hardware, torch's threads and its build (``SOFTWARE``)."""
     pa, pb = a["provenance"], b["provenance"]
     ea, eb = pa.get("environment") or {}, pb.get("environment") or {}
     return (pa["code_sha256"] == pb["code_sha256"] and pa["config_sha256"] == pb["config_sha256"]
-            and hardware(ea) == hardware(eb)
+            and hardware(ea) == hardware(eb) and _software(ea) == _software(eb)
             and (ea.get("host") or {}).get("torch_threads")
             == (eb.get("host") or {}).get("torch_threads"))
 
@@ -157,10 +169,10 @@ class _Series:
                 total = run_variance(per_point, 0.0)
                 if total.var is not None:
                     level, proc, df = RunLevel(total.var, total.df, "series_total"), 0.0, 0
-            if level.var is None:
+            if level.var is None:  # no estimate of its own (one run, or no point with two)
                 level = prior.get(q) or RunLevel(None, 0, "none")
-            if level.var is None:  # nothing known of the runs' variance: processes' only
-                level = RunLevel(0.0, 0, "none")
+            if level.var is None:  # nothing known of the runs' variance: the processes'
+                level = RunLevel(0.0, 0, "none")  # interval only, and the row says so
             out[q] = (level, proc, df)
         return out
 
@@ -181,9 +193,12 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
               **{c: carried.get(c) for c in CARRIED}, "in_latest":
               latest_row.get("status") == "ok", "runs": len(measured),
               "processes": sum(int(r.get("workers") or 1) for _, r in measured) or None}
-    if not measured:  # no run measured it: the latest run's status says why
-        return [{**pooled, **{c: latest_row.get(c) for c in ("status", "cause",
-                                                              "budget_left_s", "reason")}}]
+    latest_failed = any(v == series.latest for v, _ in rows) and \
+        latest_row.get("status") not in ("ok", *NOT_REACHED)
+    if not measured or latest_failed:  # no run measured it, or the latest run failed it
+        # (an error, oom, unavailable: the point's evidence now): its status says why
+        return [{**pooled, "in_latest": False, **{c: latest_row.get(c) for c in (
+            "status", "cause", "budget_left_s", "reason")}}]
     pooled["status"] = "ok"
     out = []
     run_rows = {v: {**base, "kind": "run", "version": v, "runs": 1,
@@ -217,7 +232,7 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
                 "`inferlab history` shows each version's") from None
         if q in SPREAD:
             pooled[SPREAD[q]] = max(values) / min(values) - 1 if len(values) >= 2 else None
-        pooled[RUN_SD[q]] = None if level.var is None else math.sqrt(level.var)
+        pooled[RUN_SD[q]] = None if level.origin == "none" else math.sqrt(level.var)
         if q == "median_ms":
             pooled["run_sd_origin"] = level.origin
             pooled["prior_source"] = "; ".join(level.source) or None
@@ -272,7 +287,8 @@ def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLe
     mine = {v.entry["sha256"] for v in current}
     for other in kind_keys(root, key):
         versions = trusted_versions(root, other, stage)
-        anchored = [v for v in versions.found if v.anchored and v.entry["sha256"] not in mine]
+        anchored = _once([v for v in versions.found if v.anchored
+                          and v.entry["sha256"] not in mine])
         groups: list[list] = []
         for v in anchored:
             group = next((g for g in groups if made_alike(g[0].entry, v.entry)), None)
@@ -293,12 +309,12 @@ def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLe
     return {q: combine_priors(found) for q, found in levels.items()}, notes
 
 
-def _once(versions: list, ctx) -> list:
+def _once(versions: list, ctx=None) -> list:
     """Each artifact once: the same bytes registered again are one measurement, which two
     runs would count twice (the later version is kept, the latest among them)."""
     later = {v.entry["sha256"]: v for v in versions}
     for v in versions:
-        if later[v.entry["sha256"]] is not v:
+        if later[v.entry["sha256"]] is not v and ctx is not None:
             ctx.log(f"[series] left out: {ctx.key} {v.entry['stage']} v{v.entry['version']}: "
                     f"the same artifact as v{later[v.entry['sha256']].entry['version']} (one "
                     "measurement: pooled once)")
@@ -328,15 +344,20 @@ def run(params: Params, ctx) -> list[dict]:
             raise ValueError(f"the latest {stage} cannot be pooled: {why}. Commit evidence/ and "
                              f"results/ if this checkout made it, or rerun it here (snakemake "
                              f"--forcerun {stage})")
-        prior, notes = ({}, []) if len(alike) >= 2 else prior_of(ctx.root, ctx.key, stage,
-                                                                 alike)
+        # the prior of this kind: for a first run; for a series whose points have no two
+        # runs (no estimate of its own), its run level only (its processes are its own)
+        prior, notes = prior_of(ctx.root, ctx.key, stage, alike)
+        if len(alike) >= 2:
+            prior = {q: lv for q, lv in prior.items() if not q.startswith("process:")}
         for note in notes:
             ctx.log(f"[series] prior: left out {note}")
         found, levels = pooled(stage, alike, prior)
         ctx.log(f"[series] {stage}: {len(alike)} run(s) v" + ",".join(
             str(v.entry["version"]) for v in alike) + "; run-level sd " + ", ".join(
-            f"{q} {math.sqrt(lv.var):.1%} ({lv.origin})" if lv.var is not None
-            else f"{q} unknown" for q, (lv, _, _) in levels.items()))
+            f"{q} {math.sqrt(lv.var):.1%} ({lv.origin})" if lv.origin != "none"
+            else f"{q} unknown (no series of its own, no prior of its kind: process-level "
+            "intervals only)" for q, (lv, _, _) in levels.items()
+            if any(is_number(r.get(QUANTITIES[q][0])) for r in found)))
         for q in levels:
             names = [_point_name(stage, _key(r, stage)) for r in found if r["kind"] == "pooled"
                      and q in (r.get("outlying") or "").split(";")]

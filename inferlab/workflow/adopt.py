@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import time
+from base64 import urlsafe_b64encode
 from pathlib import Path
 
 from inferlab.core import layout
@@ -94,6 +95,19 @@ def stamps(root: Path, n: int) -> list[float]:
     return [newest + (i + 1) * STEP_S for i in range(n)]
 
 
+def tracked(root: Path, key: str) -> bool:
+    """Whether Snakemake's metadata holds a record of one of ``key``'s artifacts (a record
+    is a file named by the output's path in URL-safe base64). A dry run (``snakemake -n``)
+    or another key's run makes the folder, with no record of these: they are not tracked
+    (R8-13: adopt then adopted nothing and every stage reran)."""
+    meta = root / ".snakemake" / "metadata"
+    for name in STAGES:
+        rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
+        if (meta / urlsafe_b64encode(rel.encode()).decode()).is_file():
+            return True
+    return False
+
+
 def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
               cores: int = 1) -> int:
     """``inferlab adopt [--cores N]``: ``cores`` is what the snakemake run after it gets
@@ -101,10 +115,11 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
     root = Path(root)
     if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
         raise ValueError(f"cores={cores!r} must be the --cores of the snakemake run: an int >= 1")
-    if (root / ".snakemake" / "metadata").is_dir():
-        print("adopt: .snakemake/metadata exists; Snakemake already tracks these results")
-        return 0
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
+    if tracked(root, config.key):
+        print(f"adopt: Snakemake already tracks {config.key}'s results (.snakemake/metadata "
+              "has their records)")
+        return 0
     threads = min(resolve_threads(config.raw, cores), cores)  # as Snakemake caps them
     here = {**hardware(fingerprint(config.device, collect_env=False)), "threads": threads}
     stale: set[str] = set()

@@ -33,6 +33,18 @@ def _one_key_or_all(args: argparse.Namespace) -> str | None:
     return _key(args) if args.machine is not None or args.configfile else None
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an int >= 1 (R8-20: --heads -1 was a torch traceback, --tokens 0
+    a table of backends "running" on nothing)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def _cmd_probe(args: argparse.Namespace) -> int:
     import torch
 
@@ -40,6 +52,9 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from inferlab.measurement.environment import default_device
 
     device = args.device or default_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch.cuda.is_available() is False here (a CPU build "
+                         "of torch, or no GPU); use --device cpu")
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator(device="cpu").manual_seed(0)
     shape = (1, args.heads, args.tokens, args.head_dim)
@@ -75,7 +90,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from inferlab.core.pipeline import STAGES, stage
+    from inferlab.core.pipeline import stage
     from inferlab.evidence.verify import cli_history
 
     if args.stage is not None:
@@ -88,6 +103,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
         flag = "--compare" if args.compare else "--record"
         if args.stage is None:
             raise ValueError(f"{flag} needs a timing stage, e.g. history prefill {flag}")
+        compare.check_paired(args.stage, flag)
         if args.compare:
             previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
             print(format_differences(previous, latest, diffs, args.stage))
@@ -95,9 +111,6 @@ def _cmd_history(args: argparse.Namespace) -> int:
                            if r["new"] == latest["version"]]
             print(_record_text(record_table(latest_pair)))
             return 0
-        if not STAGES[args.stage].timed:
-            raise ValueError(f"stage {args.stage!r} times nothing; --record needs a timing "
-                             f"stage ({', '.join(s for s in STAGES if STAGES[s].timed)})")
         record = track_record(Path(args.root), _key(args), args.stage)
         for why in compare.left_out(Path(args.root), _key(args), args.stage):
             print(f"left out: {why}")
@@ -189,11 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("probe", parents=[common],
                        help="which SDPA backends run here, why the others do not")
-    s.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    s.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                   help="cpu or cuda (default: cuda if available)")
     s.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    s.add_argument("--tokens", type=int, default=1024)
-    s.add_argument("--heads", type=int, default=12)
-    s.add_argument("--head-dim", type=int, default=64)
+    s.add_argument("--tokens", type=_positive, default=1024)
+    s.add_argument("--heads", type=_positive, default=12)
+    s.add_argument("--head-dim", type=_positive, default=64)
     s.add_argument("--causal", action="store_true")
     s.set_defaults(func=_cmd_probe)
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +85,16 @@ class _Loader(_Base):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.2's integers (what Snakemake's --config reads), not 1.1's: "010" is 10, not octal
+# 8, and "1:30" (base 60, 90) or "1_000" are no integers (R8-16: --set seed=010 ran seed 8)
+_INT_TAG = "tag:yaml.org,2002:int"
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
+    for first, resolvers in _Base.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver(_INT_TAG, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_Loader.add_constructor(_INT_TAG, lambda loader, node: int(loader.construct_scalar(node), 10))
+
+
 def _check_expansion(data: Any, where: str, most: int = MAX_VALUES) -> None:
     """A YAML alias (``*name``) repeats a value without repeating its text: eight levels
     of ten make 10**9 values from 1 kB, which the schema check would walk for minutes."""
@@ -130,7 +142,8 @@ def _yaml(text: str, where: str) -> Any:
 
 
 def parse_override(text: str) -> dict:
-    """``"prefill.cpu.lengths=[512, 1024]"`` -> ``{"prefill": {"cpu": {"lengths": [512, 1024]}}}``.
+    """``"correctness.cpu.lengths=[512, 1024]"`` ->
+    ``{"correctness": {"cpu": {"lengths": [512, 1024]}}}``.
 
     The value is parsed as YAML, like Snakemake's ``--config KEY=VALUE``.
     """
@@ -139,7 +152,7 @@ def parse_override(text: str) -> dict:
     parts = key.strip().split(".")
     if not sep or not all(parts):
         raise ValueError(f"override {text!r} is not KEY=VALUE with a dotted KEY "
-                         "(e.g. prefill.cpu.lengths=[512,1024])")
+                         "(e.g. correctness.cpu.lengths=[512,1024])")
     nested: Any = _yaml(value, f"the value of override {text!r}") if value.strip() else ""
     for part in reversed(parts):
         nested = {part: nested}
@@ -206,7 +219,63 @@ def validate_config(raw: dict) -> dict:
         more = len(lines) - MAX_ERRORS
         lines = lines[:MAX_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
         raise ValueError("invalid config (schemas/config.schema.json):\n  " + "\n  ".join(lines))
+    _check_finite(raw, "")
+    _check_sizes(raw)
+    _check_orders(raw)
     return raw
+
+
+def _check_orders(raw: dict) -> None:
+    """Keys that bound one another, each refused by name before any stage runs (R8-21: a
+    matmul_min_n above matmul_max_n timed min_n, whatever memory max_n bounds; min_rounds
+    above max_rounds and a gqa_groups that does not divide the map's heads failed mid-run)."""
+    timing = raw.get("timing") or {}
+    pairs = [("timing", timing, "min_rounds", "max_rounds")]
+    probe = raw.get("probe") or {}
+    pairs += [(f"probe.{d}", probe[d], "matmul_min_n", "matmul_max_n")
+              for d in DEVICE_BLOCKS if isinstance(probe.get(d), dict)]
+    for where, block, low, high in pairs:
+        if isinstance(block.get(low), int) and isinstance(block.get(high), int) \
+                and block[low] > block[high]:
+            raise ValueError(f"invalid config: {where}.{low}={block[low]} is above "
+                             f"{where}.{high}={block[high]}; {low} must be at most {high}")
+    grid = probe.get("map") or {}
+    groups, heads = grid.get("gqa_groups"), grid.get("heads")
+    if isinstance(groups, int) and isinstance(heads, int) and groups and heads % groups:
+        raise ValueError(f"invalid config: probe.map.gqa_groups={groups} does not divide "
+                         f"probe.map.heads={heads} (grouped key/value heads)")
+
+
+def _check_finite(value: Any, where: str) -> None:
+    """A NaN passes every bound of JSON Schema (each comparison is false), so ``.nan`` ran a
+    whole timing stage and failed at its provenance (R8-14): refused here, naming the key."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"invalid config: {where or 'the config'} is {value!r}; give a "
+                         "finite number")
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for k, v in items:
+        _check_finite(v, f"{where}.{k}" if where and isinstance(k, str) else
+                      f"{where}[{k}]" if where else str(k))
+
+
+def _check_sizes(raw: dict) -> None:
+    """One entry per dtype and length in a prefill ``sizes`` list: the stage keys its
+    results by them, so a second entry of the same point (another causal list, a duplicate)
+    replaced the first's rows, causal ones lost and full ones written twice (R8-15)."""
+    prefill = raw.get("prefill") or {}
+    for name, block in [("prefill", prefill)] + [(f"prefill.{d}", prefill.get(d) or {})
+                                                 for d in DEVICE_BLOCKS]:
+        seen: dict = {}
+        for i, entry in enumerate(block.get("sizes") or []):
+            for T in entry.get("T") or []:
+                point = (entry.get("dtype"), T)
+                if point in seen:
+                    raise ValueError(
+                        f"invalid config: {name}.sizes[{seen[point]}] and [{i}] both hold "
+                        f"{point[0]} T={T}: one entry per dtype and length (list both masks "
+                        "in its causal:)")
+                seen[point] = i
 
 
 # --------------------------------------------------------------------------- resolving

@@ -173,6 +173,9 @@ def run_logged(job: Job) -> dict:
     log = Log(job.log_file)
     try:
         return run_job(job, log=log)
+    except ValueError:  # a refusal that names its cause: its traceback to the log file
+        log(traceback.format_exc().rstrip(), echo=False)  # only, the message to the user
+        raise  # once (R8-18: it came after a full traceback)
     except BaseException:
         log(traceback.format_exc().rstrip())
         raise
