@@ -8,14 +8,20 @@ experiment's setting: docs/chapter/not_claims.yaml lists the kinds). Each number
 sentence, in order, must then be
 
 * the next figure its claims print (``Claim.figures``, else the check's printed bounds:
-  C13-19's 9.1, 10.3, 11.1, 11.5), with its unit and value as printed: in order, so a
-  figure another claim of the sentence prints, or two figures swapped, do not pass;
-* or a setting of one of its claims (a length of its scope, the blocks it selects);
-* or a number the sentence declares as no measurement (each declared value once).
+  C13-19's 9.1, 10.3, 11.1, 11.5), with its unit and value as printed (a per cent prints a
+  unitless figure as its fraction only): in order, so a figure another claim of the
+  sentence prints, or two figures swapped, do not pass;
+* or a setting of one of its claims (a length of its scope, the blocks it selects), with
+  no unit of a measurement, each value once and in its list's order;
+* or a number the sentence declares as no measurement (each declared value once, in
+  order).
 
 Anything else fails, naming the line, the number, the figure expected and the value
-measured here (numbers.json of each results key). ``--strict`` also fails a figure whose
-claim is "not reproduced" on the chosen key(s).
+measured here (numbers.json of each results key); so does a figure the listed sentence
+prints and the text does not, and a listed sentence with figures missing between two
+listed sentences that are there (rewritten past its shape). A sentence a line break cut
+(Markdown wraps) is joined again. ``--strict`` also fails a figure whose claim is "not
+reproduced" on the chosen key(s), and is an error where there are no numbers to judge by.
 """
 
 from __future__ import annotations
