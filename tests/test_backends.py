@@ -142,7 +142,9 @@ def test_kernel_that_ran_summarises_plain_pytorch_attention():
     parts = kernel_that_ran(naive).split("+")
     # Which ops pass the time-share cut depends on the machine's load; the products
     # dominate, they come first (the order ops first ran), and nothing else is invented.
-    assert parts[0] == "aten::bmm", "ops are listed in the order they first ran"
+    # The product is aten::bmm, or aten::matmul (which calls it) when matmul's own time
+    # passes the cut too (a fresh clone's `make test`, 3 December 2026: "aten::matmul").
+    assert parts[0] in ("aten::bmm", "aten::matmul"), "ops are listed in the order they ran"
     assert 1 <= len(parts) <= 3 and len(set(parts)) == len(parts)
     assert set(parts) <= {"aten::bmm", "aten::_softmax", "aten::div", "aten::div_",
                           "aten::clone", "aten::copy_", "aten::expand", "aten::matmul"}
