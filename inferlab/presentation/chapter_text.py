@@ -16,12 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_SMALL = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-          "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
-_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
-         "eighty": 80, "ninety": 90}
-WORDS = {w: i for i, w in enumerate(_SMALL) if i > 0} | dict(_TENS) | {"a dozen": 12}
-WORDS |= {f"{t}-{o}": v + _SMALL.index(o) for t, v in _TENS.items() for o in _SMALL[1:10]}
+
 def _spaced(words) -> str:
     """An alternation of ``words``, longest first, any whitespace (a tab, a no-break space, a
     line break) standing for each space: "per\\tcent" is "per cent"."""
@@ -33,6 +28,12 @@ def _normal(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
+_SMALL = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+          "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70,
+         "eighty": 80, "ninety": 90}
+WORDS = {w: i for i, w in enumerate(_SMALL) if i > 0} | dict(_TENS) | {"a dozen": 12}
+WORDS |= {f"{t}-{o}": v + _SMALL.index(o) for t, v in _TENS.items() for o in _SMALL[1:10]}
 _WORD_RE = _spaced(WORDS)
 _SCI = r"(?P<mant>\d+(?:\.\d+)?)\s*\\times\s*10\^\{(?P<exp>-?\d+)\}"
 _DIGITS = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+"

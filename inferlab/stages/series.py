@@ -97,13 +97,12 @@ def _software(env: dict) -> tuple:
 
 def made_alike(a: dict, b: dict) -> bool:
     """Two register entries of one stage made the same way: code, effective config,
-    hardware, torch's threads and its build (``SOFTWARE``)."""
+    hardware with torch's threads (``environment.hardware``) and torch's build
+    (``SOFTWARE``)."""
     pa, pb = a["provenance"], b["provenance"]
     ea, eb = pa.get("environment") or {}, pb.get("environment") or {}
     return (pa["code_sha256"] == pb["code_sha256"] and pa["config_sha256"] == pb["config_sha256"]
-            and hardware(ea) == hardware(eb) and _software(ea) == _software(eb)
-            and (ea.get("host") or {}).get("torch_threads")
-            == (eb.get("host") or {}).get("torch_threads"))
+            and hardware(ea) == hardware(eb) and _software(ea) == _software(eb))
 
 
 def _key(row: dict, stage: str) -> tuple:
