@@ -196,3 +196,30 @@ def test_roofline_of_rows_that_did_not_run_is_none():
     prefill = _prefill(random.Random(8), 1024).assign(status="oom")
     assert roofline.roofline_figure(prefill, _traffic(1024), CEILINGS, "k") is None
     assert roofline.roofline_figures({"prefill": {"k": prefill}}, {"k": CEILINGS}) == []
+
+
+def _series_frame(loads) -> pd.DataFrame:
+    """A prefill point's series: a pooled row and one run row per entry of ``loads``
+    (each run's ``under_load``: True, False or pd.NA, as series.csv reads it back)."""
+    base = {"stage": "prefill", "impl": "tiled", "T": 1024, "causal": True, "status": "ok",
+            "ratio_to": "naive", "dtype": "float32", "block_q": 128, "batch": 1,
+            "splits": None, "cache_len": None}
+    pooled = {**base, "kind": "pooled", "ratio": 2.0, "ratio_ci_low": 1.9,
+              "ratio_ci_high": 2.1, "ratio_pi_low": 1.8, "ratio_pi_high": 2.2,
+              "under_load": pd.NA, "outside_pi": pd.NA}
+    runs = [{**base, "kind": "run", "ratio": 2.0 + i / 100, "under_load": load,
+             "outside_pi": False} for i, load in enumerate(loads)]
+    frame = pd.DataFrame([pooled, *runs])
+    frame["under_load"] = frame["under_load"].astype("boolean")
+    return frame
+
+
+def test_a_run_whose_load_was_not_recorded_is_not_drawn_as_a_quiet_one():
+    """Runs made before the load was recorded (the AVX2 machine's, at 98ee466) are drawn
+    with a marker of their own and named in the legend, not as quiet runs' dots."""
+    quiet = figures.series_figure(_series_frame([False, False]), "quiet")
+    unknown = figures.series_figure(_series_frame([False, pd.NA]), "unknown")
+    busy = figures.series_figure(_series_frame([True, False]), "busy")
+    assert "load was not recorded" not in quiet and "load was not recorded" not in busy
+    assert "load was not recorded" in unknown
+    assert "under load" in busy

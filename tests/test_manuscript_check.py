@@ -306,3 +306,26 @@ def test_a_hard_wrapped_line_or_a_tab_in_a_unit_reads_as_printed(old, new, liste
     text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
     assert old in text
     assert failures(text.replace(old, new, 1), listed) == []
+
+
+R9_SETTINGS = [  # round nine: a setting printed where its dimension's word names another
+    ("For blocks of 128 at 2,048", "For blocks of 64 at 2,048", ["64"], "block_q"),
+    ("with blocks of 64, 52 per cent", "with blocks of 128, 52 per cent", ["128"], "block_q"),
+    ("blocks of 128 at 2,048 tokens", "blocks of 2,048 at 128 tokens", ["2,048", "128"], "T"),
+    ("At 16,384 keys, the unfused", "At 1 keys, the unfused", ["1"], "cache_len"),
+    ("fused kernel at batch 1 (571", "fused kernel at batch 16,384 (571", ["16,384"], "batch"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "named", "column"), R9_SETTINGS)
+def test_a_setting_is_bound_to_the_word_that_names_its_dimension(old, new, named, column,
+                                                                 listed):
+    """A setting is its claim's value of the dimension its word names ("blocks of",
+    "tokens", "keys", "batch"), of the claim whose figure it stands beside: a swap with
+    another setting of the sentence fails, naming the number, the dimension and the value."""
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    assert old in text
+    found = failures(text.replace(old, new, 1), listed)
+    assert [r["number"] for r in found] == named
+    assert any(column in r["setting"]["columns"] for r in found)
+    assert all(r["setting"]["values"] for r in found)

@@ -8,7 +8,9 @@ ninety-nine (``sixty-four``) or "a dozen"; with the unit that follows it (``16 M
 a letter before them (fp16, A100, ch13) or after "letter-" (FlashAttention-2, ADR-0004)
 are names, not numbers; a version (0.26.0) is one number, matched by its token. A
 sentence's *shape* is its text with every number replaced by ``#``: the key a sentence of
-a draft (a digit changed) is found by in docs/chapter/sentences.yaml.
+a draft (a digit changed) is found by in docs/chapter/sentences.yaml. A word beside a
+number may name the dimension of a setting it prints (``dimension``: "tokens", "keys",
+"batch", "blocks of").
 """
 
 from __future__ import annotations
@@ -144,3 +146,24 @@ def sentences(text: str) -> list[Sentence]:
                 pieces[j - 1:j + 1] = [f"{pieces[j - 1]} {pieces[j]}"]
         found += [Sentence(i, section, s) for s in pieces]
     return found
+
+
+# the words that name a setting's dimension, after the number ("2,048 tokens") or before it
+# ("batch 1", "blocks of 128"): a number they name is a setting of that column only
+NAMED_AFTER = {"tokens": {"T"}, "token": {"T"}, "keys": {"cache_len"}, "heads": {"heads"},
+               "splits": {"splits"}, "split": {"splits"}}
+NAMED_BEFORE = {"batch": {"batch"}, "blocks of": {"block_q", "block_k"},
+                "block of": {"block_q", "block_k"}}
+
+
+def dimension(text: str, number: Number) -> set[str] | None:
+    """The columns the word beside ``number`` names, or None where no such word is."""
+    after = text[number.end:].lstrip().lower()
+    before = " ".join(text[:number.start].lower().split())
+    for word, columns in NAMED_AFTER.items():
+        if after.startswith(word) and not after[len(word):len(word) + 1].isalpha():
+            return columns
+    for word, columns in NAMED_BEFORE.items():
+        if before.endswith(word):
+            return columns
+    return None

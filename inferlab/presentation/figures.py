@@ -235,7 +235,8 @@ SERIES_PANELS = (("prefill", "T", "÷ naive, paired (prefill, causal)"),
 def series_figure(frame: pd.DataFrame, name: str) -> str | None:
     """The series per point, one panel per timed stage, the points grouped by length
     (decode: cache length and batch), colour by implementation: each run's paired ratio (a
-    dot; a triangle for a run made under load; a red ring where it lies outside the
+    dot; a triangle for a run made under load, a hollow square where its load was not
+    recorded; a red ring where it lies outside the
     prediction interval the other runs give), the pooled value with its 95 % confidence
     interval (thick bar) and the 95 % prediction interval of one more run (thin bar)."""
     panels = []
@@ -249,6 +250,7 @@ def series_figure(frame: pd.DataFrame, name: str) -> str | None:
     if not panels:
         return None
     colours: dict[str, str] = {}
+    unrecorded = any(_load_marker(r) == "s" for _, r in frame[frame["kind"] == "run"].iterrows())
     with plotting.rc():
         fig, axes = plotting.plt.subplots(len(panels), 1, squeeze=False, layout="constrained",
                                           figsize=(plotting.PANEL_IN[0],
@@ -261,8 +263,20 @@ def series_figure(frame: pd.DataFrame, name: str) -> str | None:
                         label="a run under load"),
                  Line2D([], [], marker="o", mfc="none", mec="red", linestyle="none",
                         label="outside the others' 95 %")]
+        if unrecorded:
+            extra.append(Line2D([], [], color="#555555", marker="s", mfc="none",
+                                linestyle="none", label="a run whose load was not recorded"))
         plotting.legend(fig, colours, (), False, extra, ncols=3)
         return plotting.svg(fig, f"{name}-series")
+
+
+def _load_marker(run) -> str:
+    """A run's marker: a triangle made under load, a hollow square where its load was not
+    recorded (runs made before the load was), a dot made quiet."""
+    load = run.get("under_load")
+    if load is None or pd.isna(load):
+        return "s"
+    return "^" if bool(load) else "o"
 
 
 def _series_panel(ax, stage: str, length: str, rows: pd.DataFrame) -> dict[str, str]:
@@ -286,8 +300,9 @@ def _series_panel(ax, stage: str, length: str, rows: pd.DataFrame) -> dict[str, 
             ax.plot([x], [p["ratio"]], "_", color="black", ms=7)
             offsets = [0.15 * (i - (len(mine) - 1) / 2) for i in range(len(mine))]
             for dx, (_, r) in zip(offsets, mine.iterrows(), strict=True):
-                ax.plot([x + dx], [r["ratio"]], "^" if r.get("under_load") is True else "o",
-                        color=c, ms=2.5)
+                marker = _load_marker(r)
+                ax.plot([x + dx], [r["ratio"]], marker, color=c, ms=2.5,
+                        **({"mfc": "none"} if marker == "s" else {}))
                 if r.get("outside_pi") is True:
                     ax.plot([x + dx], [r["ratio"]], "o", mfc="none", mec="red", ms=6)
             x += 1

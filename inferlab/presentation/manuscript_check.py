@@ -12,7 +12,10 @@ sentence, in order, must then be
   unitless figure as its fraction only): in order, so a figure another claim of the
   sentence prints, or two figures swapped, do not pass;
 * or a setting of one of its claims (a length of its scope, the blocks it selects), with
-  no unit of a measurement, each value once and in its list's order;
+  no unit of a measurement, each value once and in its list's order: of the claim whose
+  figure it stands beside (the next or the last printed) or of a claim that prints none
+  here, and, where a word names its dimension ("2,048 tokens", "batch 1", "blocks of
+  128": ``chapter_text.dimension``), of that dimension;
 * or a number the sentence declares as no measurement (each declared value once, in
   order).
 
@@ -32,7 +35,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.presentation.chapter_text import Number, numbers_in, parse_figure, sentences, shape
+from inferlab.presentation.chapter_text import (
+    Number,
+    dimension,
+    numbers_in,
+    parse_figure,
+    sentences,
+    shape,
+)
 from inferlab.presentation.coverage import NOT_CLAIMS_FILE, Entry, index, load_kinds, load_sentences
 
 MAX_BYTES = 1_000_000  # the chapter is 25 kB; a file 40 times that is not a chapter
@@ -65,23 +75,29 @@ def figures(claim) -> list[Number]:
     return [parse_figure(v) for v in values]
 
 
-def settings(claim) -> list[list[float]]:
-    """The numbers of the claim's own setting, one list per dimension or filter in its
-    order: its scope and filters (8,192 tokens, blocks of 128), and the abscissae of
-    approx_at."""
+def settings(claim) -> list[tuple[frozenset, list[float]]]:
+    """The numbers of the claim's own setting, one (columns, values) group per dimension or
+    filter in its order: its scope and filters (8,192 tokens, blocks of 128), and the
+    abscissae of approx_at. A dimension printed once for two filters of one value ("blocks
+    of 128": block_q and block_k) is one group with both columns."""
     check = claim.check
     if check is None:
         return []
-    groups = [list(vs) for _, vs in check.scope]
+    groups = [(column, list(vs)) for column, vs in check.scope]
     sides = [check.measure.numerator, check.measure.denominator] if check.measure.is_ratio \
         else []
     for cond in [c for rows in (check.rows, *sides) for c in rows.where]:
-        groups += [list(cond.values or ()), [b for b in (cond.low, cond.high) if b is not None]]
+        groups += [(cond.column, list(cond.values or ())),
+                   (cond.column, [b for b in (cond.low, cond.high) if b is not None])]
     if check.expect is not None:
-        groups.append([k for k, _ in check.expect.points])
-    numeric = [[float(v) for v in g if isinstance(v, int | float) and not isinstance(v, bool)]
-               for g in groups]
-    return [g for g in numeric if g]
+        groups.append((check.measure.at, [k for k, _ in check.expect.points]))
+    merged: dict[tuple, set] = {}
+    for column, values in groups:
+        numeric = tuple(float(v) for v in values
+                        if isinstance(v, int | float) and not isinstance(v, bool))
+        if numeric:
+            merged.setdefault(numeric, set()).add(column)
+    return [(frozenset(columns), list(values)) for values, columns in merged.items()]
 
 
 def _take(groups: list[list], matches) -> bool:
@@ -122,25 +138,45 @@ def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
     """Each number of ``text`` read against ``entry``: (number, the index of the required
     figure it prints or misprints, SETTING, the declared kind or None, whether it passes) and the
     required figures (claim id, figure) in print order."""
-    lists = {}  # two claims that print the same figures (C13-30, C13-47) print them once
-    for cid in entry.checked_by:
-        lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), cid)
-    required = [(cid, f) for cid in lists.values() for f in figures(by_id[cid])]
-    setting = [g for cid in entry.checked_by for g in settings(by_id[cid])]
+    lists: dict[tuple, list[str]] = {}  # two claims that print the same figures (C13-30,
+    for cid in entry.checked_by:  # C13-47) print them once
+        lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), []).append(cid)
+    required = [(cids[0], f) for cids in lists.values() for f in figures(by_id[cids[0]])]
+    owners = [cids for cids in lists.values() for _ in figures(by_id[cids[0]])]
+    setting = {cid: settings(by_id[cid]) for cid in entry.checked_by}
     declared = {kind: list(values) for kind, values in entry.numbers.items()}
     read, at = [], 0
     for number in numbers_in(text):
         if at < len(required) and _prints(number, required[at][1]):
             read.append((number, at, True))
             at += 1
-        elif number.unit is None and _take(setting, number.equals):
+        elif number.unit is None and _take(
+                [values for cid in _setting_owners(entry, owners, at)
+                 for columns, values in setting[cid]
+                 if (named := dimension(text, number)) is None or columns & named],
+                number.equals):
             read.append((number, SETTING, True))
         elif (kind := _declared(declared, number)) is not None:
             read.append((number, kind, True))
+        elif number.unit is None and (named := dimension(text, number)) is not None:
+            near = _setting_owners(entry, owners, at)  # a setting its word names, misprinted
+            read.append((number, {"columns": sorted(named), "claims": near, "values": sorted(
+                {v for cid in near for columns, values in settings(by_id[cid])
+                 if columns & named for v in values})}, False))
         else:  # read as the next figure misprinted: go on after it
             read.append((number, at if at < len(required) else None, False))
             at += at < len(required)
     return read, required
+
+
+def _setting_owners(entry: Entry, owners: list[list[str]], at: int) -> list[str]:
+    """The claims whose setting a number may be, read before the figure at index ``at``: the
+    claim of that figure or of the one before it ("for blocks of 128, 53 per cent; with
+    blocks of 64, 52": 128 is the 53's claim's, 64 the 52's), and a claim that prints no
+    figure in the sentence (it has no place in it)."""
+    near = [cid for i in (at - 1, at) if 0 <= i < len(owners) for cid in owners[i]]
+    placed = {cid for cids in owners for cid in cids}
+    return list(dict.fromkeys(near + [c for c in entry.checked_by if c not in placed]))
 
 
 def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list[dict]:
@@ -162,6 +198,8 @@ def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list
             row |= {"setting_of": list(entry.checked_by)}
         elif ok:
             row |= {"declared": what}
+        elif isinstance(what, dict):
+            row |= {"failure": True, "setting": what}
         else:
             row |= {"failure": True, "expected": None if what is None else
                     _expected(*required[what], measured)}
@@ -255,6 +293,12 @@ def _why(row: dict) -> str:
     if row.get("not_reproduced"):
         keys = [k for k, v in row["verdicts"].items() if v == NOT_REPRODUCED]
         return f"{row['claim']} is not reproduced on {', '.join(keys)}"
+    if row.get("setting"):
+        e = row["setting"]
+        values = ", ".join(f"{v:g}" for v in e["values"]) or "no value of it"
+        return (f"its word names {' or '.join(e['columns'])}, where {', '.join(e['claims'])} "
+                f"{'sets' if len(e['claims']) == 1 else 'set'} {values} (a setting printed "
+                "once each, in order)")
     expected = row.get("expected")
     if expected is None:
         return "no figure of its claims, no setting and no declared number of this sentence"

@@ -34,7 +34,8 @@ COLUMNS = {
 def figures(page: sections.Page) -> list[dict]:
     caption = Markup(
         "Each point's paired ratio in every run of the series (dots; a triangle: a run made "
-        "beside a busy process; a red ring: a run outside the 95 % prediction interval the "
+        "beside a busy process; a hollow square: a run whose load was not recorded; a red "
+        "ring: a run outside the 95 % prediction interval the "
         "other runs give), the pooled value (black), its 95 % confidence interval (thick "
         "bar: the machine's value, what a claim is judged on) and the 95 % prediction "
         "interval of one more run (thin bar).")
