@@ -76,6 +76,27 @@ def coverage(root: Path, key: str, k: int, stage: str, wanted: set[int] | None):
     return counts
 
 
+def half_widths(root: Path, key: str, stage: str, wanted: set[int] | None) -> list[tuple]:
+    """(runs, ratios, median relative 95 % CI half-width) of the pooled paired ratios, for
+    each group of runs made alike. A kernel's ratio to itself is 1 exactly (zero width) and
+    is left out: counting it would narrow the median."""
+    versions = [v for v in trusted_versions(root, key, stage).found
+                if wanted is None or v.entry["version"] in wanted]
+    out = []
+    for group in _groups(versions):
+        rows, _ = pooled(stage, group, {})
+        widths = sorted((r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
+                        if r["kind"] == "pooled" and r["status"] == "ok"
+                        and r.get("ratio_to") != r.get("impl")
+                        and r.get("ratio_ci_low") is not None and r.get("ratio"))
+        if widths:
+            mid = len(widths) // 2
+            median = (widths[mid] if len(widths) % 2
+                      else (widths[mid - 1] + widths[mid]) / 2)
+            out.append((len(group), len(widths), median))
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=".")
@@ -108,6 +129,11 @@ def main(argv=None) -> int:
                 load_text = {True: "busy", False: "light", None: "?"}[load]
                 print(f"{k:>2}  {stage:8} {q:10} {load_text:6} {inside:>7} {total:>5}  "
                       f"{inside / total:6.1%}")
+    print(f"\n{'stage':8} {'runs':>4} {'ratios':>6}  "
+          "median 95 % CI half-width of the pooled ratios")
+    for stage in TIMED:
+        for runs, n, median in half_widths(Path(args.root), args.key, stage, wanted):
+            print(f"{stage:8} {runs:>4} {n:>6}  {median:6.1%}")
     return 0
 
 
