@@ -249,3 +249,27 @@ def test_the_benchmarks_half_width_is_the_series_stages_and_leaves_out_a_kernels
         [(runs, n, median)] = bench.half_widths(layout.REPO_ROOT, key, stage, wanted)
         assert (runs, n) == (len(wanted), len(others))
         assert math.isclose(median, expected, rel_tol=1e-9)
+
+
+def test_a_ratio_says_how_many_runs_it_rests_on():
+    """Round nine: the pooled row's ``runs`` counts the runs that measured the point, but a
+    ratio needs its reference measured in the same run: naive's 2,048 dropped in one run of
+    three leaves tiled's ratio resting on two runs, and the row said 3."""
+    new = _table(0.03)
+    ref = next(r for r in new if r["impl"] == "naive" and r["T"] == 2048)
+    for c in ("median_ms", "ci_low_ms", "ci_high_ms", "ratio", "ratio_ci_low",
+              "ratio_ci_high", "workers", "process_sd", "ratio_process_sd"):
+        ref[c] = None
+    ref.update(status="dropped", cause="budget")
+    for r in new:
+        if r["impl"] != "naive" and r["T"] == 2048:  # no reference timed: no paired ratio
+            r.update(ratio=None, ratio_ci_low=None, ratio_ci_high=None, ratio_process_sd=None)
+    rows = series_rows(prefill=[_table(0.0), _table(0.01), new])
+    tiled = next(r for r in rows if r["kind"] == "pooled" and r["impl"] == "tiled"
+                 and r["T"] == 2048)
+    assert (tiled["runs"], tiled["ratio_runs"]) == (3, 2)
+    other = next(r for r in rows if r["kind"] == "pooled" and r["impl"] == "tiled"
+                 and r["T"] == 1024)
+    assert (other["runs"], other["ratio_runs"]) == (3, 3)
+    runs = [r for r in rows if r["kind"] == "run" and r["impl"] == "tiled" and r["T"] == 2048]
+    assert sorted(r.get("ratio_runs") or 0 for r in runs) == [0, 1, 1]

@@ -31,7 +31,8 @@ def is_number(v) -> bool:
 
 
 # the columns a judged table gains from the series, beside the stage's own
-VIEW_EXTRAS = ("runs", "processes", "pi_low_ms", "pi_high_ms", "ratio_pi_low", "ratio_pi_high",
+VIEW_EXTRAS = ("runs", "processes", "ratio_runs", "pi_low_ms", "pi_high_ms", "ratio_pi_low",
+               "ratio_pi_high",
                "causal_over_full_pi_low", "causal_over_full_pi_high", "run_sd", "ratio_run_sd",
                "run_sd_origin", "median_ms_spread", "ratio_spread", "median_ms_new",
                "in_latest", "version")

@@ -63,6 +63,8 @@ PI = {"median_ms": ("pi_low_ms", "pi_high_ms"), "ratio": ("ratio_pi_low", "ratio
 RUN_SD = {"median_ms": "run_sd", "ratio": "ratio_run_sd",
           "causal_over_full": "causal_over_full_run_sd"}
 SPREAD = {"median_ms": "median_ms_spread", "ratio": "ratio_spread"}
+# a paired quantity needs its partner timed in the same run: the runs it rests on
+RUNS_OF = {"ratio": "ratio_runs", "causal_over_full": "causal_over_full_runs"}
 # a rate over the time: the latest run's scaled by its time over the pooled time; a rate
 # over a ceiling (fraction -> its rate): the pooled rate over the highest ceiling the
 # series' runs read (a ceiling is the fastest the machine was seen doing: a probe beside a
@@ -210,6 +212,10 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
             continue
         for v, _, r in found:
             run_rows[v].update({column: r[column], low: r.get(low), high: r.get(high)})
+            if q in RUNS_OF:
+                run_rows[v][RUNS_OF[q]] = 1
+        if q in RUNS_OF:
+            pooled[RUNS_OF[q]] = len(found)
         if _is_reference(carried) and q == "ratio":
             pooled.update({column: 1.0, low: 1.0, high: 1.0, PI[q][0]: 1.0, PI[q][1]: 1.0})
             continue
