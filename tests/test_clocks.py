@@ -156,7 +156,7 @@ def test_real_gpu_clock_flushes_l2_and_times_a_copy():
     clock = make_clock(lambda: dst.copy_(src), "cuda", threads=1, min_run_s=0.001)
     seconds = clock.seconds_per_call(3)
     assert 0 < seconds < 1.0
-    buffer = clocks._flush_buffer()
+    buffer = clocks._flush_buffer().buffer  # the tensor the flush reads
     assert buffer.numel() * buffer.element_size() >= \
         torch.cuda.get_device_properties(0).L2_cache_size
 

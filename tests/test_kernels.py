@@ -366,7 +366,10 @@ def test_cuda_without_a_working_triton_driver_says_why(monkeypatch):
     assert available is False
     assert "Python.h" in reason and "python3-dev" in reason
     # a row says it as data: the cause, and Triton's own first line as the reason
+    # as the module finds it at import on a machine whose driver is broken (on a CUDA
+    # machine the fresh import itself found a working one: AVAILABLE was True there)
     monkeypatch.setattr(module, "_DRIVER_ERROR", module._driver_error())
+    monkeypatch.setattr(module, "AVAILABLE", module.triton_status(module._DRIVER_ERROR)[0])
     assert module.not_timeable("cuda") == {"status": "unavailable", "cause": "triton_driver",
                                            "reason": module._DRIVER_ERROR}
     assert "Python.h" in module._DRIVER_ERROR and "apt-get" not in module._DRIVER_ERROR
