@@ -26,10 +26,22 @@ def test_the_committed_plan_fits_with_a_quarter_to_spare_under_every_limit(commi
     assert committed.problems() == []
 
 
-def test_the_steps_are_the_declared_stages_in_order_then_the_extras(committed):
+def test_the_steps_are_the_device_stages_in_order_then_the_extras(committed):
+    """The stages that run on the device, in their declared order, are what the plan
+    holds; the device-free ones (any host derives them once the call's evidence is
+    merged), ncu's bytes and the tests run in what is left."""
+    on_device = [n for n, s in STAGES.items() if s.needs_device]
+    derived = [n for n, s in STAGES.items() if not s.needs_device]
+    assert on_device and derived
     names = [s.name for s in committed.steps]
-    assert names == [f"stage-{n}" for n in STAGES] + ["ncu", "tests-kernels", "tests-cuda"]
-    assert [s.planned for s in committed.steps[len(STAGES):]] == [False] * 3
+    assert names == [f"stage-{n}" for n in on_device + derived] + \
+        ["ncu", "tests-kernels", "tests-cuda"]
+    assert [s.planned for s in committed.steps] == \
+        [True] * len(on_device) + [False] * (len(derived) + 3)
+    # each derived stage after everything it reads
+    order = {s.stage: i for i, s in enumerate(committed.steps) if s.stage}
+    for name, stage in STAGES.items():
+        assert all(order[up] < order[name] for up in stage.reads), name
 
 
 def test_a_timing_stage_stops_timing_before_its_backstop(committed):

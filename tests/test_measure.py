@@ -663,6 +663,9 @@ class _VirtualTime:
     def perf_counter(self):
         return self.now
 
+    def time(self):  # a stage's stop_at is on the wall clock: here the same virtual one
+        return self.now
+
 
 def _virtual(monkeypatch, seconds: dict[str, float | list[float]], calls: list | None = None):
     """Replace the harness's time and clocks: case label -> seconds per call (or one per
@@ -840,6 +843,29 @@ def test_a_point_that_fits_no_worker_is_dropped_with_the_reason(monkeypatch):
     assert first.timings["a"].over_budget and first.timings["a"].rounds == 1
     assert second.dropped == {"status": "dropped", "cause": "budget", "budget_left_s": 0.0}
     assert len(jobs) == 1
+
+
+def test_the_readings_stop_case_by_case_at_the_step_limit(monkeypatch):
+    """A reading of 5 s a case (the profiler over a Python loop of thousands of kernels on
+    an H200) and a step limit 3 s in: the first case is read, the second is not started.
+    A check per point let the H200's prefill read on 18.5 s past its limit (4 December
+    2026)."""
+    _, run_worker = _in_process(monkeypatch, {"a": 0.01, "b": 0.01})
+    now = measure.time
+
+    def slow_reads(point):
+        built = _virtual_cases(point)
+        built["read"] = lambda label: (setattr(now, "now", now.now + 5.0),
+                                       {"kernel": f"k-{label}"})[1]
+        return built
+
+    monkeypatch.setattr(workers, "_factory", lambda name: slow_reads)
+    (point,) = workers.time_points("virtual", [["a", "b"]], workers=1, rounds=2,
+                                   budget_s=100.0, time_cap_s=10.0, threads=1, warmup=1,
+                                   min_run_s=0.0, stop_at=3.0, run_worker=run_worker)
+    assert point.timings["a"].status == point.timings["b"].status == "ok"
+    assert point.readings == {"a": {"kernel": "k-a"}}
+    assert now.now < 3.0 + 5.0 + 1.0  # one case's reading past the limit, not the point's
 
 
 def test_time_points_in_real_worker_processes():

@@ -62,6 +62,8 @@ class Stage:
     configured: bool = True        # it has a config section of its own name
     files: tuple[str, ...] = ()    # other files it reads, relative to the repository
     timed: bool = False            # it measures time: never beside another stage
+    on_device: bool = False        # it runs code on the device (a timed stage always does):
+    #                                the others are derived from artifacts, on any host
     key_columns: tuple[str, ...] = ()  # a table's columns that name a row (its point)
     schema_file: str | None = None  # when not {name}.schema.json
     derived: tuple[str, ...] = ()  # files made from the artifact, in results/{key}/{name}/
@@ -94,6 +96,14 @@ class Stage:
         return self.table
 
     @property
+    def needs_device(self) -> bool:
+        """Whether it must run where its machine's device is: it times, or runs code on
+        the device. A stage that does neither (series, traffic, claims, manuscript) can be
+        derived for any machine's key on any host, as a reviewer re-derives another
+        machine's claims after claims.yaml changes."""
+        return self.timed or self.on_device
+
+    @property
     def sections(self) -> tuple[str, ...]:
         """The config sections of its effective config: its own, those of other stages it
         computes from, and ``timing`` exactly when it measures time."""
@@ -113,7 +123,7 @@ def _declare(*stages: Stage) -> dict[str, Stage]:
 
 STAGES: dict[str, Stage] = _declare(
     Stage("probe", table=False, timed=True, cluster=Cluster(True, 15, 16000)),
-    Stage("correctness", table=True, cluster=Cluster(True, 20, 16000),
+    Stage("correctness", table=True, on_device=True, cluster=Cluster(True, 20, 16000),
           key_columns=("check", "impl", "T", "dtype", "causal", "score_scale", "block_q",
                        "block_k", "splits")),
     Stage("prefill", table=True, reads=("probe",), timed=True, cluster=Cluster(True, 60, 64000),

@@ -51,8 +51,12 @@ class Evidence:
 
 
 def device_of(evidence: Evidence, key: str) -> str:
-    """'cuda' or 'cpu': from the recorded environment, else from the key's prefix."""
-    device = str((evidence.provenance.get("environment") or {}).get("device") or key)
+    """'cuda' or 'cpu': the device the artifact is about, from its effective config (a
+    stage that runs nothing on the device may have been derived on another host, whose
+    environment it records), else the recorded environment, else the key's prefix."""
+    provenance = evidence.provenance
+    device = str((provenance.get("config") or {}).get("device")
+                 or (provenance.get("environment") or {}).get("device") or key)
     return "cuda" if device.startswith("cuda") else "cpu"
 
 

@@ -127,6 +127,13 @@ def _torch_sees_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def host_device(device: str) -> str:
+    """``device`` where this host has it, else "cpu": where a stage that runs nothing on
+    the device (series, traffic, claims, manuscript) ran, for its provenance, when it
+    derives a GPU machine's evidence on a CPU host."""
+    return "cpu" if device.startswith("cuda") and not _torch_sees_cuda() else device
+
+
 def _check_device(device: str) -> str:
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise ValueError(f"device={device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'")

@@ -225,12 +225,15 @@ def validate_config(raw: dict) -> dict:
 # --------------------------------------------------------------------------- resolving
 
 
-def resolve_device(raw: dict) -> str:
+def resolve_device(raw: dict, check: bool = True) -> str:
+    """The config's device, "auto" resolved to the one here. ``check=False``: a stage that
+    runs nothing on the device (``Stage.needs_device``) takes a named device as it is, so
+    another machine's evidence (a GPU's, merged here) can be derived on this host."""
     if raw["device"] == "auto":
         from inferlab.measurement.environment import default_device
 
         return default_device()
-    if raw["device"] == "cuda":
+    if raw["device"] == "cuda" and check:
         import torch
 
         if not torch.cuda.is_available():
@@ -340,9 +343,12 @@ class Config:
         return effective_config(self.raw, stage_name, self.device)
 
 
-def resolve(raw: dict, machine: str | None = None) -> Config:
-    """Validate ``raw`` and resolve its "auto" values; ``machine`` overrides config["machine"]."""
+def resolve(raw: dict, machine: str | None = None, check_device: bool = True) -> Config:
+    """Validate ``raw`` and resolve its "auto" values; ``machine`` overrides config["machine"].
+    ``check_device=False`` (a stage that runs nothing on the device) takes the named device
+    as it is, but only for a machine named here or in the config: detecting one needs it."""
     raw = validate_config(raw)
-    device = resolve_device(raw)
+    named = machine is not None or raw["machine"] != "auto"
+    device = resolve_device(raw, check_device or not named)
     return Config(machine=resolve_machine(raw, device, machine), grid=resolve_grid(raw, device),
                   device=device, seed=raw["seed"], raw=raw)

@@ -117,12 +117,14 @@ def _tree(root: Path) -> str:
 
 
 def _stages(_: Path) -> str:
-    rows = ["| stage | artifact | reads | config sections | timed | reads the register |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| stage | artifact | reads | config sections | timed | runs on the device | "
+            "reads the register |", "|---|---|---|---|---|---|---|"]
     for name, s in STAGES.items():
         rows.append(f"| `{name}` | `results/{{key}}/{s.artifact}` | "
                     f"{', '.join(s.reads) or '—'} | {', '.join(s.sections) or '—'} | "
-                    f"{'yes' if s.timed else 'no'} | {'yes' if s.reads_register else 'no'} |")
+                    f"{'yes' if s.timed else 'no'} | "
+                    f"{'yes' if s.needs_device else 'no: derivable on any host'} | "
+                    f"{'yes' if s.reads_register else 'no'} |")
     return "\n".join(rows)
 
 

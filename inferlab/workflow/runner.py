@@ -107,7 +107,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     """
     process = steady_process()  # before torch is imported
     from inferlab.evidence.provenance import write_artifact
-    from inferlab.measurement.environment import fingerprint
+    from inferlab.measurement.environment import fingerprint, host_device
 
     declared = stage(job.stage)
     if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
@@ -143,7 +143,9 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
         code_files=[job.root / f for f in code_files(job.stage)],
         bookkeeping_files=[job.root / f for f in bookkeeping_files(job.stage)],
         inputs=list(job.inputs.values()), seed=job.config["seed"], command=job.command,
-        environment={**fingerprint(ctx.device, collect_env=False), "process": process,
+        environment={**fingerprint(ctx.device if declared.needs_device
+                                   else host_device(ctx.device), collect_env=False),
+                     "process": process,
                      "load": machine_load.during(load_before)},
         schema_version=artifacts.schema_version(job.stage))
     record_own(job.root, job.key, entry)  # this checkout's own: the series may pool it
@@ -197,9 +199,9 @@ def cli_stage(name: str, root: Path | str, machine: str | None, configfiles=(),
               overrides=(), limit_s: float | None = None) -> int:
     """``python -m inferlab stage NAME``: the same stage without Snakemake."""
     root = Path(root)
-    stage(name)
+    declared = stage(name)
     raw = load_config(configfiles, overrides, base=root / "config.yaml")
-    config = resolve(raw, machine=machine)
+    config = resolve(raw, machine=machine, check_device=declared.needs_device)
     command = ["python", "-m", "inferlab", "stage", name, "--machine", config.machine,
                *(["--limit-s", f"{limit_s:g}"] if limit_s is not None else [])]
     for path in configfiles:
