@@ -25,7 +25,7 @@ from inferlab.presentation.report import render_report
 MAX_HEIGHT_PX = 15_000  # issue 32: at most 15,000 px at 1,400 px wide
 MIN_FONT_PX = 12         # body text on a phone
 MIN_SVG_FONT_PX = 7      # figure labels on a phone
-REPORTS = ["synthetic", pytest.param("smoke", marks=pytest.mark.slow)]
+REPORTS = ["synthetic", "committed", pytest.param("smoke", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +41,16 @@ def smoke(tmp_path_factory) -> Path:
 
     return layout.report_path(smoke_repo(tmp_path_factory,
                                          tmp_path_factory.mktemp("smoke") / "repo"))
+
+
+@pytest.fixture(scope="module")
+def committed() -> Path:
+    """The report this repository holds: every machine whose evidence is committed (three
+    since 4 December 2026: the claims matrix grows a column a machine, its rows taller)."""
+    page = layout.report_path(layout.REPO_ROOT)
+    if not page.is_file():
+        pytest.skip(f"no committed report at {page}")
+    return page
 
 
 @pytest.fixture(params=REPORTS)

@@ -23,7 +23,7 @@ from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
 from inferlab.presentation import figures, formats, plotting
-from inferlab.presentation.claim_text import judged_on_text
+from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
 from inferlab.presentation.report import (
     NOT_MEASURED,
     SECTIONS,
@@ -183,8 +183,10 @@ def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_ro
             figure = figure_of(by_id[result["id"]])
             if figure:
                 assert f'href="#{figure}"' in row
-            if result["judged_on"]:  # claims.json holds {column: values}; the page says it
-                assert judged_on_text(result["judged_on"]).split(";")[0] in row
+            if result["judged_on"]:  # claims.json holds {column: values}; the page says it:
+                # briefly in the cell, whole in the claim's provenance
+                assert str(escape(judged_on_brief(result["judged_on"]))) in row
+                assert str(escape(judged_on_text(result["judged_on"]))) in report_html[0]
 
 
 def test_claim_sentences_are_plain_unicode(report_html):

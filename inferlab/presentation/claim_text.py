@@ -152,6 +152,30 @@ def judged_on_text(judged_on) -> str:
                      for c, values in (judged_on or {}).items())
 
 
+# How the claims matrix's cell names a column of what it judged: a short word before the
+# values, or none where the values say it (an implementation, a dtype, the mask).
+_BRIEF = {"T": "T", "cache_len": "cache", "batch": "batch", "block_q": "B_q",
+          "splits": "splits", "score_scale": "scale", "quantity": "", "impl": "",
+          "dtype": "", "backend": "", "check": ""}
+
+
+def judged_on_brief(judged_on) -> str:
+    """What a claim was judged on, as the claims matrix's cell shows it, in words that can
+    wrap: 'sdpa_flash · T 1024, 2048 · batch 1 · float32 · causal'. The full 'column=value'
+    text stays in the claim's provenance (``judged_on_text``)."""
+    if isinstance(judged_on, str):
+        return judged_on
+    parts = []
+    for column, values in (judged_on or {}).items():
+        if column == "causal" and set(values) <= {True, False}:
+            parts.append(", ".join("causal" if v else "full" for v in values))
+            continue
+        word = _BRIEF.get(column, f"{column} =")
+        text = ", ".join(describe(v) for v in values)
+        parts.append(f"{word} {text}" if word else text)
+    return " · ".join(parts)
+
+
 ROW_NAME_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "causal",
                     "block_q", "splits", "score_scale", "backend", "check")
 

@@ -32,7 +32,7 @@ from inferlab.evidence.register import Register
 from inferlab.evidence.trust import code_changed
 from inferlab.judging.claims import Claim, load
 from inferlab.presentation import sections
-from inferlab.presentation.claim_text import judged_on_text, reason_text
+from inferlab.presentation.claim_text import judged_on_brief, judged_on_text, reason_text
 from inferlab.presentation.formats import plain_text, table_cell, with_unit
 from inferlab.presentation.sections import NOT_MEASURED, KeyData, Page, load_key
 
@@ -150,7 +150,7 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
             cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
                 "key": k.key, "missing": None, "verdict": r["verdict"],
                 "value_text": value_text(r),
-                "judged_on": judged_on_text(r["judged_on"]) or reason_text(r, claim, k.key),
+                "judged_on": judged_on_brief(r["judged_on"]) or reason_text(r, claim, k.key),
                 "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
                 "was": k.was(claim.id, r["verdict"])})
         rows.append({"id": claim.id, "kind": claim.kind, "span": span,
