@@ -129,7 +129,6 @@ def test_a_new_stage_declared_once_appears_everywhere(tmp_path):
                                      + anchor), encoding="utf-8")
     (repo / "inferlab" / "stages" / "toy.py").write_text(TOY_MODULE, encoding="utf-8")
     (repo / "schemas" / "toy.schema.json").write_text(json.dumps(TOY_SCHEMA), encoding="utf-8")
-    (repo / "captions" / "toy.rst").write_text("A toy.\n", encoding="utf-8")
     assert run(repo, "generate", "--check", module="inferlab").returncode == 1
     assert run(repo, "generate", module="inferlab").returncode == 0
     assert run(repo, "generate", "--check", module="inferlab").returncode == 0
@@ -142,6 +141,9 @@ def test_a_new_stage_declared_once_appears_everywhere(tmp_path):
     slurm = yaml.safe_load((repo / "profiles" / "slurm" / "config.yaml").read_text())
     assert "toy" in slurm["set-resources"]
     assert "`toy`" in (repo / "docs" / "contracts.md").read_text()
+    # its report caption is its module's docstring: no file of its own to write
+    assert (repo / "captions" / "toy.rst").read_text() == \
+        "A stage a test adds, to see the declaration reach everything.\n"
     assert "toy" in run(repo, "stage", "--help", module="inferlab").stdout
     rules = run(repo, "--list-rules").stdout.split()
     assert "toy" in rules

@@ -2,7 +2,8 @@
 (``core.pipeline.STAGES`` and ``LAYERS``, and the row status contract,
 ``measurement.status``), written from it, so that a new stage is declared once and appears
 everywhere: the stage enums of the schemas, the status and cause enums of the tables, the
-Slurm profile's resources, docs/contracts.md's package tree, stage table and results layout, and
+Slurm profile's resources, docs/contracts.md's package tree, stage table and results layout,
+each stage's report caption (``captions/<stage>.rst``, from its module's docstring), and
 docs/gpu-run.md's time model (the GPU call's plan). With
 ``--check`` nothing is written: it says which file is not what the declaration makes
 (the test suite runs it).
@@ -174,11 +175,27 @@ def _gpu_run(text: str) -> str:
     return gpu_plan_doc.replaced(text, gpu_plan_doc.render(plan))
 
 
+def _caption(root: Path, name: str) -> Callable[[str], str]:
+    """captions/<stage>.rst, the caption Snakemake's report gives the stage's artifact: the
+    first paragraph of the stage module's docstring, after its "name -> artifact:" head."""
+    def make(_: str) -> str:
+        module = root / (STAGES[name].module.replace(".", "/") + ".py")
+        doc = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or ""
+        first = doc.split("\n\n", 1)[0].strip()
+        head = re.match(rf"{re.escape(name)}\s*->\s*\S+:\s*", first)
+        first = first[head.end():] if head else first
+        if not first:
+            raise ValueError(f"{module} has no docstring to caption its artifact with")
+        return first[:1].upper() + first[1:] + "\n"
+    return make
+
+
 def targets(root: Path) -> dict[Path, Callable[[str], str]]:
     """file -> the function that makes its generated text from its current text."""
     found = {layout.SCHEMA_DIR.relative_to(layout.REPO_ROOT) / f: _schema(f, edits)
              for f, edits in SCHEMAS.items()}
-    return {**found, SLURM_PROFILE: _slurm, CONTRACTS: _contracts(root),
+    captions = {Path("captions") / f"{name}.rst": _caption(root, name) for name in STAGES}
+    return {**found, **captions, SLURM_PROFILE: _slurm, CONTRACTS: _contracts(root),
             GPU_RUN: _gpu_run}
 
 
@@ -189,7 +206,7 @@ def generate(root: Path | str, check: bool = False) -> list[str]:
     stale = []
     for rel, make in targets(root).items():
         path = root / rel
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""  # a new stage's
         new = make(text)
         if new != text:
             stale.append(rel.as_posix())
