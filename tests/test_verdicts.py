@@ -480,6 +480,39 @@ def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
     assert judged["verdict"] == "not reproduced"  # on its own device it is judged
 
 
+def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_another():
+    """A device-specific figure on a CUDA key: judged where the GPU is like the chapter's
+    (its multiprocessors), shown beside it on any other GPU, with both GPUs named. On 4
+    December 2026 the H200's evidence had 28 such figures "not reproduced" (57x for the
+    chapter's 16-18x: a launch-bound loop on a GPU four times as wide)."""
+    spec = {"value": {"column": "median_ms", "unit": "us", "stat": "max"},
+            "expect": {"max": 1}}
+    parsed = claims._check({"stage": "decode", "device": "cuda", **spec})
+
+    def on(multiprocessors, kind="device-specific", chapter=34):
+        found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
+        found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
+                                   {"provenance": {"config": {"device": "cuda"}, "environment": {
+                                       "device": "cuda", "cuda": {
+                                           "device_name": "NVIDIA X",
+                                           "multiprocessors": multiprocessors}}}}, None)
+        claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
+        return Rendered(verdicts.evaluate(claim, found, GPU_KEY, ROOT,
+                                          chapter_gpu={"multiprocessors": chapter}), claim,
+                        GPU_KEY)
+
+    assert on(34)["verdict"] == "not reproduced" and "gpu" not in on(34)  # judged there
+    other = on(132)
+    assert other["verdict"] == "not comparable on this device" and other["value"] == 2000.0
+    assert other["gpu"] == {"name": "NVIDIA X", "multiprocessors": 132,
+                            "chapter_multiprocessors": 34}
+    assert other.reason.endswith(f"the sentence is about the chapter's GPU (34 "
+                                 f"multiprocessors) and {GPU_KEY} ran on NVIDIA X (132): the "
+                                 "value here is shown beside it, not judged")
+    assert on(132, kind="measured")["verdict"] == "not reproduced"  # general: judged anywhere
+    assert on(132, chapter=132)["verdict"] == "not reproduced"
+
+
 def test_the_fp16_stand_in_decides_per_device_and_is_never_pooled():
     rows = [decode_row(dtype="float32", median_ms=1.0),
             decode_row(dtype="bfloat16", median_ms=9.0)]

@@ -224,9 +224,9 @@ def report_modules() -> tuple[str, ...]:
 
 
 # What of claims.yaml a stage computes from (its code, as far as a rerun goes): each claim's
-# id, kind and check, and the file's version and fp16 stand-in. Its sentences, notes and
-# readings are for people: an edit of them reruns the report (which shows them), never
-# claims or manuscript (whose artifacts hold none of them).
+# id, kind and check, and the file's version, fp16 stand-in and chapter GPU. Its sentences,
+# notes and readings are for people: an edit of them reruns the report (which shows them),
+# never claims or manuscript (whose artifacts hold none of them).
 CLAIMS_FILE = "claims.yaml"
 CLAIMS_COMPUTED = ("id", "kind", "check")
 
@@ -243,6 +243,7 @@ def content_sha256(path: Path) -> str:
 
         parsed = yaml.safe_load(data) or {}
         kept = {"version": parsed.get("version"), "fp16_stand_in": parsed.get("fp16_stand_in"),
+                "chapter_gpu": parsed.get("chapter_gpu"),
                 "claims": [{k: c.get(k) for k in CLAIMS_COMPUTED}
                            for c in parsed.get("claims") or [] if isinstance(c, dict)]}
         data = json.dumps(kept, sort_keys=True, separators=(",", ":"), default=str).encode()

@@ -61,6 +61,18 @@ def device_of(evidence: Evidence, key: str) -> str:
 
 
 
+def gpu_of(evidence: dict[str, Evidence]) -> dict | None:
+    """The GPU the measured stages ran on ({"name", "multiprocessors"}, from the first
+    artifact whose recorded environment has one), or None: a stage derived on another
+    host records that host's environment, the measured ones the GPU's."""
+    for found in evidence.values():
+        cuda = ((found.provenance.get("environment") or {}).get("cuda") or {}) \
+            if found is not None else {}
+        if cuda.get("device_name"):
+            return {"name": cuda["device_name"], "multiprocessors": cuda.get("multiprocessors")}
+    return None
+
+
 def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
     """Read one stage's artifact (typed) with its latest register entry."""
     path = layout.artifact_path(root, key, stage)

@@ -155,6 +155,8 @@ class ClaimsFile:
     claims: tuple[Claim, ...]
     hardware: str
     fp16_stand_in: dict[str, str]   # device class -> the dtype that stands for fp16
+    chapter_gpu: dict | None = None  # the chapter's GPU ({"multiprocessors": n}): a
+    #                                  device-specific figure is judged on such a GPU only
 
 
 # --------------------------------------------------------------------------- parsing
@@ -330,7 +332,8 @@ def _parse(text: str, name: str) -> ClaimsFile:
     for claim in claims:
         _check_claim(claim, name)
     stand_in = {k: v for k, v in data["fp16_stand_in"].items() if k in ("cuda", "cpu")}
-    return ClaimsFile(claims, data.get("chapter_hardware", ""), stand_in)
+    return ClaimsFile(claims, data.get("chapter_hardware", ""), stand_in,
+                      data.get("chapter_gpu"))
 
 
 def load(path: Path | str | None = None) -> ClaimsFile:

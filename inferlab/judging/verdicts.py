@@ -15,7 +15,8 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
   in the grid, dropped by the budget, stopped at the limit, the device cannot, an
   upstream stage or row failed, ...);
 - ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
-  the chapter's GPU) on another device class; the value here is shown beside it;
+  the chapter's GPU) on another device class, or on a GPU other than the chapter's (its
+  multiprocessors: claims.yaml's ``chapter_gpu``); the value here is shown beside it;
 - ``about the author's code``: a property of the chapter author's own implementation (its
   operation count); this project's implementation's value is shown beside it;
 - ``not checkable``: a figure reported by others; nothing here can test it.
@@ -44,7 +45,7 @@ from inferlab.core import layout
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
-from inferlab.evidence.loading import Evidence, device_of
+from inferlab.evidence.loading import Evidence, device_of, gpu_of
 from inferlab.judging.causes import NotMeasurable, primary
 from inferlab.judging.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim, columns_named
 from inferlab.judging.numtext import display_unit
@@ -279,21 +280,32 @@ def integrity_of(found: Evidence) -> dict | None:
     return None
 
 
-def _shown_elsewhere(claim: Claim, device: str) -> str | None:
+def _shown_elsewhere(claim: Claim, device: str, gpu: dict | None = None) -> str | None:
     """The verdict of a sentence that is not about this machine's evidence: another
-    device's figure, or the author's own code; None when it is judged here."""
+    device's figure (another device class, or a GPU other than the chapter's: ``gpu`` says
+    both), or the author's own code; None when it is judged here."""
     if claim.kind == "author-code":
         return AUTHOR_CODE
     check = claim.check
     if claim.kind == "device-specific" and device != check.device:
+        return NOT_COMPARABLE
+    if claim.kind == "device-specific" and gpu is not None \
+            and gpu["multiprocessors"] != gpu["chapter_multiprocessors"]:
         return NOT_COMPARABLE
     if check.device is not None and device != check.device:
         raise NotMeasurable("device_cannot", needs=check.device, device=device)
     return None
 
 
+def _gpu(evidence: dict[str, Evidence], device: str, chapter_gpu: dict | None) -> dict | None:
+    """This key's GPU beside the chapter's, when both are known and it is a CUDA key."""
+    found = gpu_of(evidence) if device == "cuda" and chapter_gpu else None
+    return None if found is None else {**found, "chapter_multiprocessors":
+                                       chapter_gpu.get("multiprocessors")}
+
+
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
-             stand_in: dict | None = None) -> dict:
+             stand_in: dict | None = None, chapter_gpu: dict | None = None) -> dict:
     """One claim's verdict on ``key``: the claims.json entry for it (values, intervals,
     units, verdicts, causes and references; the report makes the text people read).
     ``evidence`` maps a stage to its artifact on that key; ``stand_in`` the dtype for fp16
@@ -315,7 +327,10 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         if found.data is None:
             raise NotMeasurable("upstream_failed", stage=check.stage, state="missing")
         device = result["device"] = device_of(found, key)
-        shown = _shown_elsewhere(claim, device)
+        gpu = _gpu(evidence, device, chapter_gpu)
+        shown = _shown_elsewhere(claim, device, gpu)
+        if shown and gpu is not None and device == check.device:
+            result["gpu"] = gpu  # why a CUDA key shows a CUDA figure: another GPU
         table, result["compared_with"] = _frame(check, found, root, key)
         judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
                                                                          "cuda": "float16"},
@@ -336,8 +351,9 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
 
 
 def evaluate_all(claims, evidence: dict[str, Evidence], key: str, root: Path,
-                 stand_in: dict | None = None) -> dict:
+                 stand_in: dict | None = None, chapter_gpu: dict | None = None) -> dict:
     """Every claim's verdict on ``key``: the content of results/{key}/claims.json."""
     machine, grid = layout.split_key(key)
     return {"schema_version": SCHEMA_VERSION, "machine": machine, "grid": grid,
-            "claims": [evaluate(c, evidence, key, root, stand_in) for c in claims]}
+            "claims": [evaluate(c, evidence, key, root, stand_in, chapter_gpu)
+                       for c in claims]}

@@ -36,7 +36,7 @@ def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = No
     claims_file = load(claims_path)
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
     return evaluate_all(claims_file.claims, judged(evidence), key, Path(root),
-                        claims_file.fp16_stand_in)
+                        claims_file.fp16_stand_in, claims_file.chapter_gpu)
 
 
 # ---------------------------------------------------------------- claims table
@@ -161,9 +161,10 @@ def _environment_summary(env: dict) -> dict:
             "cpu": host.get("cpu_model")}
 
 
-def _key_audit(claim: Claim, root: Path, key: str, hardware: str, stand_in: dict) -> dict:
+def _key_audit(claim: Claim, root: Path, key: str, hardware: str, stand_in: dict,
+               chapter_gpu: dict | None = None) -> dict:
     evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    now = evaluate(claim, evidence, key, root, stand_in)
+    now = evaluate(claim, evidence, key, root, stand_in, chapter_gpu)
     recorded = recorded_results(root, [key]).get(key)
     mine = next((c for c in recorded["claims"] if c["id"] == claim.id), None) \
         if recorded else None
@@ -192,8 +193,8 @@ def audit(claim_id: str, root: Path | str, key: str | None = None,
     claims_file = load(claims_path)
     claim = find(claim_id, claims_file.claims)
     keys = [layout.check_key(key)] if key else layout.keys(root)
-    rows = [_key_audit(claim, Path(root), k, claims_file.hardware, claims_file.fp16_stand_in)
-            for k in keys]
+    rows = [_key_audit(claim, Path(root), k, claims_file.hardware, claims_file.fp16_stand_in,
+                       claims_file.chapter_gpu) for k in keys]
     ok = all((r["integrity"] or {}).get("status") != "MISMATCH" for r in rows)
     check = claim.check
     return {"claim": {"id": claim.id, "sentence": claim.sentence, "kind": claim.kind,

@@ -262,6 +262,12 @@ def reason_text(result: dict, claim: Claim | None = None, key: str = "this key",
                                      and claim.check.dtype == "each")
         text += " | ".join(part_text(p, claim, several, result.get("rows")) for p in parts)
     about = claim.check.device if claim is not None and claim.check is not None else None
+    gpu = result.get("gpu")
+    if verdict == "not comparable on this device" and gpu:
+        return (text + f"; the sentence is about the chapter's GPU "
+                f"({gpu['chapter_multiprocessors']} multiprocessors) and {key} ran on "
+                f"{gpu['name']} ({gpu['multiprocessors']}): the value here is shown beside it, "
+                "not judged")
     if verdict in ELSEWHERE:
         return text + "; " + ELSEWHERE[verdict].format(about=DEVICE.get(about or "", "another"),
                                                        key=key, device=result.get("device"))

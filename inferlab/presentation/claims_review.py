@@ -32,7 +32,8 @@ the check itself, and why that region is what the sentence says (the claim's
 bound (1 for "slower") is exact (claims.yaml's header, "THE RULE").
 
 Kinds: measured, model and arithmetic are judged on every machine; device-specific is
-judged on its device class and shown elsewhere ("not comparable on this device");
+judged on a GPU like the chapter's (claims.yaml's `chapter_gpu`) and shown elsewhere, another
+GPU included ("not comparable on this device");
 author-code is shown, never judged ("about the author's code"); reported is not checkable;
 a question is answered, never "reproduced".
 
@@ -59,7 +60,7 @@ def _device(kind: str, check: Check) -> str:
         return "any device"
     device = check.device.upper()
     if kind == "device-specific":
-        return f"{device} (elsewhere shown, not compared)"
+        return f"{device} like the chapter's GPU (elsewhere shown, not compared)"
     return f"needs {device}"
 
 

@@ -27,4 +27,4 @@ def run(params: Params, ctx) -> dict:
     # prefill and decode as the series pools them (a point the latest run dropped is still
     # measured), referenced as the series artifact
     return evaluate_all(claims_file.claims, judged(ctx.evidence), ctx.key, ctx.root,
-                        claims_file.fp16_stand_in)
+                        claims_file.fp16_stand_in, claims_file.chapter_gpu)
