@@ -76,3 +76,17 @@ def test_a_device_free_stage_with_no_machine_named_still_needs_the_device():
     with pytest.raises(ValueError, match="torch.cuda.is_available"):
         resolve(raw, check_device=False)  # the machine id would be detected: needs the GPU
     assert resolve(raw, machine=GPU_KEY, check_device=False).device == "cuda"
+
+
+def test_a_gpu_keys_stage_derived_with_this_cpus_config_is_refused(gpu_repo):
+    """Without the GPU's config the series would pool the H200's runs under the CPU's
+    blocks and the claims judge its fp16 as the CPU's float32 stand-in: refused, naming
+    the device and the fix, and nothing is written."""
+    before = len(Register(gpu_repo, GPU_KEY).history("series"))
+    refused = run(gpu_repo, "stage", "series", "--machine", GPU_KEY, module="inferlab",
+                  timeout=300)
+    assert refused.returncode != 0
+    assert "was computed for device 'cuda'; this run's config says 'cpu'" in refused.stderr
+    assert "--configfile profiles/book.yaml" in refused.stderr
+    assert len(Register(gpu_repo, GPU_KEY).history("series")) == before
+

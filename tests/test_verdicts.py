@@ -513,6 +513,21 @@ def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_anoth
     assert on(132, chapter=132)["verdict"] == "not reproduced"
 
 
+@pytest.mark.parametrize(("gpu", "says"), [
+    ({"multiprocessors": 0}, "0 is less than the minimum of 1"),
+    ({"multiprocessors": "34"}, "'34' is not of type 'integer'"),
+    ({"sms": 34}, "'sms' was unexpected")])
+def test_a_chapter_gpu_that_is_not_a_count_of_multiprocessors_is_refused(gpu, says):
+    import yaml
+
+    from inferlab.core.layout import CLAIMS_FILE
+
+    data = yaml.safe_load(CLAIMS_FILE.read_text())
+    with pytest.raises(ValueError, match="chapter_gpu") as refused:
+        claims._validate({**data, "chapter_gpu": gpu}, "claims.yaml")
+    assert says in str(refused.value)
+
+
 def test_the_fp16_stand_in_decides_per_device_and_is_never_pooled():
     rows = [decode_row(dtype="float32", median_ms=1.0),
             decode_row(dtype="bfloat16", median_ms=9.0)]

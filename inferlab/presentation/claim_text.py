@@ -266,8 +266,8 @@ def reason_text(result: dict, claim: Claim | None = None, key: str = "this key",
     if verdict == "not comparable on this device" and gpu:
         return (text + f"; the sentence is about the chapter's GPU "
                 f"({gpu['chapter_multiprocessors']} multiprocessors) and {key} ran on "
-                f"{gpu['name']} ({gpu['multiprocessors']}): the value here is shown beside it, "
-                "not judged")
+                f"{gpu['name']} ({gpu['multiprocessors'] or 'multiprocessors not recorded'}): "
+                "the value here is shown beside it, not judged")
     if verdict in ELSEWHERE:
         return text + "; " + ELSEWHERE[verdict].format(about=DEVICE.get(about or "", "another"),
                                                        key=key, device=result.get("device"))

@@ -99,6 +99,20 @@ def measured_here(key: str, evidence: dict[str, Evidence], here_env: dict) -> No
                 "own id is used")
 
 
+def same_device(key: str, device: str, evidence: dict[str, Evidence]) -> None:
+    """A stage computes for the device its inputs were computed for. Derived on a CPU host
+    for a GPU's key without the GPU's config (``--configfile profiles/book.yaml``), the
+    series and the claims once took the CPU's blocks and fp16's CPU stand-in, silently."""
+    for found in evidence.values():
+        there = ((found.entry or {}).get("provenance", {}).get("config") or {}).get("device")
+        if there is not None and there != device:
+            raise ValueError(
+                f"results/{key}/{found.path.name} was computed for device {there!r}; this "
+                f"run's config says {device!r}: a stage computes for the device its inputs "
+                f"were made for. For another machine's key give its device (device: {there}: "
+                "for a GPU's, --configfile profiles/book.yaml)")
+
+
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     """Run the stage of ``job`` and write its artifact; return the register entry.
 
@@ -118,6 +132,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     params = module.Params.from_config(job.config)
     evidence = {name: read_input(job.root, job.key, name, job.inputs[name])
                 for name in declared.reads}
+    same_device(job.key, job.config["device"], evidence)
     if declared.timed:
         measured_here(job.key, evidence, fingerprint(job.config["device"], collect_env=False))
     stop_at = None if job.limit_s is None else time.time() + job.limit_s
