@@ -244,6 +244,19 @@ def test_not_applicable_where_the_backend_ran_is_not_no_rows_match():
     assert result["text"].startswith("every selected row has an empty limit_kind")
 
 
+def test_a_reading_not_taken_is_said_so_not_that_it_does_not_apply():
+    """The H200's prefill (4 December 2026) stopped reading at its step limit, so its
+    8,192-token rows have no peak memory; the claims said "it does not apply to them"."""
+    spec = {"scope": {"T": [8192]}, "where": {"impl": "naive"},
+            "value": {"column": "peak_extra_bytes", "per": "score_matrix", "stat": "max"},
+            "expect": {"between": [2.0, 2.1]}}
+    result = judged(spec, evidence("prefill", [prefill_row(T=8192, peak_extra_bytes=None)]))
+    assert result["cause"] == {"kind": "not_applicable", "column": "peak_extra_bytes",
+                               "rows": 1}
+    assert "does not apply" not in result["text"]
+    assert "its reading was not taken" in result["text"]
+
+
 def test_claims_json_holds_no_prose_and_an_older_one_still_reads():
     result = judged(SPEED, evidence("prefill", [prefill_row()]))
     stored = {k: v for k, v in result.items() if k != "text"}

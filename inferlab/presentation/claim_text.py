@@ -38,6 +38,9 @@ KIND_WORDS = {"not_in_grid": "not in this grid",
               "too_few_runs": "too few runs", "not_physical": "not physical",
               "not_applicable": "not applicable"}
 DEVICE = {"cuda": "CUDA", "cpu": "CPU"}
+# the columns a timing row gets from its readings (workers._readings: memory and the kernel
+# under the profiler, after the timings): empty in an ok row, the reading was not taken
+READINGS = ("peak_extra_bytes", "memory_method", "kernel")
 
 
 def _values(values) -> str:
@@ -108,6 +111,10 @@ def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None)
                 f"has {_values(cause.get('grid', []))}")
     if kind == "not_in_grid":
         return f"no rows at {_values(cause.get('values', []))}"
+    if kind == "not_applicable" and cause.get("column") in READINGS:
+        return (f"every selected row has an empty {cause['column']} ({cause.get('rows', 0)} "
+                "row(s)): its reading was not taken (a worker reads after its timings and "
+                "stops reading at the stage's step limit)")
     if kind == "not_applicable" and cause.get("column"):
         return (f"every selected row has an empty {cause['column']} ({cause.get('rows', 0)} "
                 "row(s)): it does not apply to them")
