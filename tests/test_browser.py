@@ -23,9 +23,10 @@ from inferlab.presentation.report import render_report
 # the page at 1,400 px, details closed: 15,000 with 60 claims, 18,000 with 78 (the claims
 # matrix takes ~100 px a claim; everything else stays put)
 MAX_HEIGHT_PX = 15_000  # issue 32: at most 15,000 px at 1,400 px wide
+MACHINE_PX = 5_000       # what one machine more may add to it
 MIN_FONT_PX = 12         # body text on a phone
 MIN_SVG_FONT_PX = 7      # figure labels on a phone
-REPORTS = ["synthetic", "committed", pytest.param("smoke", marks=pytest.mark.slow)]
+REPORTS = ["synthetic", "committed", "one_more", pytest.param("smoke", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +45,45 @@ def smoke(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def committed() -> Path:
-    """The report this repository holds: every machine whose evidence is committed (three
-    since 4 December 2026: the claims matrix grows a column a machine, its rows taller)."""
-    page = layout.report_path(layout.REPO_ROOT)
+def committed(tmp_path_factory) -> Path:
+    """The report this repository commits, with the results it shows, as git HEAD holds
+    them: every machine whose evidence is committed (three since 4 December 2026: the
+    claims matrix grows a column a machine, its rows taller). Not the working copy's: a
+    reader's `make evidence` adds their machine to that one before `make test` runs."""
+    root = tmp_path_factory.mktemp("committed")
+    _head(root, "report", "results")
+    page = layout.report_path(root)
     if not page.is_file():
-        pytest.skip(f"no committed report at {page}")
+        pytest.skip("HEAD commits no report/index.html")
     return page
+
+
+def _head(root: Path, *paths: str) -> None:
+    """``paths`` as git HEAD holds them, under ``root``; the test skips without git."""
+    import subprocess
+
+    archive = subprocess.run(["git", "archive", "HEAD", *paths], cwd=layout.REPO_ROOT,
+                             capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"no committed evidence to read from git: {archive.stderr[-300:]!r}")
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+
+
+@pytest.fixture(scope="module")
+def one_more(tmp_path_factory) -> Path:
+    """What a reader sees after `make evidence` on a machine of their own: the committed
+    machines and one more (the synthetic CPU key), the report made anew."""
+    import shutil
+
+    from test_claims import CPU
+
+    root = tmp_path_factory.mktemp("one-more")
+    _head(root, "results", "evidence")
+    synthetic = two_machines(tmp_path_factory.mktemp("synthetic-key"))
+    for folder in ("results", "evidence"):
+        shutil.copytree(synthetic / folder / CPU, root / folder / CPU)
+    assert len(layout.keys(root)) == len(layout.keys(layout.REPO_ROOT)) + 1
+    return render_report(root, layout.report_path(root))
 
 
 @pytest.fixture(params=REPORTS)
@@ -97,10 +130,13 @@ def test_every_internal_link_resolves_and_no_id_repeats(browser, report):
     assert m["duplicates"] == []
 
 
-def test_page_is_short_with_details_closed(browser, report):
+def test_page_is_short_with_details_closed(browser, report, request):
     m = measure(browser, report, 1400)
     assert m["details"] > 0
-    assert m["height"] <= MAX_HEIGHT_PX
+    # the goal is the committed page's; a machine more adds its column to the claims
+    # matrix and its rows to every table: 19,469 px with a fourth (4 December 2026)
+    extra = MACHINE_PX if request.node.callspec.params["report"] == "one_more" else 0
+    assert m["height"] <= MAX_HEIGHT_PX + extra
 
 
 def test_a_phone_shows_the_page_at_its_own_width_with_readable_type(browser, report):
