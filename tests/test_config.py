@@ -234,6 +234,37 @@ def test_the_override_examples_given_are_accepted():
     cfg.load_config(overrides=[re.search(r"e\.g\. (\S+)\)", str(info.value)).group(1)])
 
 
+def test_the_stage_help_examples_are_accepted():
+    """Each example `inferlab stage --help` prints is parsed by the stage command's own
+    parser and its config resolved as ``runner.cli_stage`` resolves it (issue 31: the
+    example ``--set prefill.cpu.lengths=[512,1024]`` was refused by the schema). The check
+    can fail: that old example is refused the same way."""
+    import shlex
+
+    from inferlab.workflow.cli import STAGE_EXAMPLES, build_parser
+
+    parser = build_parser()
+    assert STAGE_EXAMPLES and f"  {STAGE_EXAMPLES[0]}" in next(
+        a for a in parser._actions if a.dest == "command").choices["stage"].format_help()
+    for example in (*STAGE_EXAMPLES, "python -m inferlab stage prefill --set "
+                                     "prefill.cpu.lengths=[512,1024]"):
+        words = shlex.split(example)
+        assert words[:3] == ["python", "-m", "inferlab"], example
+        args = parser.parse_args(words[3:])
+        configfiles = [layout.REPO_ROOT / f for f in getattr(args, "configfile", [])]
+
+        def resolved(configfiles=configfiles, args=args):
+            raw = cfg.load_config(configfiles, args.set, base=layout.CONFIG_FILE)
+            return cfg.resolve(raw, machine="test-examples", check_device=False) \
+                .effective(args.stage)
+
+        if "lengths" in example:
+            with pytest.raises(ValueError, match="prefill.cpu.lengths"):
+                resolved()
+        else:
+            assert resolved(), example
+
+
 @pytest.mark.parametrize(("overrides", "says"), [
     (["probe.cpu.matmul_min_n=1024", "probe.cpu.matmul_max_n=512"],
      "probe.cpu.matmul_min_n=1024 is above probe.cpu.matmul_max_n=512"),

@@ -111,6 +111,9 @@ def edit_first(root: Path, change) -> None:
     (lambda s: s[0].update(reason="covered_by"), "covered_by needs by: [claim ids]"),
     (lambda s: s[0].update(numbers={"year": [2024]}), "number kind 'year' is not a kind"),
     (lambda s: s[0].update(claim=["C13-01"]), "unknown keys ['claim']"),
+    (lambda s: s[0].update(by=["C13-02"]), "by: [claim ids] goes with reason covered_by, or "
+                                           "beside claims"),
+    (lambda s: s[1].update(by=["C13-01"]), "['C13-01'] listed in claims and by"),
 ])
 def test_a_wrong_entry_is_refused_naming_it(change, words, tmp_path):
     root = copy_root(tmp_path)
@@ -119,6 +122,21 @@ def test_a_wrong_entry_is_refused_naming_it(change, words, tmp_path):
     with pytest.raises(ValueError, match=re.escape(words)) as info:
         load_sentences(root, {c.id for c in claims}, load_kinds(root / NOT_CLAIMS_FILE))
     assert "sentences.yaml chapter sentence" in str(info.value)
+
+
+def test_claims_with_a_by_list_name_the_rest_of_the_sentence(tmp_path):
+    """A sentence checked by its own claims and, for the rest of what it says, by claims
+    of other sentences (the independent coverage review found such sentences naming only
+    their own): both lists are read, and the table says "also covered by"."""
+    root = copy_root(tmp_path)
+    edit_first(root, lambda s: s[1].update(by=["C13-43"], why="the fused kernel's"))
+    claims = load().claims
+    seeds = load_sentences(root, {c.id for c in claims}, load_kinds(root / NOT_CLAIMS_FILE))
+    entry = seeds[0].entries[1]
+    assert entry.claims == ("C13-01",) and entry.by == ("C13-43",)
+    assert entry.checked_by == ("C13-01",)  # its numbers stay its own claims'
+    table = coverage_markdown(seeds, claims)
+    assert "also covered by C13-43: the fused kernel's" in table
 
 
 def test_a_sentence_missing_from_the_list_is_found(tmp_path):

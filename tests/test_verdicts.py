@@ -513,6 +513,33 @@ def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_anoth
     assert on(132, chapter=132)["verdict"] == "not reproduced"
 
 
+def test_a_statement_about_any_gpu_is_judged_on_every_gpu_and_shown_on_a_cpu():
+    """``gpu: any``: a device-specific CUDA claim about GPUs in general (Q13-15: naive
+    attention bound by HBM traffic) is judged on an H200 too, and a CPU shows it; the
+    independent review of 5 December 2026 found it judged on the CPUs, which have no HBM."""
+    spec = {"stage": "decode", "device": "cuda", "gpu": "any",
+            "value": {"column": "median_ms", "unit": "us", "stat": "max"}, "expect": {"max": 1}}
+    parsed = claims._check(spec)
+    found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
+    found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
+                               {"provenance": {"config": {"device": "cuda"}, "environment": {
+                                   "device": "cuda", "cuda": {"device_name": "NVIDIA X",
+                                                              "multiprocessors": 132}}}}, None)
+    claim = Claim("C13-99", "A sentence.", "v", "device-specific", parsed)
+    judged = verdicts.evaluate(claim, found, GPU_KEY, ROOT, chapter_gpu={"multiprocessors": 34})
+    assert judged["verdict"] == "not reproduced" and judged["value"] == 2000.0
+    cpu = evidence_of("decode", [decode_row(median_ms=2.0)])
+    assert verdicts.evaluate(claim, cpu, CPU_KEY, ROOT, chapter_gpu={"multiprocessors": 34})[
+        "verdict"] == "not comparable on this device"
+    for kind, device in (("measured", "cuda"), ("device-specific", "cpu")):
+        bad = {"claims": [{"id": "C13-99", "sentence": "s", "chapter_value": "v", "kind": kind,
+                           "reading": {"quantity": "q", "why": "w"},
+                           "check": {**spec, "device": device}}]}
+        with pytest.raises(ValueError, match="field check.gpu"):
+            claims._check_claim(claims.Claim("C13-99", "s", "v", kind,
+                                             claims._check(bad["claims"][0]["check"])), "x")
+
+
 @pytest.mark.parametrize(("gpu", "says"), [
     ({"multiprocessors": 0}, "0 is less than the minimum of 1"),
     ({"multiprocessors": "34"}, "'34' is not of type 'integer'"),

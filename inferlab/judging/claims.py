@@ -121,6 +121,8 @@ class Check:
     dtype: str = "fp16"                             # fp16 | 16-bit | each | any | a dtype
     scope: tuple[tuple[str, tuple], ...] = ()       # the sentence's own values
     device: str | None = None                       # the device class it needs / is about
+    gpu: str = "chapter"                            # device-specific: judged on a GPU like
+    #                                                 the chapter's, or on "any" GPU
     between_runs: bool = False
     table: str = "availability"                     # probe.json's list: or backend_map
 
@@ -218,7 +220,8 @@ def _check(spec: dict) -> Check:
                  expect=_expect(spec["expect"]) if "expect" in spec else None,
                  dtype=spec.get("dtype", "fp16"),
                  scope=tuple((c, tuple(v)) for c, v in (spec.get("scope") or {}).items()),
-                 device=spec.get("device"), between_runs=spec.get("between_runs", False),
+                 device=spec.get("device"), gpu=spec.get("gpu", "chapter"),
+                 between_runs=spec.get("between_runs", False),
                  table=spec.get("table", "availability"))
 
 
@@ -260,6 +263,10 @@ def _check_claim(claim: Claim, name: str) -> None:
                          "which times nothing")
     if claim.kind == "device-specific" and check.device is None:
         raise ValueError(f"{name}: claim {claim.id} is device-specific but names no device")
+    if check.gpu != "chapter" and (claim.kind != "device-specific" or check.device != "cuda"):
+        raise ValueError(f"{name}: claim {claim.id}, field check.gpu: gpu={check.gpu!r} says "
+                         "which GPUs judge a device-specific CUDA figure; this claim is "
+                         f"{claim.kind} on {check.device or 'any device'}")
     if check.expect is None and claim.kind != "question":
         raise ValueError(f"{name}: claim {claim.id} has no check.expect; only a question "
                          "(kind: question) may be answered without one")

@@ -289,7 +289,7 @@ def _shown_elsewhere(claim: Claim, device: str, gpu: dict | None = None) -> str 
     check = claim.check
     if claim.kind == "device-specific" and device != check.device:
         return NOT_COMPARABLE
-    if claim.kind == "device-specific" and gpu is not None \
+    if claim.kind == "device-specific" and gpu is not None and check.gpu == "chapter" \
             and gpu["multiprocessors"] != gpu["chapter_multiprocessors"]:
         return NOT_COMPARABLE
     if check.device is not None and device != check.device:

@@ -59,6 +59,8 @@ def _device(kind: str, check: Check) -> str:
     if check.device is None:
         return "any device"
     device = check.device.upper()
+    if kind == "device-specific" and check.gpu == "any":
+        return f"any {device} GPU (elsewhere shown, not compared)"
     if kind == "device-specific":
         return f"{device} like the chapter's GPU (elsewhere shown, not compared)"
     return f"needs {device}"

@@ -2,11 +2,13 @@
 check it or a reason of a fixed kind, and the numbers of it that are not measurements;
 and docs/claims-coverage.md, generated from it (``python -m inferlab claims --coverage``).
 
-An entry is ``{text, claims: [ids]}`` or ``{text, reason, by?, why?}`` with ``reason``
-one of ``REASONS``; ``numbers: {kind: [values]}`` declares the numbers of the sentence
-that are no measurement, each kind one of docs/chapter/not_claims.yaml's (a chapter
-number, an exercise number, the experiment's setting, ...). ``inferlab manuscript check``
-matches every other number of a sentence to its claims' figures.
+An entry is ``{text, claims: [ids], by?, why?}`` or ``{text, reason, by?, why?}`` with
+``reason`` one of ``REASONS``; ``by`` beside ``claims`` names the claims of other sentences
+that check the rest of what it says (its numbers are still matched to its own claims);
+``numbers: {kind: [values]}`` declares the numbers of the sentence that are no measurement,
+each kind one of docs/chapter/not_claims.yaml's (a chapter number, an exercise number, the
+experiment's setting, ...). ``inferlab manuscript check`` matches every other number of a
+sentence to its claims' figures.
 """
 
 from __future__ import annotations
@@ -108,8 +110,13 @@ def _entry(raw, where: str, known_ids: set[str], kinds: dict[str, str]) -> Entry
     if reason is not None and reason not in REASONS:
         raise ValueError(f"{where}: reason {reason!r} is not one of {list(REASONS)}")
     by = tuple(raw.get("by") or ())
-    if (reason == "covered_by") != bool(by):
-        raise ValueError(f"{where}: reason covered_by needs by: [claim ids], and only it")
+    if reason == "covered_by" and not by:
+        raise ValueError(f"{where}: reason covered_by needs by: [claim ids]")
+    if by and reason != "covered_by" and not claims:
+        raise ValueError(f"{where}: by: [claim ids] goes with reason covered_by, or beside "
+                         "claims: [ids] for the rest of what the sentence says")
+    if set(claims) & set(by):
+        raise ValueError(f"{where}: {sorted(set(claims) & set(by))} listed in claims and by")
     for cid in (*claims, *by):
         if cid not in known_ids:
             raise ValueError(f"{where}: claim {cid!r} is not in claims.yaml")
@@ -183,8 +190,8 @@ def coverage_markdown(seeds: tuple[Seed, ...], claims) -> str:
                   "|---|---|---|---|---|"]
         for i, e in enumerate(s.entries, start=1):
             ids = ", ".join(f"{c} ({kinds[c]})" for c in e.claims)
-            reason = (e.reason or "") + (f" {', '.join(e.by)}" if e.by else "") + \
-                (f": {e.why}" if e.why else "")
+            reason = (e.reason or ("also covered by" if e.by else "")) + \
+                (f" {', '.join(e.by)}" if e.by else "") + (f": {e.why}" if e.why else "")
             numbers = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in e.numbers.items())
             lines.append(f"| {i} | {_cell(e.text)} | {ids} | {_cell(reason)} | "
                          f"{_cell(numbers)} |")

@@ -173,7 +173,7 @@ def _common() -> argparse.ArgumentParser:
     return p
 
 
-# `inferlab stage --help`'s examples; tests/test_structure.py resolves each one's config
+# `inferlab stage --help`'s examples; tests/test_config.py resolves each one's config
 STAGE_EXAMPLES = (
     "python -m inferlab stage probe",
     "python -m inferlab stage prefill --set prefill.cpu.budget_s=60",
