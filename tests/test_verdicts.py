@@ -480,6 +480,17 @@ def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
     assert judged["verdict"] == "not reproduced"  # on its own device it is judged
 
 
+def on_a_gpu(multiprocessors: int) -> dict:
+    """A decode table of one fp16 row at 2 ms, measured on a CUDA GPU of ``multiprocessors``."""
+    found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
+    found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
+                               {"provenance": {"config": {"device": "cuda"}, "environment": {
+                                   "device": "cuda", "cuda": {
+                                       "device_name": "NVIDIA X",
+                                       "multiprocessors": multiprocessors}}}}, None)
+    return found
+
+
 def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_another():
     """A device-specific figure on a CUDA key: judged where the GPU is like the chapter's
     (its multiprocessors), shown beside it on any other GPU, with both GPUs named. On 4
@@ -490,14 +501,8 @@ def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_anoth
     parsed = claims._check({"stage": "decode", "device": "cuda", **spec})
 
     def on(multiprocessors, kind="device-specific", chapter=34):
-        found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
-        found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
-                                   {"provenance": {"config": {"device": "cuda"}, "environment": {
-                                       "device": "cuda", "cuda": {
-                                           "device_name": "NVIDIA X",
-                                           "multiprocessors": multiprocessors}}}}, None)
         claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
-        return Rendered(verdicts.evaluate(claim, found, GPU_KEY, ROOT,
+        return Rendered(verdicts.evaluate(claim, on_a_gpu(multiprocessors), GPU_KEY, ROOT,
                                           chapter_gpu={"multiprocessors": chapter}), claim,
                         GPU_KEY)
 
@@ -519,25 +524,21 @@ def test_a_statement_about_any_gpu_is_judged_on_every_gpu_and_shown_on_a_cpu():
     independent review of 5 December 2026 found it judged on the CPUs, which have no HBM."""
     spec = {"stage": "decode", "device": "cuda", "gpu": "any",
             "value": {"column": "median_ms", "unit": "us", "stat": "max"}, "expect": {"max": 1}}
-    parsed = claims._check(spec)
-    found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
-    found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
-                               {"provenance": {"config": {"device": "cuda"}, "environment": {
-                                   "device": "cuda", "cuda": {"device_name": "NVIDIA X",
-                                                              "multiprocessors": 132}}}}, None)
-    claim = Claim("C13-99", "A sentence.", "v", "device-specific", parsed)
-    judged = verdicts.evaluate(claim, found, GPU_KEY, ROOT, chapter_gpu={"multiprocessors": 34})
+    chapter = {"multiprocessors": 34}
+    claim = Claim("C13-99", "A sentence.", "v", "device-specific", claims._check(spec))
+    judged = verdicts.evaluate(claim, on_a_gpu(132), GPU_KEY, ROOT, chapter_gpu=chapter)
     assert judged["verdict"] == "not reproduced" and judged["value"] == 2000.0
+    chapters_only = Claim("C13-99", "A sentence.", "v", "device-specific",
+                          claims._check({**spec, "gpu": "chapter"}))
+    assert verdicts.evaluate(chapters_only, on_a_gpu(132), GPU_KEY, ROOT,
+                             chapter_gpu=chapter)["verdict"] == "not comparable on this device"
     cpu = evidence_of("decode", [decode_row(median_ms=2.0)])
-    assert verdicts.evaluate(claim, cpu, CPU_KEY, ROOT, chapter_gpu={"multiprocessors": 34})[
+    assert verdicts.evaluate(claim, cpu, CPU_KEY, ROOT, chapter_gpu=chapter)[
         "verdict"] == "not comparable on this device"
     for kind, device in (("measured", "cuda"), ("device-specific", "cpu")):
-        bad = {"claims": [{"id": "C13-99", "sentence": "s", "chapter_value": "v", "kind": kind,
-                           "reading": {"quantity": "q", "why": "w"},
-                           "check": {**spec, "device": device}}]}
+        wrong = Claim("C13-99", "s", "v", kind, claims._check({**spec, "device": device}))
         with pytest.raises(ValueError, match="field check.gpu"):
-            claims._check_claim(claims.Claim("C13-99", "s", "v", kind,
-                                             claims._check(bad["claims"][0]["check"])), "x")
+            claims._check_claim(wrong, "claims.yaml")
 
 
 @pytest.mark.parametrize(("gpu", "says"), [
