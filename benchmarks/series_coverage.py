@@ -1,8 +1,9 @@
 """Does the series' prediction interval hold the next run? Out of sample, on the register.
 
 For a results key and each group of runs made alike (the series stage's own rule), every
-window of k consecutive runs is pooled as the series stage pools them (k = 1 with the
-prior it would carry: the committed series of machines of the same kind), and each
+window of k consecutive runs is pooled as the series stage pools them, with the prior it
+would carry (the committed series of machines of the same kind, never the run tested: for
+k = 1 the run level, for k >= 2 the part of it common to a run's points), and each
 paired ratio (ratio != 1) and median time of the run after the window is checked against
 the window's 95 % prediction interval. Prints, per k and stage, how often it held.
 
@@ -57,7 +58,9 @@ def coverage(root: Path, key: str, k: int, stage: str, wanted: set[int] | None):
     for group in _groups(versions):
         for start in range(len(group) - k):
             window, after = group[start:start + k], group[start + k]
-            prior = prior_of(root, key, stage, [*window, after])[0] if k == 1 else {}
+            # the prior the series stage would give the window (for k >= 2 its common
+            # part's), never from the run it is tested on
+            prior = prior_of(root, key, stage, [*window, after], runs=k)[0]
             rows, _ = pooled(stage, window, prior)
             bounds = {_key(r): r for r in rows if r["kind"] == "pooled" and r["status"] == "ok"}
             nexts, _ = pooled(stage, [after], {})
@@ -84,7 +87,7 @@ def half_widths(root: Path, key: str, stage: str, wanted: set[int] | None) -> li
                 if wanted is None or v.entry["version"] in wanted]
     out = []
     for group in _groups(versions):
-        rows, _ = pooled(stage, group, {})
+        rows, _ = pooled(stage, group, prior_of(root, key, stage, group, runs=len(group))[0])
         widths = sorted((r["ratio_ci_high"] - r["ratio_ci_low"]) / 2 / r["ratio"] for r in rows
                         if r["kind"] == "pooled" and r["status"] == "ok"
                         and r.get("ratio_to") != r.get("impl")

@@ -45,6 +45,7 @@ from inferlab.measurement.pooling import (
     pool,
     process_variance,
     run_variance,
+    with_prior,
 )
 
 # a first run's prior: the latest this many series (two or more runs made alike) of each
@@ -62,6 +63,8 @@ PI = {"median_ms": ("pi_low_ms", "pi_high_ms"), "ratio": ("ratio_pi_low", "ratio
       "causal_over_full": ("causal_over_full_pi_low", "causal_over_full_pi_high")}
 RUN_SD = {"median_ms": "run_sd", "ratio": "ratio_run_sd",
           "causal_over_full": "causal_over_full_run_sd"}
+# the part of the run-level sd a run shares across the stage's points (pooling.RunLevel.common)
+COMMON_SD = {"median_ms": "run_common_sd", "ratio": "ratio_run_common_sd"}
 SPREAD = {"median_ms": "median_ms_spread", "ratio": "ratio_spread"}
 # a paired quantity needs its partner timed in the same run: the runs it rests on
 RUNS_OF = {"ratio": "ratio_runs", "causal_over_full": "causal_over_full_runs"}
@@ -125,7 +128,7 @@ def _runs_of(rows: list[tuple[int, dict]], quantity: str) -> list[tuple[int, Run
         if var is None and workers >= 2:  # an older version: backed out of its interval
             backed = process_var(value, row.get(high), workers)
             var = None if backed is None else backed * workers
-        found.append((version, Run(math.log(value), workers, var), row))
+        found.append((version, Run(math.log(value), workers, var, version), row))
     return found
 
 
@@ -172,6 +175,8 @@ class _Series:
                     level, proc, df = RunLevel(total.var, total.df, "series_total"), 0.0, 0
             if level.var is None:  # no estimate of its own (one run, or no point with two)
                 level = prior.get(q) or RunLevel(None, 0, "none")
+            else:  # the runs' common part, with few degrees of freedom, pooled with the prior's
+                level = with_prior(level, prior.get(q))
             if level.var is None:  # nothing known of the runs' variance: the processes'
                 level = RunLevel(0.0, 0, "none")  # interval only, and the row says so
             out[q] = (level, proc, df)
@@ -238,6 +243,8 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
         if q in SPREAD:
             pooled[SPREAD[q]] = max(values) / min(values) - 1 if len(values) >= 2 else None
         pooled[RUN_SD[q]] = None if level.origin == "none" else math.sqrt(level.var)
+        if q in COMMON_SD:
+            pooled[COMMON_SD[q]] = None if level.common is None else math.sqrt(level.common)
         if q == "median_ms":
             pooled["run_sd_origin"] = level.origin
             pooled["prior_source"] = "; ".join(level.source) or None
@@ -282,9 +289,12 @@ def pooled(stage: str, versions: list, prior: dict[str, RunLevel]) -> tuple[list
     return [row for key in series.order for row in _point_rows(series, key, levels)], levels
 
 
-def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLevel], list[str]]:
+def prior_of(root, key: str, stage: str, current: list,
+             runs: int = 1) -> tuple[dict[str, RunLevel], list[str]]:
     """quantity -> the run-level variance of the committed series of machines of this
-    kind (every group of two or more runs made alike, but the current one), pooled."""
+    kind (every group of two or more runs made alike, but the current one), pooled. For a
+    series of ``runs`` >= 2 runs the processes' variance is its own: the prior's run level
+    only (its common part lends the series' few degrees of freedom its own: ``with_prior``)."""
     # the run-level variance of each quantity, and ("process:<q>") its process variance,
     # for a series whose runs have one process each
     levels: dict[str, list[RunLevel]] = {k: [] for q in QUANTITIES for k in (q, f"process:{q}")}
@@ -311,7 +321,8 @@ def prior_of(root, key: str, stage: str, current: list) -> tuple[dict[str, RunLe
                 if proc is not None:
                     levels[f"process:{q}"].append(RunLevel(proc, df, "prior", (names,)))
         notes += versions.left_out
-    return {q: combine_priors(found) for q, found in levels.items()}, notes
+    return {q: combine_priors(found) for q, found in levels.items()
+            if runs < 2 or not q.startswith("process:")}, notes
 
 
 def _once(versions: list, ctx=None) -> list:
@@ -351,9 +362,7 @@ def run(params: Params, ctx) -> list[dict]:
                              f"--forcerun {stage})")
         # the prior of this kind: for a first run; for a series whose points have no two
         # runs (no estimate of its own), its run level only (its processes are its own)
-        prior, notes = prior_of(ctx.root, ctx.key, stage, alike)
-        if len(alike) >= 2:
-            prior = {q: lv for q, lv in prior.items() if not q.startswith("process:")}
+        prior, notes = prior_of(ctx.root, ctx.key, stage, alike, runs=len(alike))
         for note in notes:
             ctx.log(f"[series] prior: left out {note}")
         found, levels = pooled(stage, alike, prior)
