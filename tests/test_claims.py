@@ -904,3 +904,59 @@ def test_a_per_tensor_check_names_the_tensors_shape_columns_and_its_own():
                                      "stat": "max"}, "expect": {"max": 1}})
     assert claims.columns_named(check) == {"T", "peak_extra_bytes", "batch", "heads",
                                            "dtype"}
+
+
+def _map_row(case, dtype, backend, can_run, d=64, heads=12, kv_heads=12, causal=False,
+             mask=False, dropout_p=0.0):
+    return {"case": case, "dtype": dtype, "backend": backend, "can_run": can_run, "d": d,
+            "heads": heads, "kv_heads": kv_heads, "causal": causal, "mask": mask,
+            "dropout_p": dropout_p}
+
+
+def test_the_backend_maps_derived_columns_take_the_max_over_backends():
+    """base_can_run: the backend at the base case (d=64, no mask, MHA) in that dtype;
+    fused_can_run: any fused backend on this case (the math path alone: False)."""
+    from inferlab.judging.claims import FUSED_BACKENDS, map_base_case, map_derived
+    from inferlab.measurement.backends import FUSED_SDPA
+
+    assert FUSED_BACKENDS == FUSED_SDPA
+    runs = {("d=64", "float16"): {"flash", "efficient", "math"},
+            ("d=64", "float32"): {"efficient", "math"},
+            ("d=32", "float16"): {"flash", "efficient", "math"},
+            ("gqa 12:3", "float16"): {"flash", "math"},
+            ("gqa 12:3", "float32"): {"math"}}
+    shape = {"d=32": {"d": 32}, "gqa 12:3": {"kv_heads": 3}}
+    rows = [_map_row(case, dtype, b, b in ran, **shape.get(case, {}))
+            for (case, dtype), ran in runs.items() for b in ("flash", "efficient", "math")]
+    assert map_base_case(rows) == "d=64"
+    got = {(r["case"], r["dtype"], r["backend"]): (r["base_can_run"], r["fused_can_run"])
+           for r in map_derived(rows)}
+    # efficient runs the base case and not GQA: GQA disables a fast path in float16
+    assert got[("gqa 12:3", "float16", "efficient")] == (True, True)
+    # flash does not run the base case in float32: its refusal disables nothing there
+    assert got[("gqa 12:3", "float32", "flash")] == (False, False)
+    # in float32 GQA leaves only the math path
+    assert got[("gqa 12:3", "float32", "math")][1] is False
+    assert got[("d=32", "float16", "flash")] == (True, True)
+
+
+@pytest.mark.parametrize("key,disables,only_math", [
+    ("cuda-nvidia-h200", True, True), ("cpu-amd-epyc-avx512bf16-2c", False, False)])
+def test_the_committed_backend_maps_answer_the_fast_path_questions(key, disables, only_math):
+    """C13-52 (a case disables a fused backend that runs the base case) and Q13-16 (a case
+    leaves only the math path) on the committed maps: on the H200, GQA refuses the
+    efficient backend and a boolean mask flash, and fp32 GQA has no fused backend."""
+    import json
+
+    from inferlab.judging.claims import FUSED_BACKENDS, map_derived
+
+    path = Path(__file__).resolve().parent.parent / "results" / key / "probe.json"
+    if not path.is_file():
+        pytest.skip(f"no committed {path}")
+    cases = {"d=32", "d=80", "d=96", "d=128", "d=192", "d=256", "gqa 12:3", "bool mask",
+             "causal"}
+    rows = [r for r in map_derived(json.loads(path.read_text())["backend_map"])
+            if r["case"] in cases]
+    assert any(r["backend"] in FUSED_BACKENDS and r["base_can_run"] and not r["can_run"]
+               for r in rows) is disables
+    assert (not all(r["fused_can_run"] for r in rows)) is only_math

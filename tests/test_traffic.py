@@ -299,7 +299,7 @@ def _prefill_point(rng, T: int, causal: bool, fused_kernel: str | None,
     return rows
 
 
-def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
+def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None = None):
     """The traffic stage on ``prefill_rows`` (row dicts, through the real writer and reader;
     or a prefill Table as read), its rows through the writer and reader."""
     from pathlib import Path
@@ -314,6 +314,8 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu"):
         "prefill", artifacts.encode("prefill", prefill_rows))
     series = series_table(prefill=table)  # what traffic reads: the series of that one run
     evidence = {"series": Evidence("series", Path(tmp_path), series, None, None)}
+    if ceilings is not None:  # the probe's ceilings, for the roofline columns
+        evidence["probe"] = Evidence("probe", Path(tmp_path), {"ceilings": ceilings}, None, None)
     ctx = StageContext("traffic", Path(tmp_path), "test", device, 1, 0, evidence, lambda _: None)
     out = traffic.run(traffic.Params(block_q_model=128), ctx)
     return artifacts.decode("traffic", artifacts.encode("traffic", out)).frame
@@ -383,3 +385,53 @@ def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
         known = rows[rows["tile"] == "known"]
         points = {(int(r.T), bool(r.causal), str(r.dtype)) for r in ran.itertuples()}
         assert {(int(r.T), bool(r.causal), str(r.dtype)) for r in known.itertuples()} == points
+
+
+def test_each_fused_kernel_that_ran_has_its_own_assumed_row(tmp_path):
+    """Two fused SDPA kernels at one point: two assumed-tile rows, each with its own
+    kernel's measured ratio, the fastest one marked (a claim about the chapter's kernel
+    selects it by name, one about PyTorch's fused kernel in general the fastest)."""
+    rows = _prefill_point(random.Random(5), 1024, True, None)
+    flash = next(r for r in rows if r["impl"] == "sdpa_flash")
+    naive_ms = next(r["median_ms"] for r in rows if r["impl"] == "naive")
+    for impl, ms in (("sdpa_flash", naive_ms / 8), ("sdpa_efficient", naive_ms / 4)):
+        row = flash if impl == "sdpa_flash" else {**flash, "impl": impl}
+        row.update(median_ms=ms, ratio=ms / naive_ms, ratio_ci_low=0.98 * ms / naive_ms,
+                   ratio_ci_high=1.02 * ms / naive_ms)
+        if row is not flash:
+            rows.append(row)
+    out = _traffic(tmp_path, rows, device="cuda")
+    assumed = out[out["tile"] == "assumed"].set_index("fused_impl")
+    assert sorted(assumed.index) == ["sdpa_efficient", "sdpa_flash"]
+    assert assumed.loc["sdpa_flash", "measured_ratio"] == pytest.approx(8)
+    assert assumed.loc["sdpa_efficient", "measured_ratio"] == pytest.approx(4)
+    assert assumed.loc["sdpa_efficient", "implied_block_q"] == pytest.approx(
+        implied_block_q(4, 1024, 64, causal=True))
+    assert assumed["fastest_fused"].to_dict() == {"sdpa_efficient": False, "sdpa_flash": True}
+    assert (assumed["model_ratio"] == traffic_ratio(1024, 64, 128, causal=True)).all()
+
+
+def test_a_point_where_no_fused_kernel_ran_keeps_one_assumed_row(tmp_path):
+    rows = [dict(r, status="unavailable") if r["fused_sdpa"] else r
+            for r in _prefill_point(random.Random(9), 1024, False, None)]
+    out = _traffic(tmp_path, rows, device="cuda")
+    assert len(out) == 1 and out.iloc[0]["tile"] == "assumed"
+    assert bool(out.iloc[0]["fastest_fused"]) and pd.isna(out.iloc[0]["fused_impl"])
+    assert "no fused SDPA backend ran" in out.iloc[0]["note"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal):
+    """naive_intensity: prefill's FLOPs over the model's naive bytes in the row's dtype;
+    machine_balance: the probe's matmul ceiling over its copy ceiling in that dtype."""
+    T, d = 2048, 64
+    rows = _prefill_point(random.Random(3), T, causal, None)
+    out = _traffic(tmp_path, rows, device="cuda",
+                   ceilings={"copy_gbs": 50.0, "matmul_gflops": {"float32": 1000.0}})
+    flops = 4 * T * T * d // (2 if causal else 1)
+    intensity = flops / (naive_hbm_elements(T, d, causal) * 4)  # float32
+    assert out["naive_intensity"].tolist() == pytest.approx([intensity] * len(out))
+    assert out["machine_balance"].tolist() == pytest.approx([20.0] * len(out))
+    # without the probe, or without a ceiling in this dtype, no balance
+    for ceilings in (None, {"copy_gbs": 50.0, "matmul_gflops": {"float16": 1000.0}}):
+        assert _traffic(tmp_path, rows, "cuda", ceilings)["machine_balance"].isna().all()

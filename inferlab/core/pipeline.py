@@ -138,7 +138,8 @@ STAGES: dict[str, Stage] = _declare(
           key_columns=("stage", "kind", "version", "impl", "fused_sdpa", "T", "cache_len",
                        "batch", "heads", "d", "dtype", "causal", "splits", "block_q",
                        "block_k")),
-    Stage("traffic", table=True, reads=("series",),
+    # the probe's ceilings give naive attention's roofline beside each point (its balance)
+    Stage("traffic", table=True, reads=("probe", "series"),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
     # times a launch floor and a multiply-add: timed, with the timing section's settings
     Stage("model", table=True, reads=("probe",), timed=True,

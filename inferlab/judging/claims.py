@@ -242,11 +242,49 @@ def columns_named(check: Check) -> set[str]:
     return named
 
 
+# ------------------------------------------------------------- the backend map's derived columns
+
+# columns a check of probe.json's backend_map may name beside the stored ones, computed
+# from the map as read (``map_derived``), never stored: column -> its schema type
+MAP_DERIVED = {"base_can_run": "boolean", "fused_can_run": "boolean"}
+# the fused SDPA backends (inferlab.measurement.backends.FUSED_SDPA, which imports torch)
+FUSED_BACKENDS = ("flash", "efficient", "cudnn")
+
+
+def map_base_case(rows: list[dict]) -> str | None:
+    """The backend map's base case: the head-dimension case at the head dimension of its
+    feature cases (causal, grouped key/value heads, mask, dropout), full attention, no
+    mask, no dropout, one key/value head per query head; None without exactly one."""
+    feature_d = {r["d"] for r in rows if not str(r["case"]).startswith("d=")}
+    names = {r["case"] for r in rows if r["d"] in feature_d and not r["causal"]
+             and not r["mask"] and not r["dropout_p"] and r["kv_heads"] == r["heads"]}
+    return next(iter(names)) if len(names) == 1 else None
+
+
+def map_derived(rows: list[dict]) -> list[dict]:
+    """Each backend-map row with ``MAP_DERIVED``: ``base_can_run``, whether the same
+    backend can run the base case (``map_base_case``) in the same dtype (a case such a
+    backend cannot run disables a fast path that runs the base case here); and
+    ``fused_can_run``, whether any fused backend can run this case in this dtype (False:
+    only the materializing math path is left)."""
+    base = map_base_case(rows)
+    at_base = {(r["dtype"], r["backend"]): r["can_run"] is True
+               for r in rows if r["case"] == base}
+    fused: dict[tuple, bool] = {}
+    for r in rows:
+        key = (r["case"], r["dtype"])
+        fused[key] = fused.get(key, False) or (r["backend"] in FUSED_BACKENDS
+                                               and r["can_run"] is True)
+    return [{**r, "base_can_run": at_base.get((r["dtype"], r["backend"])),
+             "fused_can_run": fused[(r["case"], r["dtype"])]} for r in rows]
+
+
 def artifact_columns(check: Check) -> set[str]:
     """The columns a check may name: its artifact's, or for a between-run check the
     point's key columns and the differences of the compared columns."""
     if check.stage == "probe":
-        return set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
+        stored = set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
+        return stored | (set(MAP_DERIVED) if check.table == "backend_map" else set())
     if check.between_runs:
         return {*STAGES[check.stage].key_columns, "status",
                 *BETWEEN_RUNS}

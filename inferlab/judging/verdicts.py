@@ -47,7 +47,16 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
 from inferlab.evidence.loading import Evidence, device_of, gpu_of
 from inferlab.judging.causes import NotMeasurable, primary
-from inferlab.judging.claims import ELEMENT_BYTES, TENSORS, UNITS, Check, Claim, columns_named
+from inferlab.judging.claims import (
+    ELEMENT_BYTES,
+    MAP_DERIVED,
+    TENSORS,
+    UNITS,
+    Check,
+    Claim,
+    columns_named,
+    map_derived,
+)
 from inferlab.judging.numtext import display_unit
 from inferlab.judging.rule import (
     ANSWERED,
@@ -222,7 +231,10 @@ def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, 
             raise NotMeasurable("not_in_grid", stage="probe", column=check.table)
         row_schema = artifacts.schema("probe")["properties"][check.table]["items"]
         kinds = {c: artifacts.column_type("probe", c, row_schema) for c in row_schema["required"]}
-        return artifacts.frame_of(found.data[check.table], kinds), None
+        records = found.data[check.table]
+        if check.table == "backend_map":  # with the columns computed from the map itself
+            records, kinds = map_derived(records), {**kinds, **MAP_DERIVED}
+        return artifacts.frame_of(records, kinds), None
     if check.between_runs and not (found.table.frame.get("median_ms_spread", pd.Series(
             dtype=float)).notna().any()):
         # the series' spread between its runs (a table of one run has none): the series

@@ -188,7 +188,8 @@ def decode_figure(frame: pd.DataFrame, name: str, copy_gbs: float | None) -> str
 def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
     """The model's naive/tiled traffic ratio, one line per mask over every length at the
     assumed tile and, dashed, one per kernel at its known tile; the measured naive/fused
-    time ratios over them (marker by dtype)."""
+    time ratios over them (marker by dtype): the fastest fused kernel's and each known
+    tile's kernel's."""
     if frame.empty:
         return None
     with plotting.rc():
@@ -211,7 +212,12 @@ def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
                         zorder=2)
                 handles.append(Line2D([], [], color=MASK_COLOURS[mask], ls="--",
                                       label=f"model, {label} tile, {mask}"))
-            measured = part.dropna(subset=["measured_ratio"]).drop_duplicates(
+            # the fastest fused kernel at the assumed tile (one per point; traffic.csv has
+            # an assumed row per fused kernel) and the kernels of known tile
+            fastest = part["fastest_fused"] if "fastest_fused" in part else True
+            shown = (part["tile"] == "known") | pd.Series(fastest, index=part.index).fillna(
+                True).astype(bool)
+            measured = part[shown].dropna(subset=["measured_ratio"]).drop_duplicates(
                 ["T", "dtype", "fused_impl", "measured_ratio"])
             for dtype, rows in measured.groupby("dtype"):
                 ax.plot(rows["T"], rows["measured_ratio"], linestyle="none",

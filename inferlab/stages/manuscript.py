@@ -79,6 +79,8 @@ def traffic_values(traffic: pd.DataFrame, prefill: pd.DataFrame, dtype: str, blo
     their ratio, and the measured naive / fused time ratio in ``dtype``."""
     rows = traffic[(traffic["causal"] == True) & (traffic["tile"] == "assumed")  # noqa: E712
                    & (traffic["block_q_model"] == block_q) & traffic["T"].isin(lengths)]
+    if "fastest_fused" in rows:  # one assumed row per fused kernel: the fastest's
+        rows = rows[rows["fastest_fused"].fillna(True).astype(bool)]
     out = []
     for T, group in rows.groupby("T", sort=True):
         T, d = int(T), int(group.iloc[0]["d"])

@@ -6,23 +6,35 @@ its measured columns empty, so the model's predictions are checkable everywhere.
 
 The measured ratio is the paired one: the prefill stage timed naive and fused in the same
 rounds, and ``measured_ratio`` is the median over rounds of naive / fused with its 95%
-interval. "Fused" is the fastest prefill row marked ``fused_sdpa``: PyTorch's fused kernel, an SDPA
-backend that never writes the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
+interval. "Fused" is a prefill row marked ``fused_sdpa``: one of PyTorch's fused SDPA
+backends, which never write the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
 names it.
 
 Each measured point has a row at the chapter's assumed tile (``tile`` "assumed": the
-configured ``block_q_model``, B_k = B_q) and one at the tile of each kernel that ran whose
-tile is known (``tile`` "known", the model at that kernel's own B_q and B_k; ``note`` says
-where the tile comes from):
+configured ``block_q_model``, B_k = B_q) for each fused kernel that ran there (its fastest
+ok row), and ``fastest_fused`` marks the fastest of them: a sentence about the chapter's
+kernel (the memory-efficient backend) selects it by ``fused_impl``, one about PyTorch's
+fused kernel in general the fastest. A point where no fused kernel ran keeps one assumed
+row, its measured columns empty, and it is marked ``fastest_fused`` too (as is a
+model-only row), so ``tile: assumed, fastest_fused: true`` is one row per point. Beside
+them, one row at the tile of each kernel that ran whose tile is known (``tile`` "known",
+the model at that kernel's own B_q and B_k; ``note`` says where the tile comes from):
 
 * PyTorch's CPU flash kernel, recognised by the op the profiler saw
   (``CPU_FLASH_OP`` in the row's ``kernel``): its ``qSplitSize`` and ``kvSplitSize`` at
   this length, read from PyTorch's source (``backends.cpu_flash_split_sizes``), also set
-  in ``cpu_kernel_q_split`` / ``cpu_kernel_kv_split`` beside the assumed row;
+  in ``cpu_kernel_q_split`` / ``cpu_kernel_kv_split`` beside the assumed rows;
 * our Triton kernel (inferlab.algorithms.kernels, CUDA only): the BLOCK_M and BLOCK_N it was
   launched with (the prefill row's ``block_q``, ``block_k``).
 
 PyTorch's CUDA kernels do not report their tiles: there the model's B_q stays an assumption.
+
+Each measured row also carries the roofline of naive attention at its point:
+``naive_intensity``, its FLOPs (prefill's count) over the bytes the traffic model says it
+moves (``naive_hbm_elements`` in the row's dtype), and ``machine_balance``, the probe's
+matmul ceiling in that dtype over its copy ceiling (probe.json ``ceilings``). An intensity
+below the balance is memory-bound: at the copy rate naive attention cannot reach the
+matmul ceiling.
 """
 
 from __future__ import annotations
@@ -32,10 +44,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from inferlab.algorithms.traffic import implied_block_q, traffic_ratio
+from inferlab.algorithms.traffic import implied_block_q, naive_hbm_elements, traffic_ratio
 from inferlab.judging.series_view import view
 from inferlab.measurement.backends import cpu_flash_split_sizes
 from inferlab.stages.common import tuples
+from inferlab.stages.prefill import prefill_flops
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,7 @@ CPU_FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
 CPU_FLASH_SOURCE = ("known: PyTorch's CPU flash kernel ran (the profiler saw {op}); its "
                     "qSplitSize x kvSplitSize at this length, from PyTorch's "
                     "aten/src/ATen/native/cpu/FlashAttentionKernel.cpp")
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
 TRITON_SOURCE = ("known: our Triton kernel, launched with BLOCK_M = {q}, BLOCK_N = {k} "
                  "(inferlab/algorithms/kernels.py)")
 
@@ -111,23 +125,50 @@ def known_tiles(rows: pd.DataFrame, T: int) -> list[tuple[Tile, pd.Series]]:
     return out
 
 
+def fused_kernels(rows: pd.DataFrame) -> tuple[list[pd.Series], str | None]:
+    """(the fastest ok row of each fused SDPA kernel that ran at one point, in name order;
+    the name of the fastest of them, None when none ran)."""
+    fused = rows[rows["fused_sdpa"].fillna(False).astype(bool) & (rows["status"] == "ok")]
+    kernels = [_fastest(group) for _, group in fused.groupby("impl", sort=True)]
+    fastest = _fastest(fused)
+    return kernels, None if fastest is None else str(fastest["impl"])
+
+
+def roofline(T: int, d: int, causal: bool, dtype: str, ceilings: dict | None
+             ) -> tuple[float | None, float | None]:
+    """(naive attention's FLOPs per byte of the model's traffic, the machine's balance:
+    matmul ceiling over copy ceiling in this dtype, FLOP/B); None where unknown."""
+    size = BYTES_PER_ELEMENT.get(dtype)
+    intensity = None if size is None else (
+        prefill_flops(1, 1, T, d, causal) / (naive_hbm_elements(T, d, causal) * size))
+    ceilings = ceilings or {}
+    matmul, copy = (ceilings.get("matmul_gflops") or {}).get(dtype), ceilings.get("copy_gbs")
+    balance = matmul / copy if matmul and copy else None
+    return intensity, balance
+
+
 def point_rows(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
-               params: Params, device: str) -> list[dict]:
-    """The traffic rows of one (T, d, causal, dtype) point: PyTorch's fastest fused kernel
-    at the assumed tile, then each kernel of known tile at its own."""
+               params: Params, device: str, ceilings: dict | None = None) -> list[dict]:
+    """The traffic rows of one (T, d, causal, dtype) point: each fused kernel that ran at
+    the assumed tile (one row without a kernel where none ran), the fastest marked, then
+    each kernel of known tile at its own."""
     naive = _fastest(rows[rows["impl"] == "naive"])
     b = params.block_q_model
     assumed = Tile(b, b, "assumed", f"assumed: B_q = B_k = {b} (traffic.block_q_model)")
-    out = [point_row(naive, _fastest(rows[rows["fused_sdpa"].fillna(False)]), T, d, causal,
-                     dtype, assumed, device)]
+    kernels, fastest = fused_kernels(rows)
+    point = (T, d, causal, dtype, device, fastest, roofline(T, d, causal, dtype, ceilings))
+    out = [point_row(naive, fused, assumed, *point) for fused in kernels or [None]]
     for tile, fused in known_tiles(rows, T):
-        out.append(point_row(naive, fused, T, d, causal, dtype, tile, device))
+        out.append(point_row(naive, fused, tile, *point))
     return out
 
 
-def point_row(naive: pd.Series | None, fused: pd.Series | None, T: int, d: int, causal: bool,
-              dtype: str, tile: Tile, device: str) -> dict:
-    """One traffic row: the model at ``tile`` beside the measured naive/fused ratio."""
+def point_row(naive: pd.Series | None, fused: pd.Series | None, tile: Tile, T: int, d: int,
+              causal: bool, dtype: str, device: str, fastest: str | None = None,
+              roof: tuple[float | None, float | None] = (None, None)) -> dict:
+    """One traffic row: the model at ``tile`` beside the measured naive/fused ratio;
+    ``fastest`` names the point's fastest fused kernel (None: none ran, and this row,
+    without one, stands for the point)."""
     naive_ms = None if naive is None else float(naive["median_ms"])
     fused_ms = None if fused is None else float(fused["median_ms"])
     measured, low, high = _naive_over(fused)
@@ -149,9 +190,12 @@ def point_row(naive: pd.Series | None, fused: pd.Series | None, T: int, d: int, 
             "model_ratio": traffic_ratio(T, d, tile.block_q, tile.block_k, causal=causal),
             "naive_ms": naive_ms, "fused_ms": fused_ms,
             "fused_impl": None if fused is None else str(fused["impl"]),
+            "fastest_fused": fused is None if fastest is None
+            else fused is not None and str(fused["impl"]) == fastest,
             "measured_ratio": measured, "measured_ratio_ci_low": low,
             "measured_ratio_ci_high": high, "implied_block_q": implied,
             "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split,
+            "naive_intensity": roof[0], "machine_balance": roof[1],
             "note": "; ".join(filter(None, (tile.source, why, problem)))}
 
 
@@ -160,6 +204,7 @@ def model_row(T: int, d: int, causal: bool, params: Params) -> dict:
     return {"T": T, "d": d, "causal": causal, "dtype": None, "tile": "assumed",
             "block_q_model": params.block_q_model,
             "model_ratio": traffic_ratio(T, d, params.block_q_model, causal=causal),
+            "fastest_fused": True,  # the point's one row, as where no fused kernel ran
             "note": "model only: prefill did not measure this length here"}
 
 
@@ -173,9 +218,10 @@ def run(params: Params, ctx) -> list[dict]:
         raise ValueError(f"prefill has NaN or infinite {', '.join(bad)}; a time or a paired "
                          "ratio cannot be, so no traffic ratio is computed from it")
     prefill = table.frame
+    ceilings = (ctx.inputs.get("probe") or {}).get("ceilings")  # for the roofline columns
     rows = [row for (T, d, causal, dtype), group in prefill.groupby(["T", "d", "causal", "dtype"])
             for row in point_rows(group, int(T), int(d), bool(causal), str(dtype), params,
-                                  ctx.device)]
+                                  ctx.device, ceilings)]
     measured = {(row["T"], row["d"]) for row in rows}
     rows += [model_row(T, d, causal, params)
              for T in params.model_lengths for d in sorted({int(x) for x in prefill["d"]})

@@ -15,7 +15,8 @@ COLUMNS = {
     "T": "tokens", "d": "d", "causal": "mask", "dtype": "dtype", "tile": "tile",
     "block_q_model": "model B_q",
     "model_ratio": "model ratio", "naive_ms": "naive (ms)", "fused_ms": "fused (ms)",
-    "fused_impl": "fused kernel", "measured_ratio": "measured ratio",
+    "fused_impl": "fused kernel", "fastest_fused": "fastest fused",
+    "measured_ratio": "measured ratio",
     "measured_ratio_ci_low": "95% low", "measured_ratio_ci_high": "95% high",
     "implied_block_q": "implied B_q", "note": "note"}
 ROOFLINE = "traffic-roofline"
@@ -25,8 +26,9 @@ TRAFFIC_CAPTION = Markup(
     "measured here to the chapter's 8,192;\ndashed: the model at the tile of a kernel that ran "
     "whose tile is known (PyTorch's CPU flash\nkernel's query and key/value splits, our Triton "
     "kernel's blocks; the rows' note says where\neach comes from); markers: the measured naive "
-    "÷ fused time ratio per dtype. The chapter's claim is that the second follows\nthe first in "
-    "direction and order of magnitude.")
+    "÷ fused time ratio per dtype, of the fastest fused kernel and of each kernel of known "
+    "tile (the rows below have one per fused kernel that ran). The chapter's claim is that "
+    "the second follows\nthe first in direction and order of magnitude.")
 ROOFLINE_CAPTION = (
     "Each implementation's attained rate (its FLOPs over its median time, from\n"
     "prefill.csv; causal rows, whose FLOPs count the half of the score matrix the mask keeps)\n"
