@@ -88,8 +88,9 @@ def test_a_whole_run_slower_is_predicted_with_the_runs_degrees_of_freedom():
     tell that part with two degrees of freedom however many points there are; an interval
     that took the pooled spread as known to the points' 60 held the next run 84 % of the
     time here (before ``common_variance``; a t with 2 degrees of freedom has 81 % inside
-    +-1.96), every point of a series in or out together. Over many series the next run is inside its prediction interval about 95 %
-    of the time, and the common part is told apart from the points' own."""
+    +-1.96), every point of a series in or out together. Over many series the next run is
+    inside its prediction interval about 95 % of the time, and the common part is told apart
+    from the points' own."""
     rng = random.Random(SEED + 7)
     inside = total = 0
     commons = []

@@ -17,8 +17,10 @@ SECTION = {"id": "series", "title": "Series of runs",
                "over them (random effects on the log scale: the run-level variance, which "
                "no process inside one run samples, estimated from the series, or for a "
                "first run a prior from the committed series of machines of the same "
-               "kind). The claims, the traffic comparison and the manuscript are judged "
-               "on the pooled values.")}
+               "kind). A whole run slower or faster at every point (another tenant) is "
+               "told apart: that common part rests on the runs, not the points, so with "
+               "few runs it widens the intervals (its sd in the table). The claims, the "
+               "traffic comparison and the manuscript are judged on the pooled values.")}
 COLUMNS = {
     "stage": "stage", "impl": "implementation", "T": "tokens", "cache_len": "cache (keys)",
     "batch": "batch", "splits": "splits", "causal": "mask", "dtype": "dtype", "runs": "runs",
@@ -27,7 +29,8 @@ COLUMNS = {
     "ratio": "ratio", "ratio_runs": "runs with a ratio", "ratio_ci_low": "95% CI low",
     "ratio_ci_high": "95% CI high",
     "ratio_pi_low": "next run low", "ratio_pi_high": "next run high",
-    "run_sd_origin": "run-level sd from", "outlying": "runs spread beyond the stage's",
+    "run_sd_origin": "run-level sd from", "ratio_run_common_sd": "ratio's run-common sd (log)",
+    "outlying": "runs spread beyond the stage's",
     "in_latest": "in the latest run",
     "status": "status"}
 
