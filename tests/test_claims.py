@@ -231,7 +231,8 @@ def test_duplicate_id_is_rejected_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize("bad_expect", [{"approx": 3}, {"between": [1]}, {"nearly": 2},
-                                        {"max": 1, "rel": 0.1}])
+                                        {"max": 1, "rel": 0.1}, {"finite": False},
+                                        {"finite": True, "max": 2}, {"direction": ">2"}])
 def test_schema_error_names_the_claim_and_field(tmp_path, bad_expect):
     check = {**SPEEDUP, "expect": bad_expect}
     path = write_claims(tmp_path, claim("C13-01"), claim("C13-42", check))
@@ -333,6 +334,8 @@ def test_a_ratio_check_and_the_defaults_are_parsed(tmp_path):
     ({"approx": 3, "abs": 0.1}, claims.Expect("approx", target=3, abs=0.1)),
     ({"equals": "flash"}, claims.Expect("equals", target="flash")),
     ({"direction": "<1"}, claims.Expect("direction", target="<1")),
+    ({"direction": ">0"}, claims.Expect("direction", target=">0")),
+    ({"finite": True}, claims.Expect("finite")),
     ({"approx_at": [[1024, 9.1], [2048, 10.3]], "rel": 0.02},
      claims.Expect("approx_at", rel=0.02, points=((1024, 9.1), (2048, 10.3)))),
 ])
@@ -534,6 +537,31 @@ def test_a_nan_row_makes_the_verdict_not_reproduced_and_is_named(tmp_path, evide
     assert result["verdict"] == "not reproduced"
     assert "NaN or infinite in 1 row(s)" in result.reason
     assert f"T={rows[3]['T']}" in result.reason
+
+
+def _claims_yaml_check(cid: str) -> dict:
+    raw = yaml.safe_load(layout.CLAIMS_FILE.read_text(encoding="utf-8"))
+    return next(c["check"] for c in raw["claims"] if c["id"] == cid)
+
+
+@pytest.mark.parametrize(("bad", "verdict"), [(None, "reproduced"),
+                                              (math.inf, "not reproduced"),
+                                              (math.nan, "not reproduced")])
+def test_does_not_overflow_is_every_precisions_output_finite(tmp_path, evidence, rnd, bad,
+                                                             verdict):
+    """C13-44 as claims.yaml reads it: every block-wise row at x40 finite, in each
+    precision; bf16's error 4e-3 (far from fp32's) is no overflow, an inf or a NaN is."""
+    rows = correctness_rows(rnd)
+    for r in rows:
+        if r.get("score_scale") == 30:
+            r["score_scale"] = 40
+    at40 = [r for r in rows if r.get("score_scale") == 40 and r["dtype"] == "bfloat16"]
+    if bad is not None:
+        at40[1]["max_abs_err"] = bad
+    write_stage(evidence, CPU, "correctness", rows, "cpu")
+    result = one(tmp_path, evidence, CPU, _claims_yaml_check("C13-44"))
+    assert result["verdict"] == verdict and "bfloat16" in result.reason
+    assert ("float32" in result.reason) == (bad is None)  # else the failing precision alone
 
 
 def test_an_empty_cell_is_not_applicable_not_a_failure(tmp_path, evidence, rnd):

@@ -9,13 +9,14 @@ import json
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from inferlab.core import layout
 from inferlab.judging.claims import load
-from inferlab.presentation.chapter_text import WORDS, numbers_in, sentences
+from inferlab.presentation.chapter_text import WORDS, numbers_in, sentences, shape
 from inferlab.presentation.coverage import NOT_CLAIMS_FILE, index, load_kinds, load_sentences
 from inferlab.presentation.manuscript_check import MAX_BYTES, check_text, cli_check
 from inferlab.workflow.cli import main as cli_main
@@ -104,6 +105,7 @@ SWAPS = [  # issue 35, item 14: each printed by another number of the same sente
     ("9.4 and 8.6 (first run)", "9.5 and 8.6 (first run)", ["9.5"]),
     ("9.1, 10.3, 11.1 and 11.5", "9.1, 11.1, 11.1 and 11.5", ["11.1"]),
     ("(7.8 and 13.0 ms", "(7.8 and 13.5 ms", ["13.5"]),
+    ("9.4 and 8.6 (first run)", "8.6 and 9.4 (first run)", ["8.6", "9.4"]),
     ("53 per cent of the block pairs had to be computed; with blocks of 64, 52 per cent",
      "52 per cent of the block pairs had to be computed; with blocks of 64, 53 per cent",
      ["52", "53"]),
@@ -117,6 +119,32 @@ def test_a_number_another_of_its_sentence_prints_still_fails(old, new, named, li
     found = failures(text.replace(old, new), listed)
     assert [r["number"] for r in found] == named
     assert all(r["expected"]["claim"].startswith("C13-") for r in found)
+
+
+@pytest.mark.parametrize(("old", "new", "claim"), [
+    ("9.4 and 8.6 (first run)", "9.4 and 8.7 (first run)", "C13-09"),
+    ("9.4 and 8.6 (first run)", "9.3 and 8.6 (first run)", "C13-63"),
+    ("9.5 and 5.5 (second)", "9.5 and 5.4 (second)", "C13-09"),
+    ("and 7.8, 13.5, 9.5", "and 7.8, 13.6, 9.5", "C13-62"),
+])
+def test_interleaved_figures_are_each_named_with_the_claim_that_checks_them(old, new, claim,
+                                                                              listed):
+    """"7.8, 13.5, 9.4 and 8.6 (first run), and 7.8, 13.5, 9.5 and 5.5 (second)": the
+    sentence's order gives each figure its own claim (C13-62 both runs' 7.8 and 13.5, C13-63
+    the 4,096 figures, C13-09 the 8,192 ones), so a changed one names the claim that checks
+    it, not the claim whose turn it would be."""
+    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
+    assert old in text
+    found = failures(text.replace(old, new), listed)
+    assert [r["expected"]["claim"] for r in found] == [claim]
+
+
+def test_an_order_figure_that_is_not_its_claims_is_a_clear_error(listed):
+    claims, seeds = listed
+    entry = next(e for s in seeds for e in s.entries if e.order)
+    bad = replace(entry, order=((entry.order[0][0], "99.9"), *entry.order[1:]))
+    with pytest.raises(ValueError, match=r"'99.9' is not a figure of C13-62"):
+        check_text(entry.text, claims, {shape(entry.text): bad}, {}, False, ())
 
 
 def test_a_failure_names_the_line_the_figure_and_the_value_measured_here(listed, capsys,

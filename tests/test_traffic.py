@@ -409,6 +409,9 @@ def test_each_fused_kernel_that_ran_has_its_own_assumed_row(tmp_path):
         implied_block_q(4, 1024, 64, causal=True))
     assert assumed["fastest_fused"].to_dict() == {"sdpa_efficient": False, "sdpa_flash": True}
     assert (assumed["model_ratio"] == traffic_ratio(1024, 64, 128, causal=True)).all()
+    # exercise 3's own formula beside the finite-T inversion: ratio = 6 B_q / d, causal
+    assert assumed.loc["sdpa_flash", "implied_block_q_limit"] == pytest.approx(8 * 64 / 6)
+    assert assumed.loc["sdpa_efficient", "implied_block_q_limit"] == pytest.approx(4 * 64 / 6)
 
 
 def test_a_point_where_no_fused_kernel_ran_keeps_one_assumed_row(tmp_path):

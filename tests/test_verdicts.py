@@ -96,6 +96,12 @@ JUDGE_TABLE = [
     ({"direction": ">1"}, 1.01, True), ({"direction": ">1"}, 1, False),
     ({"direction": ">1"}, 0.99, False), ({"direction": "<1"}, 0.99, True),
     ({"direction": "<1"}, 1, False), ({"direction": "<1"}, 1.01, False),
+    # >0: any amount above zero ('overflows': some output inf), zero is none
+    ({"direction": ">0"}, 1e-9, True), ({"direction": ">0"}, 0, False),
+    ({"direction": ">0"}, -0.5, False),
+    # finite: every number ('does not overflow'), however large or small
+    ({"finite": True}, 1e300, True), ({"finite": True}, -1e300, True),
+    ({"finite": True}, 0.0, True),
     # equals: a bool is not a number, a string is matched exactly
     ({"equals": True}, True, True), ({"equals": True}, False, False),
     ({"equals": True}, 1, False), ({"equals": True}, 1.0, False), ({"equals": True}, "True", False),
@@ -117,7 +123,8 @@ def test_judge_at_every_bound(spec, value, ok):
 
 NUMERIC_EXPECTATIONS = [{"between": [-1e9, 1e9]}, {"max": 1e9}, {"min": -1e9},
                         {"approx": 1, "rel": 1e9}, {"approx": 1, "abs": 1e9},
-                        {"direction": ">1"}, {"direction": "<1"}]
+                        {"direction": ">1"}, {"direction": "<1"}, {"direction": ">0"},
+                        {"finite": True}]
 
 
 @pytest.mark.parametrize("spec", NUMERIC_EXPECTATIONS)
@@ -156,7 +163,8 @@ def test_no_value_at_all_is_not_measurable_never_reproduced(spec):
     ({"approx": 0.53, "abs": 0.005}, "within 0.005 of 0.53"),
     ({"equals": False}, "equal to False"),
     ({"equals": "flash"}, "equal to 'flash'"),
-    ({"direction": "<1"}, "<1"),
+    ({"direction": "<1"}, "below 1"), ({"direction": ">0"}, "above 0"),
+    ({"finite": True}, "a finite number (no inf or NaN)"),
 ])
 def test_the_expectation_in_words(spec, words):
     assert describe_expect(expect(**spec)) == words

@@ -98,7 +98,7 @@ class Measure:
 @dataclass(frozen=True)
 class Expect:
     """What the sentence needs of the value: ``kind`` is between | max | min | approx |
-    equals | direction | approx_at, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``.
+    equals | direction | approx_at | finite, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``.
     ``printed`` says, per bound (lo, hi; or the one target), whether it is a figure the
     chapter printed: such a bound stands for every number that rounds to it (0.58 for
     0.575-0.585, ``printed_rounding``); a logical bound (1 for "slower") is exact."""
@@ -192,6 +192,8 @@ def _expect(spec: dict) -> Expect:
     printed = tuple(printed) if isinstance(printed, list) else (printed, printed)
     if "between" in spec:
         return Expect("between", bounds=tuple(spec["between"]), printed=printed)
+    if spec.get("finite"):  # 'does not overflow': every value a finite number
+        return Expect("finite")
     if "approx_at" in spec:
         return Expect("approx_at", rel=spec.get("rel"), points=tuple(map(tuple, spec["approx_at"])),
                       printed=printed)

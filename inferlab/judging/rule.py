@@ -205,6 +205,10 @@ def region(e: Expect, target: float | None = None) -> tuple[float, float, bool, 
         return round(x - d, 12), round(x + d, 12), False, False
     if e.kind == "equals":
         return e.target, e.target, False, False
+    if e.kind == "finite":  # any finite number; a NaN or an infinity fails in judge_one
+        return -math.inf, math.inf, True, True
+    if e.target == ">0":  # 'any': above zero, however little
+        return 0.0, math.inf, True, False
     return (1.0, math.inf, True, False) if e.target == ">1" else (-math.inf, 1.0, False, True)
 
 

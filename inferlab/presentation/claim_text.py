@@ -133,6 +133,8 @@ def describe_expect(e: Expect) -> str:
         width = "as printed" if e.printed[0] else f"within {e.rel:.0%} of"
         return (f"{width} {[x for _, x in e.points]} at "
                 f"[{', '.join(describe(k) for k, _ in e.points)}]")
+    if e.kind == "finite":
+        return "a finite number (no inf or NaN)"
     lo, hi, _, _ = region(e)
     if e.kind == "between":
         widened = f" (as printed: {lo:g} to {hi:g})" if any(e.printed) else ""
@@ -148,7 +150,7 @@ def describe_expect(e: Expect) -> str:
         return f"within {spread} of {e.target:g}"
     if e.kind == "equals":
         return f"equal to {e.target!r}"
-    return f"{e.target}"
+    return {">0": "above 0", ">1": "above 1", "<1": "below 1"}.get(e.target, f"{e.target}")
 
 
 def judged_on_text(judged_on) -> str:

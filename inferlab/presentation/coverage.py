@@ -29,7 +29,7 @@ REASONS = {"not_a_claim": "says nothing a number or a comparison could check (na
            "not_checkable_here": "a statement this pipeline cannot test (another chapter's "
                                  "or another author's account, the book's own history)",
            "covered_by": "restates what the claims named in `by` check"}
-ENTRY_KEYS = {"text", "claims", "reason", "by", "why", "numbers"}
+ENTRY_KEYS = {"text", "claims", "reason", "by", "why", "numbers", "order"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class Entry:
     by: tuple[str, ...] = ()
     why: str | None = None
     numbers: dict = field(default_factory=dict)   # kind -> declared values
+    order: tuple[tuple[str, str], ...] = ()       # (claim, figure) in print order, where
+    #                                               the claims' figures interleave
 
     @property
     def checked_by(self) -> tuple[str, ...]:
@@ -130,8 +132,16 @@ def _entry(raw, where: str, known_ids: set[str], kinds: dict[str, str]) -> Entry
                              f"({NOT_CLAIMS_FILE}) or use one of those")
         if not isinstance(values, list) or not values:
             raise ValueError(f"{where}: numbers.{kind} must be a list of values")
+    order = raw.get("order") or ()
+    if order and not claims:
+        raise ValueError(f"{where}: order: [[claim id, figure], ...] goes with claims: [ids]")
+    for pair in order:
+        if not (isinstance(pair, list) and len(pair) == 2 and pair[0] in claims):
+            raise ValueError(f"{where}: order entry {pair!r} is not [a claim of claims: "
+                             f"{list(claims)}, the figure it prints]")
     return Entry(raw["text"], claims, reason, by, raw.get("why"),
-                 {k: tuple(v) for k, v in numbers.items()})
+                 {k: tuple(v) for k, v in numbers.items()},
+                 tuple((cid, str(fig)) for cid, fig in order))
 
 
 def load_sentences(root: Path | str, known_ids: set[str], kinds: dict[str, str]

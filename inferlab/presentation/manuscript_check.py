@@ -143,6 +143,9 @@ def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
         lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), []).append(cid)
     required = [(cids[0], f) for cids in lists.values() for f in figures(by_id[cids[0]])]
     owners = [cids for cids in lists.values() for _ in figures(by_id[cids[0]])]
+    if entry.order:  # the claims' figures interleave ("7.8, 13.5, 9.4 and 8.6 (first run),
+        required = [(cid, _ordered(cid, fig, by_id)) for cid, fig in entry.order]  # and ...")
+        owners = [[cid] for cid, _ in entry.order]
     setting = {cid: settings(by_id[cid]) for cid in entry.checked_by}
     declared = {kind: list(values) for kind, values in entry.numbers.items()}
     read, at = [], 0
@@ -167,6 +170,18 @@ def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
             read.append((number, at if at < len(required) else None, False))
             at += at < len(required)
     return read, required
+
+
+def _ordered(cid: str, figure: str, by_id: dict) -> Number:
+    """The figure of ``cid`` that a sentence's ``order`` names; it must be one of the
+    claim's own figures (a sentence cannot credit a claim with a number it does not print)."""
+    own = figures(by_id[cid])
+    found = next((f for f in own if f.token == figure or _prints(parse_figure(figure), f)),
+                 None)
+    if found is None:
+        raise ValueError(f"sentences.yaml order: {figure!r} is not a figure of {cid} "
+                         f"({', '.join(f.token for f in own) or 'it prints none'})")
+    return found
 
 
 def _setting_owners(entry: Entry, owners: list[list[str]], at: int) -> list[str]:

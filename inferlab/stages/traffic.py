@@ -178,6 +178,7 @@ def point_row(naive: pd.Series | None, fused: pd.Series | None, tile: Tile, T: i
         q_split, kv_split, why = (tile.block_q, tile.block_k, None) if tile.cpu_kernel \
             else (None, None, None)
     implied = None if measured is None else implied_block_q(measured, T, d, causal=causal)
+    limit = None if measured is None else implied_block_q(measured, None, d, causal=causal)
     problem = None
     if measured is None:
         problem = "no measured ratio: " + ("naive did not run" if naive_ms is None
@@ -194,6 +195,7 @@ def point_row(naive: pd.Series | None, fused: pd.Series | None, tile: Tile, T: i
             else fused is not None and str(fused["impl"]) == fastest,
             "measured_ratio": measured, "measured_ratio_ci_low": low,
             "measured_ratio_ci_high": high, "implied_block_q": implied,
+            "implied_block_q_limit": limit,
             "cpu_kernel_q_split": q_split, "cpu_kernel_kv_split": kv_split,
             "naive_intensity": roof[0], "machine_balance": roof[1],
             "note": "; ".join(filter(None, (tile.source, why, problem)))}

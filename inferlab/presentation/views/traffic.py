@@ -18,7 +18,8 @@ COLUMNS = {
     "fused_impl": "fused kernel", "fastest_fused": "fastest fused",
     "measured_ratio": "measured ratio",
     "measured_ratio_ci_low": "95% low", "measured_ratio_ci_high": "95% high",
-    "implied_block_q": "implied B_q", "note": "note"}
+    "implied_block_q": "implied B_q (at T)",
+    "implied_block_q_limit": "implied B_q (6B_q/d)", "note": "note"}
 ROOFLINE = "traffic-roofline"
 TRAFFIC_CAPTION = Markup(
     "The traffic model's naive ÷ tiled ratio of bytes moved, for the query tile it\n"
