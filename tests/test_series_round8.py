@@ -222,6 +222,19 @@ def test_the_coverage_benchmark_names_a_key_it_does_not_hold():
     assert done.returncode == 2 and "no evidence/no-such/register.jsonl" in done.stderr
 
 
+@pytest.mark.parametrize(("args", "words"), [
+    (["--key", "no-such"], "no evidence/no-such/register.jsonl"),
+    (["--key", "cpu-amd-epyc-avx512bf16-2c", "--runs", "3"], "--runs [3]: give the base"),
+])
+def test_the_verdict_stability_benchmark_refuses_what_it_cannot_compare(args, words):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "benchmarks/verdict_stability.py", *args],
+                          cwd=layout.REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and words in done.stderr
+
+
 def test_the_benchmarks_half_width_is_the_series_stages_and_leaves_out_a_kernels_own_ratio():
     """The README's half-width (round nine): it counted each kernel's ratio to itself, 1 with
     zero width, which narrowed prefill's median from 3.6 % to 3.2 %. The benchmark re-pools
