@@ -1018,3 +1018,40 @@ def test_a_question_with_a_test_is_answered_from_where_its_interval_sits(cells, 
     assert asked["verdict"] == "answered here"
     assert asked.reason.endswith(f"; needs the value at most 3; answered here: {answer}; "
                                     f"judged on {CPU_KEY}")
+
+
+def _claims_yaml(cid: str) -> tuple[dict, str]:
+    import yaml
+
+    from inferlab.core import layout
+
+    raw = yaml.safe_load(layout.CLAIMS_FILE.read_text(encoding="utf-8"))
+    found = next(c for c in raw["claims"] if c["id"] == cid)
+    return found["check"], found["kind"]
+
+
+@pytest.mark.parametrize("cid", ["C13-27", "C13-29"])
+def test_the_split_implementation_is_set_beside_the_chapters_fused_kernel(cid):
+    """Review 5: C13-27/28/29's "the fused kernel" (992 µs) is the chapter's memory-efficient
+    backend, not the fastest one: the value is that backend's time over split-KV's, however
+    much faster a third backend (cuDNN on the H200) is; on a CPU, where that backend cannot
+    run, the author's figure stays shown and the cause says this device cannot."""
+    check, kind = _claims_yaml(cid)
+    parsed = claims._check(check)
+    claim = Claim(cid, "A sentence.", "v", kind, parsed)
+    rows = [decode_row(cache_len=16384, impl="splitkv", splits=1, median_ms=0.1),
+            decode_row(cache_len=16384, impl="splitkv", splits=4, median_ms=0.2),
+            decode_row(cache_len=16384, impl="sdpa_efficient", fused_sdpa=True, splits=None,
+                       median_ms=0.65),
+            decode_row(cache_len=16384, impl="sdpa_cudnn", fused_sdpa=True, splits=None,
+                       median_ms=0.02)]
+    on_gpu = on_a_gpu(132)
+    fp16 = [{**r, "dtype": "float16"} for r in rows]  # the chapter's precision on CUDA
+    on_gpu["decode"] = Evidence("decode", on_gpu["decode"].path, table("decode", fp16),
+                                on_gpu["decode"].entry, None)
+    result = verdicts.evaluate(claim, on_gpu, GPU_KEY, ROOT)
+    assert result["verdict"] == "about the author's code"
+    assert result["value"] == (6.5 if cid == "C13-29" else [3.25, 6.5])
+    on_cpu = verdicts.evaluate(claim, evidence_of("decode", rows), CPU_KEY, ROOT)
+    assert on_cpu["verdict"] == "about the author's code" and on_cpu["value"] is None
+    assert on_cpu["cause"] == {"kind": "device_cannot", "needs": "cuda", "device": "cpu"}

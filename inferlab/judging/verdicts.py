@@ -341,6 +341,9 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         device = result["device"] = device_of(found, key)
         gpu = _gpu(evidence, device, chapter_gpu)
         shown = _shown_elsewhere(claim, device, gpu)
+        if shown == AUTHOR_CODE and check.device is not None and device != check.device:
+            # the author's figure stays shown; this device cannot make the value beside it
+            raise NotMeasurable("device_cannot", needs=check.device, device=device)
         if shown and gpu is not None and device == check.device:
             result["gpu"] = gpu  # why a CUDA key shows a CUDA figure: another GPU
         table, result["compared_with"] = _frame(check, found, root, key)
