@@ -429,9 +429,11 @@ def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal)
     machine_balance: the probe's matmul ceiling over its copy ceiling in that dtype."""
     T, d = 2048, 64
     rows = _prefill_point(random.Random(3), T, causal, None)
+    flops = 4 * T * T * d // (2 if causal else 1)  # one head of one sequence
+    for row in rows:  # prefill's count, for its batch and heads
+        row["flops"] = row["batch"] * row["heads"] * flops
     out = _traffic(tmp_path, rows, device="cuda",
                    ceilings={"copy_gbs": 50.0, "matmul_gflops": {"float32": 1000.0}})
-    flops = 4 * T * T * d // (2 if causal else 1)
     intensity = flops / (naive_hbm_elements(T, d, causal) * 4)  # float32
     assert out["naive_intensity"].tolist() == pytest.approx([intensity] * len(out))
     assert out["machine_balance"].tolist() == pytest.approx([20.0] * len(out))

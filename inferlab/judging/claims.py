@@ -190,10 +190,9 @@ def _measure(check: dict) -> Measure:
 def _expect(spec: dict) -> Expect:
     printed = spec.get("printed", False)
     printed = tuple(printed) if isinstance(printed, list) else (printed, printed)
-    if "between" in spec:
-        return Expect("between", bounds=tuple(spec["between"]), printed=printed)
-    if spec.get("finite"):  # 'does not overflow': every value a finite number
-        return Expect("finite")
+    if "between" in spec or spec.get("finite"):  # finite: 'does not overflow', no NaN or inf
+        return Expect("between", bounds=tuple(spec["between"]), printed=printed) \
+            if "between" in spec else Expect("finite")
     if "approx_at" in spec:
         return Expect("approx_at", rel=spec.get("rel"), points=tuple(map(tuple, spec["approx_at"])),
                       printed=printed)

@@ -1,30 +1,25 @@
 """``inferlab manuscript check FILE``: every number a chapter prints, checked by value.
 
-The chapter (plain text or Markdown, like the seeds) is read sentence by sentence; each
-sentence is found in docs/chapter/sentences.yaml by its shape (its text with the numbers
-as ``#``), which names the claims that check it (or why none does) and the numbers of it
-that are no measurement, by kind and value (a chapter number, an exercise number, the
-experiment's setting: docs/chapter/not_claims.yaml lists the kinds). Each number of the
-sentence, in order, must then be
+The chapter (plain text or Markdown, like the seeds) is read sentence by sentence; each sentence is
+found in docs/chapter/sentences.yaml by its shape (its text with the numbers as ``#``), which names
+the claims that check it (or why none does) and the numbers of it that are no measurement, by kind
+and value (a chapter number, an exercise number, the experiment's setting:
+docs/chapter/not_claims.yaml lists the kinds). Each number of the sentence, in order, must then be
 
-* the next figure its claims print (``Claim.figures``, else the check's printed bounds:
-  C13-19's 9.1, 10.3, 11.1, 11.5), with its unit and value as printed (a per cent prints a
-  unitless figure as its fraction only): in order, so a figure another claim of the
-  sentence prints, or two figures swapped, do not pass;
-* or a setting of one of its claims (a length of its scope, the blocks it selects), with
-  no unit of a measurement, each value once and in its list's order: of the claim whose
-  figure it stands beside (the next or the last printed) or of a claim that prints none
-  here, and, where a word names its dimension ("2,048 tokens", "batch 1", "blocks of
-  128": ``chapter_text.dimension``), of that dimension;
-* or a number the sentence declares as no measurement (each declared value once, in
-  order).
+* the next figure its claims print (``Claim.figures``, else the check's printed bounds; the
+  entry's ``order`` where two claims' figures interleave), with its unit and value as printed (a
+  per cent as its fraction only): in order, so another claim's figure or a swap does not pass;
+* or a setting of one of its claims (a length of its scope, the blocks it selects), with no unit of
+  a measurement, each value once and in its list's order: of the claim whose figure it stands
+  beside or of a claim that prints none here, and of the dimension a word names ("2,048 tokens");
+* or a number the sentence declares as no measurement (each declared value once, in order).
 
-Anything else fails, naming the line, the number, the figure expected and the value
-measured here (numbers.json of each results key); so does a figure the listed sentence
-prints and the text does not, and a listed sentence with figures missing between two
-listed sentences that are there (rewritten past its shape). A sentence a line break cut
-(Markdown wraps) is joined again. ``--strict`` also fails a figure whose claim is "not
-reproduced" on the chosen key(s), and is an error where there are no numbers to judge by.
+Anything else fails, naming the line, the number, the figure expected and the value measured here
+(numbers.json of each results key); so does a figure the listed sentence prints and the text does
+not, and a listed sentence with figures missing between two listed sentences that are there
+(rewritten past its shape). A sentence a line break cut (Markdown wraps) is joined again.
+``--strict`` also fails a figure whose claim is "not reproduced" on the chosen key(s), and is an
+error where there are no numbers to judge by.
 """
 
 from __future__ import annotations
@@ -143,8 +138,8 @@ def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
         lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), []).append(cid)
     required = [(cids[0], f) for cids in lists.values() for f in figures(by_id[cids[0]])]
     owners = [cids for cids in lists.values() for _ in figures(by_id[cids[0]])]
-    if entry.order:  # the claims' figures interleave ("7.8, 13.5, 9.4 and 8.6 (first run),
-        required = [(cid, _ordered(cid, fig, by_id)) for cid, fig in entry.order]  # and ...")
+    if entry.order:  # the claims' figures interleave ("7.8, 13.5, 9.4 and 8.6 (first run)")
+        required = [(cid, _ordered(cid, fig, by_id)) for cid, fig in entry.order]
         owners = [[cid] for cid, _ in entry.order]
     setting = {cid: settings(by_id[cid]) for cid in entry.checked_by}
     declared = {kind: list(values) for kind, values in entry.numbers.items()}
@@ -173,15 +168,13 @@ def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
 
 
 def _ordered(cid: str, figure: str, by_id: dict) -> Number:
-    """The figure of ``cid`` that a sentence's ``order`` names; it must be one of the
-    claim's own figures (a sentence cannot credit a claim with a number it does not print)."""
+    """The figure of ``cid`` a sentence's ``order`` names: one of the claim's own."""
     own = figures(by_id[cid])
-    found = next((f for f in own if f.token == figure or _prints(parse_figure(figure), f)),
-                 None)
-    if found is None:
-        raise ValueError(f"sentences.yaml order: {figure!r} is not a figure of {cid} "
-                         f"({', '.join(f.token for f in own) or 'it prints none'})")
-    return found
+    for f in own:
+        if f.token == figure or _prints(parse_figure(figure), f):
+            return f
+    raise ValueError(f"sentences.yaml order: {figure!r} is not a figure of {cid} "
+                     f"({', '.join(f.token for f in own) or 'it prints none'})")
 
 
 def _setting_owners(entry: Entry, owners: list[list[str]], at: int) -> list[str]:

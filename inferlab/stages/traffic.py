@@ -48,7 +48,6 @@ from inferlab.algorithms.traffic import implied_block_q, naive_hbm_elements, tra
 from inferlab.judging.series_view import view
 from inferlab.measurement.backends import cpu_flash_split_sizes
 from inferlab.stages.common import tuples
-from inferlab.stages.prefill import prefill_flops
 
 
 @dataclass(frozen=True)
@@ -134,13 +133,17 @@ def fused_kernels(rows: pd.DataFrame) -> tuple[list[pd.Series], str | None]:
     return kernels, None if fastest is None else str(fastest["impl"])
 
 
-def roofline(T: int, d: int, causal: bool, dtype: str, ceilings: dict | None
-             ) -> tuple[float | None, float | None]:
-    """(naive attention's FLOPs per byte of the model's traffic, the machine's balance:
-    matmul ceiling over copy ceiling in this dtype, FLOP/B); None where unknown."""
+def roofline(naive: pd.Series | None, T: int, d: int, causal: bool, dtype: str,
+             ceilings: dict | None) -> tuple[float | None, float | None]:
+    """(naive attention's FLOPs per byte of the model's traffic: the FLOPs prefill counted
+    for its row, per head and sequence; the machine's balance: matmul ceiling over copy
+    ceiling in this dtype, FLOP/B); None where unknown."""
     size = BYTES_PER_ELEMENT.get(dtype)
-    intensity = None if size is None else (
-        prefill_flops(1, 1, T, d, causal) / (naive_hbm_elements(T, d, causal) * size))
+    flops = None if naive is None else pd.to_numeric(pd.Series([naive.get("flops")]),
+                                                      errors="coerce").iloc[0]
+    intensity = None if size is None or flops is None or pd.isna(flops) else (
+        float(flops) / (int(naive["batch"]) * int(naive["heads"]))
+        / (naive_hbm_elements(T, d, causal) * size))
     ceilings = ceilings or {}
     matmul, copy = (ceilings.get("matmul_gflops") or {}).get(dtype), ceilings.get("copy_gbs")
     balance = matmul / copy if matmul and copy else None
@@ -156,7 +159,8 @@ def point_rows(rows: pd.DataFrame, T: int, d: int, causal: bool, dtype: str,
     b = params.block_q_model
     assumed = Tile(b, b, "assumed", f"assumed: B_q = B_k = {b} (traffic.block_q_model)")
     kernels, fastest = fused_kernels(rows)
-    point = (T, d, causal, dtype, device, fastest, roofline(T, d, causal, dtype, ceilings))
+    point = (T, d, causal, dtype, device, fastest,
+             roofline(naive, T, d, causal, dtype, ceilings))
     out = [point_row(naive, fused, assumed, *point) for fused in kernels or [None]]
     for tile, fused in known_tiles(rows, T):
         out.append(point_row(naive, fused, tile, *point))
