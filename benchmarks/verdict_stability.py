@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import csv
 import json
 import os
 import re
@@ -42,10 +43,9 @@ def verdicts(key: str, runs: int, scratch: Path, configfiles: list[str]) -> dict
                               capture_output=True, text=True)
         if done.returncode:
             raise SystemExit(f"{stage} with max_runs={runs} failed:\n{done.stderr[-2000:]}")
-    pooled = subprocess.run([sys.executable, "-c", "import pandas as pd, sys; s = pd.read_csv("
-                             "sys.argv[1]); print(sorted(set(s['runs'][s['runs'] > 1])))",
-                             str(root / "results" / key / "series.csv")],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    with open(root / "results" / key / "series.csv", newline="", encoding="utf-8") as f:
+        pooled = sorted({int(r["runs"]) for r in csv.DictReader(f)
+                         if r["runs"] and int(r["runs"]) > 1})
     print(f"max_runs {runs}: the series' points rest on {pooled} runs", flush=True)
     claims = json.loads((root / "results" / key / "claims.json").read_text())
     return {c["id"]: c["verdict"] for c in claims["claims"]}

@@ -30,6 +30,7 @@ from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.report import value_text
 from inferlab.workflow.cli import main as cli_main
 from tests.series_helper import series_rows
+from tests.test_verdicts import _claims_yaml
 
 SEED = 20240613
 CPU, GPU = "cpu-synth-2t", "cuda-synth-gpu"
@@ -539,11 +540,6 @@ def test_a_nan_row_makes_the_verdict_not_reproduced_and_is_named(tmp_path, evide
     assert f"T={rows[3]['T']}" in result.reason
 
 
-def _claims_yaml_check(cid: str) -> dict:
-    raw = yaml.safe_load(layout.CLAIMS_FILE.read_text(encoding="utf-8"))
-    return next(c["check"] for c in raw["claims"] if c["id"] == cid)
-
-
 @pytest.mark.parametrize(("bad", "verdict"), [(None, "reproduced"),
                                               (math.inf, "not reproduced"),
                                               (math.nan, "not reproduced")])
@@ -559,7 +555,7 @@ def test_does_not_overflow_is_every_precisions_output_finite(tmp_path, evidence,
     if bad is not None:
         at40[1]["max_abs_err"] = bad
     write_stage(evidence, CPU, "correctness", rows, "cpu")
-    result = one(tmp_path, evidence, CPU, _claims_yaml_check("C13-44"))
+    result = one(tmp_path, evidence, CPU, _claims_yaml("C13-44")[0])
     assert result["verdict"] == verdict and "bfloat16" in result.reason
     assert ("float32" in result.reason) == (bad is None)  # else the failing precision alone
 
