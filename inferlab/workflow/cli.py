@@ -14,6 +14,8 @@ import math
 import sys
 from pathlib import Path
 
+from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
+
 
 def _config(args: argparse.Namespace):
     from inferlab.workflow.config import load_config, resolve
@@ -297,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         if not hasattr(args, name):
             setattr(args, name, default)
     try:
+        refuse_capability_beyond_cpu()
         return args.func(args)
     except ValueError as exc:  # bad input: a clear message, no traceback
         print(f"inferlab {args.command}: error: {exc}", file=sys.stderr)

@@ -38,6 +38,7 @@ from inferlab.core import layout, validation
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, stage
 from inferlab.workflow.config_checks import DEVICE_BLOCKS, check_values
+from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
 
 if TYPE_CHECKING:
     import jsonschema
@@ -228,7 +229,9 @@ def validate_config(raw: dict) -> dict:
 def resolve_device(raw: dict, check: bool = True) -> str:
     """The config's device, "auto" resolved to the one here. ``check=False``: a stage that
     runs nothing on the device (``Stage.needs_device``) takes a named device as it is, so
-    another machine's evidence (a GPU's, merged here) can be derived on this host."""
+    another machine's evidence (a GPU's, merged here) can be derived on this host.
+    An ``ATEN_CPU_CAPABILITY`` this CPU cannot execute is a ValueError (``cpu_guard``)."""
+    refuse_capability_beyond_cpu()
     if raw["device"] == "auto":
         from inferlab.measurement.environment import default_device
 

@@ -1,0 +1,55 @@
+"""Refuse an ``ATEN_CPU_CAPABILITY`` above this CPU's before anything runs.
+
+torch takes the setting on trust: on the AVX2 EPYC, torch 2.13.0 under
+``ATEN_CPU_CAPABILITY=avx512`` reports ``AVX512`` as in use and its first AVX512 kernel dies
+of an illegal instruction (CI's ``make test-isa`` crashed so). A run that would crash is
+refused with the setting and the flags the CPU lacks; ``python -m
+inferlab.workflow.cpu_guard`` prints the capabilities this CPU can run, lowest first (what
+``make test-isa`` loops over). A guard, not computing code: it changes no number.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from inferlab.measurement.cpu_isa import cpu_flags
+
+# ATen's kernel variants on x86, lowest first, and the flags each needs (ATen's own test in
+# DispatchStub.cpp: AVX2 with FMA; AVX512 with its F, BW, VL and DQ subsets and FMA).
+_ATEN_LEVELS = (("default", frozenset()),
+                ("avx2", frozenset({"avx2", "fma"})),
+                ("avx512", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"})))
+
+
+def aten_capabilities(flags: set[str]) -> list[str]:
+    """The ``ATEN_CPU_CAPABILITY`` values a CPU with ``flags`` can execute, lowest first."""
+    return [name for name, needed in _ATEN_LEVELS if needed <= flags]
+
+
+def capability_beyond_cpu(env: dict | None = None, flags: set[str] | None = None) -> str | None:
+    """Why ``ATEN_CPU_CAPABILITY`` (in ``env``, os.environ) cannot run on a CPU with
+    ``flags`` (this one's), or None. A value that is no x86 level torch ignores with a
+    warning, and so does this; so does a host whose flags cannot be read (not Linux)."""
+    env = os.environ if env is None else env
+    flags = cpu_flags() if flags is None else flags
+    setting = env.get("ATEN_CPU_CAPABILITY", "").strip()
+    needed = dict(_ATEN_LEVELS).get(setting.lower())
+    if needed is None or not flags or needed <= flags:
+        return None
+    return (f"ATEN_CPU_CAPABILITY={setting!r} asks for kernels this CPU cannot execute (it "
+            f"lacks {', '.join(sorted(needed - flags))}): torch takes the setting on trust "
+            f"and its first such kernel dies of an illegal instruction; this CPU runs "
+            f"{', '.join(aten_capabilities(flags))} (docs/other-cpu.md)")
+
+
+def refuse_capability_beyond_cpu() -> None:
+    """A ValueError naming the setting when ``capability_beyond_cpu`` finds one."""
+    problem = capability_beyond_cpu()
+    if problem is not None:
+        raise ValueError(problem)
+
+
+if __name__ == "__main__":
+    print("\n".join(aten_capabilities(cpu_flags())))
+    sys.exit(0)
