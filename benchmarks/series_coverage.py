@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inferlab.evidence.history import trusted_versions  # noqa: E402
+from inferlab.evidence.history import kept_versions  # noqa: E402
 from inferlab.stages.series import TIMED, made_alike, pooled, prior_of  # noqa: E402
 
 QUANTITIES = {"ratio": ("ratio_pi_low", "ratio_pi_high"),
@@ -53,7 +53,7 @@ def coverage(root: Path, key: str, k: int, stage: str, wanted: set[int] | None):
     """{(quantity, load): [inside, total]} over every window of ``k`` runs and the run
     after it, in every group of runs made alike."""
     counts: dict = defaultdict(lambda: [0, 0])
-    versions = [v for v in trusted_versions(root, key, stage).found
+    versions = [v for v in kept_versions(root, key, stage).found
                 if wanted is None or v.entry["version"] in wanted]
     for group in _groups(versions):
         for start in range(len(group) - k):
@@ -83,7 +83,7 @@ def half_widths(root: Path, key: str, stage: str, wanted: set[int] | None) -> li
     """(runs, ratios, median relative 95 % CI half-width) of the pooled paired ratios, for
     each group of runs made alike. A kernel's ratio to itself is 1 exactly (zero width) and
     is left out: counting it would narrow the median."""
-    versions = [v for v in trusted_versions(root, key, stage).found
+    versions = [v for v in kept_versions(root, key, stage).found
                 if wanted is None or v.entry["version"] in wanted]
     out = []
     for group in _groups(versions):

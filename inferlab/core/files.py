@@ -1,25 +1,17 @@
-"""Bytes on disk that must be trusted: hashes, canonical JSON, durable writes, git state.
+"""Bytes on disk that must survive a kill or a full disk, hashes, and what git says.
 
-The evidence register and the provenance writer both build on this module and on no
-other part of the package, so neither imports the other. A write here either
-completes (every byte written, fsynced) or raises and leaves the target as it was:
+A write here either completes (every byte written, fsynced) or raises and leaves the
+target as it was:
 
 * ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
-* ``durable_append`` adds one line to an append-only file; if the write is short
-  (a full disk) or fails, the file is truncated back to its old length before raising;
+* ``durable_append`` adds one line to an append-only file; if the write is short (a full
+  disk) or fails, the file is truncated back to its old length before raising;
 * ``restored_on_failure`` guards several such writes that belong together: if the block
   fails, each file gets its old content back (or is removed if it had none).
 
-Temp and backup files carry the writer's pid and each writer removes only its own: what a
-killed writer left (``debris``) is removed by whoever holds the folder's lock
-(``inferlab.evidence.register``), never by a writer that may be racing a live one.
-
-Text that must survive any Unicode is written ASCII-escaped (``canonical_json``) and read
-back split on ``\n`` only (``split_lines``): U+2028, U+0085 or a lone ``\r`` inside a
-value are one line to this module, as they are to JSON.
-
-A check that needs git and cannot run it says why (``CannotCheck``) instead of looking
-like "git does not track it".
+Git is the evidence's witness (docs/contracts.md): ``git_file`` reads a file as committed
+at HEAD, ``git_changed`` lists the paths that differ from it. A check that needs git and
+cannot run it says why (``CannotCheck``) instead of looking like "git does not track it".
 """
 
 from __future__ import annotations
@@ -38,7 +30,7 @@ from pathlib import Path
 
 from inferlab.core import layout
 
-TMP_SUFFIX = ".tmp"
+TMP_SUFFIX = ".tmp"      # a killed write's temp file is hidden (.name.pid.x.tmp), git-ignored
 BACKUP_SUFFIX = ".bak"
 # file systems without hard links (FAT, some network mounts) say so with these
 NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK}
@@ -69,33 +61,16 @@ def reject_nonfinite(obj, where: str = "obj") -> None:
             reject_nonfinite(value, f"{where}[{i}]")
 
 
-def canonical_json(obj, ascii_only: bool = True) -> bytes:
+def canonical_json(obj) -> bytes:
     """JSON with sorted keys and no whitespace, every non-ASCII character escaped: equal
-    data gives equal bytes, and no byte of it is a line break but the ones JSON escapes.
-    ``ascii_only=False`` is the raw UTF-8 form registers written before issue 23 hashed."""
+    data gives equal bytes, and no byte of it is a line break but the ones JSON escapes."""
     reject_nonfinite(obj)
     try:
-        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=ascii_only,
+        text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                           allow_nan=False)
     except TypeError as exc:
         raise ValueError(f"obj is not JSON data: {exc}") from exc
     return text.encode("utf-8")
-
-
-def split_lines(data: bytes) -> list[bytes]:
-    """``data`` split on b"\\n" only (never on U+2028, U+0085, \\r...); a final newline
-    ends the last line rather than starting an empty one."""
-    lines = data.split(b"\n")
-    return lines[:-1] if lines and lines[-1] == b"" else lines
-
-
-def debris(folder: Path) -> list[Path]:
-    """Temp and backup files (``.<name>.<pid>.*.tmp``, ``.<name>.<pid>.bak``) in ``folder``
-    that a killed write left, sorted; only whoever holds the folder's lock may remove them."""
-    if not Path(folder).is_dir():
-        return []
-    return sorted(p for p in Path(folder).iterdir() if p.name.startswith(".") and p.is_file()
-                  and p.name.endswith((TMP_SUFFIX, BACKUP_SUFFIX)))
 
 
 def utc_now_iso() -> str:
@@ -231,17 +206,15 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
 # --------------------------------------------------------------------------- git
 
 
-# variables that point git at another repository, index or object store than the one it
-# finds from ``root``: an anchor read through them would be someone else's
+# variables that point git at another repository than the one it finds from ``root`` (a
+# git hook that runs `make` sets GIT_DIR): what they name is not this checkout
 _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
 def git_env() -> dict[str, str]:
-    """The environment for git here: the repository found from the folder asked about, and
-    its objects as committed (``git replace`` cannot stand another commit in for HEAD)."""
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
-    return {**env, "GIT_NO_REPLACE_OBJECTS": "1"}
+    """The environment for git here: the repository found from the folder asked about."""
+    return {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
 
 
 def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
@@ -266,15 +239,6 @@ def git_state(root: Path | str) -> dict:
     dirty = bool(status.stdout.strip()) if status is not None and status.returncode == 0 \
         else None
     return {"commit": commit or None, "dirty": dirty}
-
-
-def git_subfolders(root: Path | str, rev: str, folder: str) -> list[str]:
-    """Names of the folders directly under ``folder`` (relative to ``root``) at ``rev``;
-    [] when git has none (or no git, or not a repository)."""
-    out = _git(root, "ls-tree", "-d", "--name-only", rev, f"./{folder}/")
-    if out is None or out.returncode != 0:
-        return []
-    return sorted(Path(line).name for line in out.stdout.splitlines() if line.strip())
 
 
 class CannotCheck(Exception):
@@ -314,44 +278,28 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
     raise CannotCheck(f"git show {rev}:{path} failed: {said(out)[:300]}")
 
 
-def git_commit(root: Path | str, rev: str) -> str | None:
-    """The commit ``rev`` names (its full id), or None when there is none."""
-    out = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-    return out.stdout.strip() or None if out is not None and out.returncode == 0 else None
-
-
-def git_witness_refs(root: Path | str) -> list[str]:
-    """The refs that saw this repository's history before HEAD did: the upstream of HEAD's
-    branch (a remote-tracking branch: what was pushed or fetched) and every annotated or
-    signed tag. A ``git commit --amend`` moves HEAD, not them."""
-    refs = []
-    upstream = _git(root, "rev-parse", "--symbolic-full-name", "@{upstream}")
-    if upstream is not None and upstream.returncode == 0 and upstream.stdout.strip():
-        refs.append(upstream.stdout.strip())
-    tags = _git(root, "for-each-ref", "--format=%(objecttype) %(refname)", "refs/tags")
-    if tags is not None and tags.returncode == 0:
-        refs += [line.split(" ", 1)[1] for line in tags.stdout.splitlines()
-                 if line.startswith("tag ")]  # "commit": a lightweight tag, no witness
-    return refs
-
-
-def git_is_ancestor(root: Path | str, older: str, newer: str) -> bool:
-    out = _git(root, "merge-base", "--is-ancestor", older, newer)
-    return out is not None and out.returncode == 0
-
-
-def git_removals(root: Path | str, path: str) -> list[tuple[str, int]]:
-    """(commit, lines removed) for each commit on HEAD's first-parent line that removed or
-    changed lines of ``path``: an append-only file's history only ever adds lines."""
-    out = _git(root, "log", "--first-parent", "--format=commit %H", "-p", "--no-ext-diff",
-               "--no-textconv", "--no-renames", "HEAD", "--", path)
-    if out is None or out.returncode != 0:
-        return []
-    found: dict[str, int] = {}
-    commit = None
-    for line in out.stdout.splitlines():
-        if line.startswith("commit "):
-            commit = line.split(" ", 1)[1]
-        elif commit and line.startswith("-") and not line.startswith("--- "):
-            found[commit] = found.get(commit, 0) + 1
-    return list(found.items())
+def git_changed(root: Path | str, paths: list[str]) -> set[str]:
+    """The files under ``paths`` (relative to ``root``) that differ from HEAD: modified,
+    staged, deleted or untracked (``git status``); ``CannotCheck`` saying why when git
+    cannot answer, or ``root`` is in no repository (then nothing is committed)."""
+    try:
+        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-z",
+                              "--untracked-files=all", "--no-renames", "--", *paths],
+                             capture_output=True, timeout=30, check=False, env=git_env())
+    except FileNotFoundError:
+        raise CannotCheck("git is not on the PATH") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CannotCheck(f"git did not run ({exc})") from None
+    if out.returncode != 0:
+        said = out.stderr.decode(errors="replace").strip().splitlines() or ["no reason"]
+        raise CannotCheck(f"git status failed: {said[0][:300]}")
+    # -z: "XY path\0" per file, paths relative to the repository's top, not to root
+    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-prefix"],
+                         capture_output=True, text=True, check=False, env=git_env())
+    prefix = top.stdout.strip()
+    found = set()
+    for record in out.stdout.decode(errors="replace").split("\0"):
+        if len(record) > 3:
+            path = record[3:]
+            found.add(path[len(prefix):] if prefix and path.startswith(prefix) else path)
+    return found

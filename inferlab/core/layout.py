@@ -8,8 +8,8 @@ it can never replace the book evidence. That folder name is the *results key*::
     results/{key}/{artifact}             one artifact per stage (inferlab.core.pipeline.STAGES)
     results/{key}/{artifact}.prov.json   its provenance sidecar
     results/{key}/{stage}/{file}         files derived from an artifact (the manuscript's)
-    evidence/{key}/register.jsonl        the append-only, hash-chained register
-    evidence/{key}/objects/{sha256}      a retained copy of every version
+    evidence/{key}/register.jsonl        the register: one line per version of a measured stage
+    evidence/{key}/{stage}/v{N}.{ext}    that version's artifact, kept (the series pools them)
     logs/{key}/{rule}.log, benchmarks/out/{key}/{rule}.tsv
     report/index.html                    every key side by side
 
@@ -31,7 +31,6 @@ TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "presentation" / "templates
 
 SIDECAR_SUFFIX = ".prov.json"
 REGISTER_FILE = "register.jsonl"
-OBJECTS_DIR = "objects"
 OUTPUT_DIRS = ("results", "evidence", "report")
 
 _MACHINE = r"[a-z0-9][a-z0-9._-]{0,79}"
@@ -112,8 +111,12 @@ def register_path(root: Path | str, key: str) -> Path:
     return evidence_dir(root, key) / REGISTER_FILE
 
 
-def objects_dir(root: Path | str, key: str) -> Path:
-    return evidence_dir(root, key) / OBJECTS_DIR
+def version_path(root: Path | str, key: str, stage: str, version: int) -> Path:
+    """The kept artifact of version ``version`` of a measured stage."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version={version!r} must be a version number, an int >= 1")
+    suffix = Path(stage_of(stage).artifact).suffix
+    return evidence_dir(root, key) / stage / f"v{version}{suffix}"
 
 
 def log_path(root: Path | str, key: str, rule: str) -> Path:

@@ -104,6 +104,12 @@ class Stage:
         return self.timed or self.on_device
 
     @property
+    def measured(self) -> bool:
+        """Whether its versions are kept in the register: what it measured on the device
+        cannot be made again (the series pools them). A derived artifact can."""
+        return self.needs_device
+
+    @property
     def sections(self) -> tuple[str, ...]:
         """The config sections of its effective config: its own, those of other stages it
         computes from, and ``timing`` exactly when it measures time."""

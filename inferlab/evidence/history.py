@@ -1,29 +1,22 @@
-"""A stage's earlier versions, read back from the register only where they can be trusted:
-the input of the series stage, which pools a machine's runs.
+"""A stage's kept versions, read back from the register: the input of the series stage,
+which pools a machine's runs.
 
-A version is read when its chain holds (``Register.check_chain``: every entry's hash and
-link), its retained copy's bytes hash to the entry's sha256 and decode under the schema,
-and it is *anchored* (in the register committed at git HEAD) or was written by this
-checkout itself (``record_own``: the runner notes each entry it appends in
-``.inferlab/own-writes.jsonl``, which git ignores, so a register tail merged from elsewhere
-or forged by hand is not this checkout's). Everything left out is said, with the version
-and why (``Versions.left_out``): a retained copy that was tampered with, a version nobody
-here wrote or committed, a value that is not finite or that no clock measures.
+A version is read when its kept file hashes to its line's sha256, decodes under the
+stage's schema and holds values a clock can measure; everything left out is said, with the
+version and why (``Versions.left_out``): a kept file edited after it was registered, a
+value that is not finite or that no clock measures.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import sha256_bytes
 from inferlab.evidence import artifacts
 from inferlab.evidence.register import Register
 
-OWN_WRITES = Path(".inferlab") / "own-writes.jsonl"
 # the columns a series pools: a version with one of them not finite in an ok row is left out
 POOLED = ("median_ms", "ratio", "causal_over_full")
 # ... and one whose value no clock measures: a time under a nanosecond (perf_counter's and
@@ -43,41 +36,16 @@ MAX_PROCESS_SD = 5.0
 class Version:
     entry: dict
     table: artifacts.Table
-    anchored: bool
 
 
 @dataclass
 class Versions:
-    """The trusted versions of one stage on one key, oldest first, and what was left out."""
+    """The kept versions of one stage on one key, oldest first, and what was left out."""
 
     key: str
     stage: str
     found: list[Version] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)  # "prefill v7: <why>"
-
-
-def record_own(root: Path | str, key: str, entry: dict) -> None:
-    """Note that this checkout appended ``entry`` to ``key``'s register."""
-    path = Path(root) / OWN_WRITES
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps({"key": key, "entry_hash": entry["entry_hash"]}, sort_keys=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-
-
-def _own(root: Path, key: str) -> set[str]:
-    path = root / OWN_WRITES
-    if not path.is_file():
-        return set()
-    own = set()
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn line of a killed write: that entry is not trusted
-        if isinstance(record, dict) and record.get("key") == key:
-            own.add(record.get("entry_hash"))
-    return own
 
 
 def _nonfinite(table: artifacts.Table) -> str | None:
@@ -106,50 +74,28 @@ def _nonfinite(table: artifacts.Table) -> str | None:
     return None
 
 
-def trusted_versions(root: Path | str, key: str, stage: str) -> Versions:
-    """Every version of ``stage`` on ``key`` that can be trusted (see the module's
-    docstring), oldest first, and why each other one was left out."""
-    root = Path(root)
+def kept_versions(root: Path | str, key: str, stage: str) -> Versions:
+    """Every readable version of ``stage`` on ``key`` (see the module's docstring), oldest
+    first, and why each other one was left out."""
     out = Versions(key, stage)
-    if not layout.register_path(root, key).is_file():
-        return out
     register = Register(root, key)
-    chained, problems = register.check_chain()
-    if problems:
-        out.left_out.append(f"{key}: the register's chain is broken ({problems[0].message}): "
-                            "no earlier version is read")
+    try:
+        entries = register.history(stage)
+    except ValueError as exc:  # a line that is not an entry: the register says which
+        out.left_out.append(f"{key}: {exc}: no earlier version is read")
         return out
-    anchor = register.anchor()
-    committed = 0 if anchor.problems else (anchor.committed or 0)
-    own = _own(root, key)
-    for _, entry in chained:
-        if entry.get("stage") != stage:
-            continue
-        name = f"{key} {stage} v{entry.get('version')}"
-        anchored = entry.get("seq", committed) < committed
-        if not anchored and entry.get("entry_hash") not in own:
-            out.left_out.append(f"{name}: neither committed nor written by this checkout")
-            continue
+    for entry in entries:
+        name = f"{key} {stage} v{entry['version']}"
         try:
-            data = register.copy_path(entry["sha256"]).read_bytes()
-        except OSError as exc:
-            out.left_out.append(f"{name}: its retained copy cannot be read ({exc.strerror})")
-            continue
-        if sha256_bytes(data) != entry["sha256"]:
-            out.left_out.append(f"{name}: its retained copy does not hash to the register's "
-                                "sha256 (edited after it was registered)")
-            continue
-        try:
-            table = artifacts.decode(stage, data)
+            table = artifacts.decode(stage, register.read_copy(entry))
         except (ValueError, UnicodeDecodeError) as exc:
-            out.left_out.append(f"{name}: its retained copy is not a valid {stage} table "
-                                f"({exc})")
+            out.left_out.append(f"{name}: {exc}")
             continue
         why = _nonfinite(table)
         if why:
             out.left_out.append(f"{name}: {why}")
             continue
-        out.found.append(Version(entry, table, anchored))
+        out.found.append(Version(entry, table))
     return out
 
 
@@ -160,7 +106,7 @@ def kind_keys(root: Path | str, key: str) -> list[str]:
     def kind(k: str) -> tuple | None:
         try:
             entries = Register(root, k).entries()
-        except (OSError, ValueError):
+        except ValueError:
             return None
         if not entries:
             return None

@@ -1,28 +1,20 @@
-"""The one provenance writer: every artifact is written here, with its sidecar and its
-register entry, so that each number in results/ can be traced to the code, config,
-inputs, machine and command that produced it.
+"""The one provenance writer: every artifact is written here, with its sidecar and, for a
+measured stage, its version in the register, so each number in results/ can be traced to
+the code, config, inputs, machine and command that produced it.
 
 ``write_artifact`` is the only function that writes into ``results/``. The stage has
-computed everything in memory first; this module then makes it durable in an order
-that a process killed at any point cannot break:
+computed everything in memory first; then, for a measured stage under the register's lock
+(``Register.locked``):
 
-1. retain the artifact and its sidecar in ``evidence/{key}/objects/<sha256>``
-   (content-addressed, fsynced), so no register entry can ever lack its copies;
-2. write the artifact, then its sidecar, into ``results/{key}/`` atomically (a temp
-   file in the same folder, flushed and fsynced, then ``os.replace``), so results/ never
-   holds a half-written file; a kill here leaves a hidden ``.<name>.*.tmp`` that the
-   next write removes;
-3. append the register entry, last: a results file with no entry (a process killed
-   before step 3, or an edit) is what ``inferlab verify`` flags.
+1. keep the artifact as its version's file, ``evidence/{key}/{stage}/v{N}.csv``;
+2. write the artifact, then its sidecar, into ``results/{key}/``, each atomically (a temp
+   file in the same folder, fsynced, then ``os.replace``);
+3. append the register line, last.
 
-All three steps run under the key's register lock (``Register.locked``), so two stage
-runs on one key are serialised whole, and the temp files a killed write left are removed
-then, by the one writer that can be sure no live write owns them. Register and sidecar
-text is ASCII-escaped JSON, so no character of a path, command or config value can split
-a line.
-
-A write that *fails* (a full disk: every write is checked, ``inferlab.core.files``) raises
-and leaves the register as it was and results/ holding the files it held before.
+A kill at any point leaves complete files only; a results file no line names yet is what
+``inferlab verify`` and the next stage's input check name. A write that *fails* (a full
+disk) raises and leaves the register as it was and results/ holding the files it held
+before (``restored_on_failure``). A derived stage writes step 2 only: git keeps its history.
 """
 
 from __future__ import annotations
@@ -31,7 +23,6 @@ import json
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.pipeline import content_sha256
 from inferlab.core.files import (
     atomic_write,
     canonical_json,
@@ -40,9 +31,9 @@ from inferlab.core.files import (
     relative,
     restored_on_failure,
     sha256_bytes,
-    sha256_file,
     utc_now_iso,
 )
+from inferlab.core.pipeline import STAGES, content_sha256
 from inferlab.evidence.register import Register
 
 
@@ -137,8 +128,9 @@ def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
                    config: dict, code_files: list, inputs: list[Path], seed: int,
                    command: str, environment: dict, schema_version: int = 1,
                    bookkeeping_files: list | None = None) -> dict:
-    """Write one stage artifact with its sidecar, retain both, register them; return the
-    register entry. See the module docstring for why the steps come in this order.
+    """Write one stage artifact with its sidecar (and for a measured stage its kept version
+    and register line); return the entry (``version`` None for a derived stage). See the
+    module docstring for why the steps come in this order.
 
     Args:
         content: the artifact's bytes (CSV or JSON text), computed in memory by the stage.
@@ -152,12 +144,28 @@ def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
                                   inputs=inputs, seed=seed, command=command,
                                   environment=environment, bookkeeping_files=bookkeeping_files)
     sidecar = sidecar_bytes(stage, artifact.name, content, provenance, schema_version)
-    register = Register(root, key)
     written = ((artifact, content), (layout.sidecar_path(artifact), sidecar))
-    with register.locked():  # the whole write: another run on this key waits for it
-        content_sha, sidecar_sha = register.retain(content), register.retain(sidecar)
+    entry = {"stage": stage, "version": None, "sha256": sha256_bytes(content),
+             "provenance": provenance}
+
+    def write_results() -> None:
         with restored_on_failure([path for path, _ in written]):
             for path, data in written:
                 atomic_write(path, data)
-            return register.append(stage, relative(artifact, root), content_sha,
-                                   sidecar_sha, provenance)
+            if entry["version"] is not None:
+                register.append(stage, entry["version"], entry["sha256"], provenance)
+
+    if not STAGES[stage].measured:
+        write_results()
+        return entry
+    register = Register(root, key)
+    with register.locked():  # the whole write: another run on this key waits for it
+        entry["version"] = register.next_version(stage)
+        kept = layout.version_path(root, key, stage, entry["version"])
+        atomic_write(kept, content)
+        try:
+            write_results()
+        except BaseException:
+            kept.unlink(missing_ok=True)  # no line names it: the register is as it was
+            raise
+    return entry

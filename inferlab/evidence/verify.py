@@ -1,15 +1,13 @@
-"""``inferlab verify`` and ``inferlab history``: the evidence registers, checked for people.
+"""``inferlab verify`` and ``inferlab history``: the evidence, checked and listed for people.
 
-``verify`` re-hashes every register under a root (``Register.verify``: chain and schema,
-retained copies, results files and the files derived from them), compares each with git
-(``Register.anchor``: HEAD, the upstream branch and tags, the register's committed
-history: a deleted tail, a rewritten line, a fork, an amended rollback or a whole
-machine's deleted folders show), warns of retained copies no entry names (entries lost),
-and with ``--repair`` first removes a torn final line and the temp files killed writes
-left, saying what it removes. It reads each register under its lock, so an append under
-way is waited for, not reported as a torn line. A check that cannot run (git missing, or
-refusing the repository) fails: "could not check", never a pass. Exit status: 0 clean, 1
-a problem, a check that could not run, or nothing to verify.
+``verify`` checks every results key (or one): its register (``Register.problems``: each
+line an entry, versions in order, each kept file hashing to its line, results/ holding
+each measured stage's latest version, the committed register a prefix of the working
+one), then every derived artifact (``loading.doubt``: the file its sidecar describes,
+computed from the inputs there now) and the files derived from them. A check that cannot
+run (git missing, or refusing the repository) fails: "could not check", never a pass.
+``--repair`` first removes what a killed write can leave: a torn final register line and
+hidden temp files. Exit status: 0 clean, 1 a problem or nothing to verify.
 """
 
 from __future__ import annotations
@@ -17,135 +15,100 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import git_subfolders, split_lines
-from inferlab.evidence import integrity, upkeep
-from inferlab.evidence.entries import Problem
+from inferlab.core.files import TMP_SUFFIX
+from inferlab.core.pipeline import STAGES
+from inferlab.evidence.loading import derived_faults, doubt
 from inferlab.evidence.register import Register
 
 
-def _preview(data: bytes, width: int = 60) -> str:
-    text = data.decode(errors="replace")  # bytes decode as UTF-8
-    return repr(text if len(text) <= width else text[:width] + "…")
+def _debris(root: Path, key: str) -> list[Path]:
+    """The temp files killed writes left in the key's folders (``.<name>.<pid>.*.tmp``)."""
+    folders = [layout.results_dir(root, key), layout.evidence_dir(root, key)]
+    return sorted(p for folder in folders if folder.is_dir() for p in folder.rglob(".*")
+                  if p.is_file() and p.name.endswith(TMP_SUFFIX))
 
 
-def repair(register: Register) -> bool:
-    """Cut a torn final line, printing what goes; True when something was cut. Under the
-    key's lock: an append under way is waited for, and then there is nothing to cut."""
-    with register.locked(sweep=False):  # debris is swept (and named) by _sweep
-        return _repair(register)
+def repair(root: Path, key: str) -> None:
+    """Cut a torn final register line and remove temp files, saying what goes."""
+    register = Register(root, key)
+    data = register.path.read_bytes() if register.path.is_file() else b""
+    if data and not data.endswith(b"\n"):
+        tail = data[data.rfind(b"\n") + 1:]
+        print(f"REPAIR {key}: {register.rel}: removed a torn last line ({len(tail)} bytes, an "
+              "append interrupted); every complete line is untouched")
+        with open(register.path, "r+b") as f:
+            f.truncate(len(data) - len(tail))
+    for p in _debris(root, key):
+        p.unlink()
+        print(f"REPAIR {key}: removed {p.relative_to(root).as_posix()} (an interrupted write)")
 
 
-def _repair(register: Register) -> bool:
-    tail = upkeep.torn_tail(register.root, register.key)
-    if not tail:
-        return False
-    line = len(split_lines(register.path.read_bytes()))
-    where = register.path.relative_to(register.root).as_posix()
-    print(f"REPAIR {register.key}: {where} line {line} is torn (an append interrupted: "
-          f"{len(tail)} bytes, no newline): {_preview(tail)}")
-    cut = upkeep.cut_torn_tail(register.root, register.key)
-    print(f"REPAIR {register.key}: " + (f"removed those {len(cut)} bytes; every complete "
-                                        "entry is untouched" if cut else
-                                        "it is a whole entry: only its newline was added"))
-    return bool(cut)
-
-
-def _sweep(register: Register) -> None:
-    for p in upkeep.sweep_debris(register.root, register.key):
-        print(f"REPAIR {register.key}: removed {p.relative_to(register.root).as_posix()} "
-              "(left by an interrupted write)")
-
-
-def _debris_warnings(register: Register) -> list[str]:
-    return [f"WARN {register.key}: {p.relative_to(register.root).as_posix()}: left by an "
-            "interrupted write; `inferlab verify --repair` removes it"
-            for p in upkeep.debris(register.root, register.key)]
-
-
-def _orphans(register: Register) -> list[str]:
-    entries, _ = register.check_chain()
-    return integrity.orphans(register.key, register.objects, entries)
-
-
-def _anchor_problems(register: Register) -> list[Problem]:
-    anchor = register.anchor()
-    if anchor.unchecked is not None:  # fail closed: an anchor that cannot be read is none
-        return [Problem(register.key, layout.REGISTER_FILE,
-                        f"could not check its anchor in git: {anchor.unchecked}; a deleted "
-                        "tail or a rollback cannot be ruled out (run verify where git runs "
-                        "on this repository)")]
-    return anchor.problems
-
-
-def _notes(register: Register) -> list[str]:
-    """What verify cannot vouch for: entries with no anchor in git."""
-    anchor = register.anchor()
-    rel = register.path.relative_to(register.root).as_posix()
-    if anchor.unchecked is not None:
-        return []  # a FAIL already
-    if anchor.committed is None:
-        return [f"NOTE {register.key}: not anchored: git does not track {rel} at HEAD, so a "
-                "deleted tail or a consistent forged entry cannot be told from a real one "
-                "(commit evidence/ to anchor it)"]
-    if anchor.unanchored:
-        first = anchor.committed + 1
-        return [f"NOTE {register.key}: entries {first}-{anchor.working} were appended since "
-                "the last commit: checked, but not anchored until committed"]
-    return []
+def problems(root: Path, key: str) -> list[str]:
+    register = Register(root, key)
+    found = register.problems()
+    data = register.path.read_bytes() if register.path.is_file() else b""
+    if data and not data.endswith(b"\n"):
+        found.append(f"{register.rel}: the last line is torn (an append interrupted); "
+                     "`inferlab verify --repair` removes it")
+    for name in STAGES:
+        if STAGES[name].measured or not layout.artifact_path(root, key, name).is_file():
+            continue
+        why = doubt(root, key, name)
+        if why:
+            found.append(why)
+        found += derived_faults(root, key, name)
+    found += [f"{p.relative_to(root).as_posix()}: left by an interrupted write; `inferlab "
+              "verify --repair` removes it" for p in _debris(root, key)]
+    return found
 
 
 def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> int:
-    """``inferlab verify [--repair]``: 0 when every register checked is clean, else 1."""
+    """``inferlab verify [--repair]``: 0 when every key checked is clean, else 1."""
     root = Path(root)
-    if key is not None and not layout.evidence_dir(root, key).is_dir() \
-            and key not in git_subfolders(root, "HEAD", "evidence"):
-        print(f"no evidence for {key!r}: {layout.evidence_dir(root, key)} does not exist")
+    names = [key] if key is not None else layout.evidence_keys(root)
+    if key is not None and key not in layout.evidence_keys(root):
+        print(f"no evidence for {key!r}: neither {layout.results_dir(root, key)} nor "
+              f"{layout.evidence_dir(root, key)} exists")
         return 1
-    # a key committed at HEAD whose folders were deleted whole is checked too: its anchor
-    # then says every committed entry is gone (nothing else is left to hash)
-    names = [key] if key is not None else sorted(
-        set(layout.evidence_keys(root)) | set(git_subfolders(root, "HEAD", "evidence")))
     if not names:
         print(f"nothing to verify: no evidence/ or results/ folders under {root.resolve()} "
               "(is --root the repository?)")
         return 1
     clean = True
     for name in names:
-        register = Register(root, name)
         if fix:
-            repair(register)
-            _sweep(register)
-        problems = register.verify() + _anchor_problems(register)
-        clean = clean and not problems
-        for p in problems:
-            print(f"FAIL {p}")
-        if upkeep.torn_tail(register.root, name) and not fix:
-            print(f"HINT {name}: the last line is torn; `inferlab verify --repair` removes it")
-        for note in _notes(register) + _debris_warnings(register) + _orphans(register):
-            print(note)
-        if not problems:
-            print(f"OK {name}: {len(register.entries())} entries, "
-                  f"{register.n_copies()} copies")
+            repair(root, name)
+        found = problems(root, name)
+        clean = clean and not found
+        for p in found:
+            print(f"FAIL {name}: {p}")
+        if not found:
+            counts = {}
+            for e in Register(root, name).entries():
+                counts[e["stage"]] = counts.get(e["stage"], 0) + 1
+            print(f"OK {name}: " + (", ".join(f"{s} {n}" for s, n in counts.items())
+                                    + " versions kept" if counts else "no measured versions"))
     return 0 if clean else 1
 
 
-def _history_row(entry: dict) -> tuple[str, ...]:
-    prov = entry.get("provenance") or {}
-    commit = (prov.get("git_commit") or "none")[:10]
-    if prov.get("git_dirty"):
-        commit += "-dirty"
-    return (str(entry.get("version")), str(entry.get("stage")), str(prov.get("created_at")),
-            str(entry.get("sha256"))[:12], commit, str(entry.get("path")))
-
-
 def cli_history(root: Path | str, key: str, stage: str | None = None) -> int:
-    """``inferlab history``: one row per registered version, oldest first."""
+    """``inferlab history [STAGE]``: one row per kept version, oldest first."""
     register = Register(root, key)
+    if stage is not None and not STAGES[stage].measured:
+        print(f"{stage} is derived, not kept: git holds its history (git log -p -- "
+              f"{layout.artifact_path('.', key, stage).as_posix()})")
+        return 1
     if not register.path.is_file():
         print(f"no register for {key!r}: {register.path} does not exist")
         return 1
-    rows = [("version", "stage", "created_at", "sha256", "commit", "path")]
-    rows += [_history_row(e) for e in register.history(stage)]
+    rows = [("version", "stage", "created_at", "sha256", "commit", "file")]
+    for e in register.history(stage):
+        prov = e["provenance"]
+        commit = (prov.get("git_commit") or "none")[:10] + ("-dirty" if prov.get("git_dirty")
+                                                           else "")
+        rows.append((str(e["version"]), e["stage"], str(prov.get("created_at")),
+                     e["sha256"][:12], commit,
+                     register.version_path(e).relative_to(register.root).as_posix()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())

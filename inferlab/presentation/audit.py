@@ -5,7 +5,7 @@
 sidecar and the register's retained copy, and prints the provenance that produced the
 artifact (commit, code and config, environment, the command that reproduces it).
 ``claims_matrix`` is every claim's recorded verdict per key, from each claims.json,
-with the key's grid and whether its evidence still passes ``trust.doubt``; ``integrity``
+with the key's grid and whether its evidence still passes ``loading.doubt``; ``integrity``
 is that check for one artifact, as audit and the report show it.
 """
 
@@ -15,12 +15,10 @@ import json
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import relative, sha256_file
+from inferlab.core.files import relative
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence, load_evidence
-from inferlab.evidence.register import Register
-from inferlab.evidence.trust import doubt
+from inferlab.evidence.loading import Evidence, doubt, load_evidence
 from inferlab.judging.claims import Claim, find, load
 from inferlab.judging.numtext import format_value
 from inferlab.judging.series_view import judged
@@ -59,15 +57,11 @@ def recorded_results(root: Path | str, keys: list[str] | None = None) -> dict[st
 def key_integrity(root: Path | str, key: str) -> dict:
     """The grid of ``key`` and whether its claims can be trusted now: ``doubts`` lists
     each of its artifacts (claims.json and what it was computed from) that fails
-    ``trust.doubt``, a register whose anchor git could not be asked about, and a
-    claims.json that names another machine or grid."""
+    ``loading.doubt``, and a claims.json that names another machine or grid."""
     machine, grid = layout.split_key(key)
     doubts = [f"{stage}: {why}" for stage in STAGES
               if layout.artifact_path(root, key, stage).is_file()
               and (why := doubt(root, key, stage))]
-    unchecked = Register(root, key).anchor().unchecked
-    if unchecked is not None:  # fails closed, as verify does
-        doubts.append(f"register: could not check its anchor in git: {unchecked}")
     recorded = recorded_results(root, [key]).get(key) or {}
     if (recorded.get("machine"), recorded.get("grid")) != (machine, grid):
         doubts.append(f"claims: claims.json says machine {recorded.get('machine')!r}, grid "
@@ -121,34 +115,14 @@ def cli_claims(root: Path | str, as_json: bool = False) -> int:
 
 
 def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
-    """Check NOW the register's chain and anchor, the results file, its sidecar and the
-    register's retained copy (``trust.doubt``); status "sha256 OK", "MISMATCH" or
-    "not run". ``anchored`` says whether git vouches for the version (None: no git)."""
-    entry = evidence.entry
-    if evidence.sha256_now is None and entry is None:
-        return {"status": "not run", "detail": "no artifact and no register entry"}
+    """Check NOW that the results file is what its record says and was computed from the
+    inputs there now (``loading.doubt``); status "sha256 OK", "MISMATCH" or "not run"."""
+    if evidence.sha256_now is None and evidence.entry is None:
+        return {"status": "not run", "detail": "no artifact and no record"}
     why = doubt(root, key, evidence.stage)
-    expected = (entry or {}).get("sha256")
-    try:
-        copy = Register(root, key).copy_path(expected)
-    except ValueError as exc:  # no entry, or an edited one whose sha256 is not even a hash
-        return {"status": "MISMATCH", "detail": why or str(exc), "anchored": None}
-    copy_now = sha256_file(copy) if copy.is_file() else None
-    problems = [why] if why else []
-    if copy_now != expected:
-        problems.append(f"retained copy {relative(copy, root)} "
-                        f"{'is missing' if copy_now is None else 'now ' + copy_now}")
-    anchor = Register(root, key).anchor()
-    anchored = None if anchor.committed is None else entry["seq"] < anchor.committed
-    if anchor.unchecked is not None:  # fails closed: no "sha256 OK" that git could not back
-        problems.append(f"could not check the register's anchor in git: {anchor.unchecked}")
-    detail = "; ".join(problems) or ("chain, results file, sidecar and retained copy match"
-                                     + {None: " (not anchored: git does not track the register)",
-                                        False: " (not anchored: registered since the last "
-                                               "commit)", True: ""}[anchored])
-    return {"status": "MISMATCH" if problems else "sha256 OK", "detail": detail,
-            "anchored": anchored, "results_sha256_now": evidence.sha256_now,
-            "retained_copy_sha256_now": copy_now, "retained_copy": relative(copy, root)}
+    return {"status": "MISMATCH" if why else "sha256 OK",
+            "detail": why or "the results file is its record's; its inputs are the files there",
+            "results_sha256_now": evidence.sha256_now}
 
 
 # ---------------------------------------------------------------- audit

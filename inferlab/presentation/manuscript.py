@@ -321,7 +321,7 @@ def report_view(root, key: str, evidence) -> dict:
     import os
 
     from inferlab.core import layout
-    from inferlab.evidence.integrity import derived_status
+    from inferlab.evidence.loading import derived_status
 
     data = evidence.data
     if data is None:

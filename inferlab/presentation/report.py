@@ -28,8 +28,8 @@ from markupsafe import Markup
 
 from inferlab.core import layout
 from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
+from inferlab.evidence.loading import code_changed
 from inferlab.evidence.register import Register
-from inferlab.evidence.trust import code_changed
 from inferlab.judging.claims import Claim, load
 from inferlab.presentation import sections
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text, reason_text
@@ -48,7 +48,6 @@ SECTIONS = (("summary", "Summary"), (CLAIMS_STAGE, "Claims"),
             *((v.SECTION["id"], v.SECTION["title"]) for v in VIEWS.values() if v),
             ("provenance", "Provenance"))
 __all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
-MEASURABLE = "not measurable here"
 
 # ---------------------------------------------------------------- data
 
@@ -105,13 +104,6 @@ def summary_card(data: KeyData) -> dict:
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()
                         if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
             "counts": [{"verdict": v, "count": counts[v]} for v in shown],
-            "flipped": [c["id"] for c in data.results if data.was(c["id"], c["verdict"])],
-            # a verdict that changed because a point was measured in one run only, not
-            # because a value moved across a threshold (issue 33: the false reason)
-            "flipped_measured": [c["id"] for c in data.results
-                                 if data.was(c["id"], c["verdict"]) and MEASURABLE in
-                                 (c["verdict"], data.previous[1].get(c["id"]))],
-            "previous_version": data.previous[0],
             "older_code": [s for s, e in data.evidence.items() if e.provenance and code_changed(
                 layout.REPO_ROOT, s, e.provenance.get("code_files") or {})]}
 
@@ -152,7 +144,7 @@ def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
                 "value_text": value_text(r),
                 "judged_on": judged_on_brief(r["judged_on"]) or reason_text(r, claim, k.key),
                 "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
-                "was": k.was(claim.id, r["verdict"])})
+                })
         rows.append({"id": claim.id, "kind": claim.kind, "span": span,
                      "sentence": plain_text(claim.sentence),
                      "chapter_value": plain_text(claim.chapter_value), "cells": cells})

@@ -35,7 +35,6 @@ from inferlab.evidence.artifacts import Table
 from inferlab.evidence.loading import Evidence, load_evidence
 from inferlab.judging.claims import Claim
 from inferlab.presentation.audit import integrity
-from inferlab.presentation.report_tables import previous_verdicts
 
 # Stages that show nothing of their own on the page, and why.
 NO_VIEW = {
@@ -55,13 +54,6 @@ class KeyData:
     grid: str | None
     evidence: dict[str, Evidence]
     integrity: dict[str, dict]
-    previous: tuple[int | None, dict[str, str]] = (None, {})  # the run before, made alike
-
-    def was(self, claim_id: str, verdict: str) -> str | None:
-        """The verdict of the previous run made the same way, when it was another one."""
-        version, verdicts = self.previous
-        before = verdicts.get(claim_id)
-        return f"was {before} (version {version})" if before not in (None, verdict) else None
 
     @property
     def results(self) -> list[dict]:
@@ -91,8 +83,7 @@ class KeyData:
 def load_key(root: Path, key: str) -> KeyData:
     evidence = {stage: load_evidence(root, key, stage) for stage in STAGES}
     return KeyData(key, layout.split_key(key)[1], evidence,
-                   {s: integrity(root, key, e) for s, e in evidence.items()},
-                   previous_verdicts(root, key))
+                   {s: integrity(root, key, e) for s, e in evidence.items()})
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pandas as pd
 
 from inferlab.algorithms.traffic import naive_hbm_elements, tiled_hbm_elements
 from inferlab.core import layout
+from inferlab.core.pipeline import STAGES
 from inferlab.evidence.loading import device_of
 from inferlab.evidence.register import Register
 from inferlab.judging.causes import primary
@@ -176,8 +177,11 @@ def run(params: Params, ctx) -> dict:
     dtype = claims_file.fp16_stand_in.get(device_of(ctx.evidence["probe"], ctx.key),
                                           "float32")
     data = inputs(ctx)
+    # a measured artifact's commit is its register version's, a derived one's its sidecar's
     commits = {(e["stage"], e["version"]): e["provenance"].get("git_commit")
                for e in Register(ctx.root, ctx.key).history()}
+    commits |= {(name, None): found.provenance.get("git_commit")
+                for name, found in ctx.evidence.items() if not STAGES[name].measured}
     figures = {c.id: [n.token for n in printed_figures(c)] for c in claims_file.claims}
     machine, grid = layout.split_key(ctx.key)
     manuscript = {

@@ -22,8 +22,8 @@ point (a stage's key columns) and quantity (median time, paired ratio, causal ov
   (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
   no run measured keeps the latest run's status and cause.
 
-The runs are read through ``evidence.history``: only anchored or this checkout's own
-versions whose retained copies verify; the rest is logged with the reason. At most
+The runs are the register's kept versions (``evidence.history``): a version whose kept
+file was edited, or holds a value no clock measures, is left out and logged with the reason. At most
 ``max_runs`` of the latest runs are pooled (the machine as it is now, as asv keeps).
 """
 
@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from inferlab.core.pipeline import STAGES
-from inferlab.evidence.history import kind_keys, trusted_versions
+from inferlab.evidence.history import kept_versions, kind_keys
 from inferlab.judging.series_view import TIMED, is_number, missing
 from inferlab.measurement.environment import hardware
 from inferlab.measurement.intervals import process_var
@@ -301,11 +301,10 @@ def prior_of(root, key: str, stage: str, current: list,
     notes = []
     mine = {v.entry["sha256"] for v in current}
     for other in kind_keys(root, key):
-        versions = trusted_versions(root, other, stage)
-        anchored = _once([v for v in versions.found if v.anchored
-                          and v.entry["sha256"] not in mine])
+        versions = kept_versions(root, other, stage)
+        kept = _once([v for v in versions.found if v.entry["sha256"] not in mine])
         groups: list[list] = []
-        for v in anchored:
+        for v in kept:
             group = next((g for g in groups if made_alike(g[0].entry, v.entry)), None)
             if group is None:
                 groups.append([v])
@@ -341,7 +340,7 @@ def run(params: Params, ctx) -> list[dict]:
     rows: list[dict] = []
     for stage in TIMED:
         latest = ctx.evidence[stage].entry
-        history = trusted_versions(ctx.root, ctx.key, stage)
+        history = kept_versions(ctx.root, ctx.key, stage)
         for note in history.left_out:
             ctx.log(f"[series] left out: {note}")
         alike = _once([v for v in history.found if made_alike(v.entry, latest)
@@ -355,11 +354,10 @@ def run(params: Params, ctx) -> list[dict]:
         if not alike or alike[-1].entry["sha256"] != latest["sha256"]:
             why = next((n for n in history.left_out  # the version's own reason, else
                         if n.startswith(f"{ctx.key} {stage} v{latest['version']}:")  # the
-                        or n.startswith(f"{ctx.key}: ")),  # register's (a broken chain)
+                        or n.startswith(f"{ctx.key}: ")),  # register's (an unreadable line)
                        f"{ctx.key} {stage} v{latest['version']}: not in the register")
-            raise ValueError(f"the latest {stage} cannot be pooled: {why}. Commit evidence/ and "
-                             f"results/ if this checkout made it, or rerun it here (snakemake "
-                             f"--forcerun {stage})")
+            raise ValueError(f"the latest {stage} cannot be pooled: {why}. Rerun it here "
+                             f"(snakemake --forcerun {stage})")
         # the prior of this kind: for a first run; for a series whose points have no two
         # runs (no estimate of its own), its run level only (its processes are its own)
         prior, notes = prior_of(ctx.root, ctx.key, stage, alike, runs=len(alike))

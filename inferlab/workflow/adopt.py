@@ -4,18 +4,14 @@ A fresh clone has no ``.snakemake/`` metadata and checkout mtimes in no useful o
 Snakemake would either redo everything or trust whatever happens to look newer. Adopt
 decides instead, stage by stage in DAG order. A stage is *current* when
 
-* ``trust.doubt`` finds nothing: the register's chain and its anchor in git are intact,
-  and the artifact and sidecar are its latest version, the sidecar agreeing with it;
-* that version is anchored: it is in the register committed at HEAD (a version made
-  or forged here since the last commit is rerun; so is every version where the register
-  is not committed, or git cannot be asked: nothing vouches for it there);
-* the inputs it recorded are the artifacts there now (a prefill version committed
-  without rerunning traffic leaves traffic computed from another prefill.csv);
+* its artifact is what its record says and was computed from the inputs there now
+  (``loading.doubt``), and the files derived from it are the ones it recorded;
+* git vouches for it: its artifact and sidecar (and for a measured stage its kept version
+  and its register line) are committed and unmodified (``git status``, the register as
+  committed at HEAD); a run made here since the last commit is rerun;
 * the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
   the effective config it was made with equal today's (the same effective config the
   Snakefile hands the rule);
-* the files derived from it (the manuscript's numbers and tables) are the ones it
-  recorded (``integrity.derived_faults``: not edited, not left from an earlier version);
 * it was measured on this hardware (CPU model and ISA level, or GPU) with the threads
   the run would give it (``threads``, or every CPU up to ``--cores``, as Snakemake gives
   them), not merely under this machine id.
@@ -34,16 +30,43 @@ from base64 import urlsafe_b64encode
 from pathlib import Path
 
 from inferlab.core import layout
+from inferlab.core.files import CannotCheck, canonical_json, git_changed, git_file
 from inferlab.core.pipeline import STAGES, code_files
-from inferlab.evidence.integrity import derived_faults
+from inferlab.evidence.loading import code_changed, derived_faults, doubt, sidecar_record
 from inferlab.evidence.provenance import config_hash
 from inferlab.evidence.register import Register
-from inferlab.evidence.trust import code_changed, doubt, stale_inputs
 from inferlab.measurement.environment import fingerprint, hardware
 from inferlab.workflow.config import Config, load_config, resolve, resolve_threads
 
 STEP_S = 0.001      # between the stamps of consecutive stages
 MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
+
+
+def not_committed(root: Path, key: str, name: str) -> str | None:
+    """Why git does not vouch for the artifact of stage ``name``, or None: its files (the
+    artifact, sidecar, derived files, kept version) differ from HEAD, or its register line
+    is not in the register committed at HEAD."""
+    path = layout.artifact_path(root, key, name)
+    files = [path, layout.sidecar_path(path),
+             *(layout.derived_path(root, key, name, f) for f in STAGES[name].derived)]
+    register = Register(root, key)
+    entry = register.latest(name) if STAGES[name].measured else None
+    if entry is not None:
+        files.append(register.version_path(entry))
+    rel = [p.relative_to(root).as_posix() for p in files]
+    try:
+        changed = sorted(git_changed(root, rel) & set(rel))
+        committed = git_file(root, "HEAD", register.rel) if entry is not None else b""
+    except CannotCheck as exc:
+        return f"git cannot vouch for it ({exc})"
+    if changed:
+        return (f"{', '.join(changed)} differ from the last commit (a run made here, or an "
+                "edit): git does not vouch for them; commit evidence/ and results/ to adopt "
+                "them")
+    if entry is not None and canonical_json(entry) not in (committed or b"").split(b"\n"):
+        return (f"its version {entry['version']} was registered after the last commit: git "
+                "does not vouch for it; commit evidence/ and results/ to adopt it")
+    return None
 
 
 def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
@@ -53,30 +76,19 @@ def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
     why = doubt(root, config.key, name)
     if why is not None:
         return why
-    register = Register(root, config.key)
-    entry, anchor = register.latest(name), register.anchor()
-    if anchor.unchecked is not None:
-        return f"could not check its register's anchor in git: {anchor.unchecked}"
-    if anchor.committed is None:
-        return ("its register is not committed in git here, so git does not vouch for it "
-                "(commit evidence/ to anchor it)")
-    if entry["seq"] >= anchor.committed:
-        return (f"version {entry['version']} was registered after the last commit, so git "
-                "does not vouch for it (a run made here, or a forged entry)")
-    changed = stale_inputs(root, entry)
-    if changed:
-        return changed
-    changed = code_changed(root, name, entry["provenance"].get("code_files") or {})
+    derived = derived_faults(root, config.key, name)
+    if derived:
+        return "a file derived from it is not the one it recorded: " + "; ".join(derived)
+    why = not_committed(root, config.key, name)
+    if why is not None:
+        return why
+    provenance = sidecar_record(layout.artifact_path(root, config.key, name))["provenance"]
+    changed = code_changed(root, name, provenance.get("code_files") or {})
     if changed:
         return f"its code changed since it was made ({', '.join(changed)})"
-    if config_hash(config.effective(name)) != entry["provenance"]["config_sha256"]:
+    if config_hash(config.effective(name)) != provenance.get("config_sha256"):
         return "its effective config changed since it was made"
-    derived = derived_faults(root, config.key, register.objects, name,
-                             register.history(name))
-    if derived:
-        return "a file derived from it is not the one it recorded: " + "; ".join(
-            f"{where}: {why.split('; rerun')[0]}" for where, why in derived)
-    there = hardware(entry["provenance"].get("environment") or {})
+    there = hardware(provenance.get("environment") or {})
     if there != here:
         return f"it was made on other hardware ({there}; here {here})"
     return None

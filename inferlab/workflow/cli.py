@@ -97,41 +97,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     if args.stage is not None:
         stage(args.stage)
-    if args.compare or args.record:
-        from inferlab.evidence import compare
-        from inferlab.evidence.compare import compare_latest, format_differences
-        from inferlab.presentation.report_tables import record_table, track_record
-
-        flag = "--compare" if args.compare else "--record"
-        if args.stage is None:
-            raise ValueError(f"{flag} needs a timing stage, e.g. history prefill {flag}")
-        compare.check_paired(args.stage, flag)
-        if args.compare:
-            previous, latest, diffs = compare_latest(Path(args.root), _key(args), args.stage)
-            print(format_differences(previous, latest, diffs, args.stage))
-            latest_pair = [r for r in track_record(Path(args.root), _key(args), args.stage)
-                           if r["new"] == latest["version"]]
-            print(_record_text(record_table(latest_pair)))
-            return 0
-        record = track_record(Path(args.root), _key(args), args.stage)
-        for why in compare.left_out(Path(args.root), _key(args), args.stage):
-            print(f"left out: {why}")
-        if not record:
-            print(f"{args.stage}: no two versions of {_key(args)!r} were made with the same "
-                  "code, config and hardware")
-            return 1
-        print(f"{args.stage}: every version against the previous one made with the same code, "
-              "config and hardware (paired ratios, ratio != 1)")
-        print(_record_text(record_table(record)))
-        return 0
     return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
-
-
-def _record_text(table: dict) -> str:
-    """A ``report_tables.record_table`` as aligned text."""
-    from inferlab.presentation.formats import text_table
-
-    return text_table([table["columns"]] + [row["cells"] for row in table["rows"]])
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
@@ -240,22 +206,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_adopt)
 
     s = sub.add_parser("verify", parents=[common],
-                       help="re-hash the evidence register(s), check the chain and its "
-                            "anchor in git")
+                       help="re-hash the kept versions, check that results/ is the register's "
+                            "latest and that the committed register is a prefix of it")
     s.add_argument("--repair", action="store_true",
-                   help="first remove a torn final register line (an interrupted append), "
-                        "saying what it removes; complete entries are never touched")
+                   help="first remove a torn final register line and temp files (an "
+                        "interrupted write), saying what it removes; complete lines are "
+                        "never touched")
     s.set_defaults(func=_cmd_verify)
 
-    s = sub.add_parser("history", parents=[common], help="list artifact versions in the register")
+    s = sub.add_parser("history", parents=[common],
+                       help="list the kept versions of the measured stages")
     s.add_argument("stage", nargs="?", default=None,
-                   help=f"only this stage's versions, one of: {', '.join(STAGES)}")
-    s.add_argument("--compare", action="store_true",
-                   help="the latest version against the previous one made with the same "
-                        "code, config and hardware: the relative difference per point")
-    s.add_argument("--record", action="store_true",
-                   help="every version against the previous one made alike: how often "
-                        "each run's paired ratios fell inside the other's 95 %% interval")
+                   help="only this stage's versions, one of: "
+                        f"{', '.join(n for n, d in STAGES.items() if d.measured)}")
     s.set_defaults(func=_cmd_history)
 
     s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")

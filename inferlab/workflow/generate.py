@@ -71,7 +71,6 @@ SCHEMAS = {
         ("properties", "artifact", "enum"): lambda: [s.artifact for s in STAGES.values()],
         ("$defs", "provenance", "properties", "stage", "enum"): lambda: list(STAGES),
     },
-    "register_entry.schema.json": {("properties", "stage", "enum"): lambda: list(STAGES)},
     "claims.schema.json": {("$defs", "check", "properties", "stage", "enum"): _judged},
     "claims_result.schema.json": {
         ("$defs", "artifact", "properties", "stage", "enum"): _judged,
@@ -135,8 +134,9 @@ def _layout(_: Path) -> str:
         lines.append(f"results/{{key}}/{s.artifact:<18} + {s.artifact}.prov.json")
         if s.derived:
             lines.append(f"results/{{key}}/{name + '/':<18} {', '.join(s.derived)} (derived)")
-    lines += ["evidence/{key}/register.jsonl  one JSON object per line, hash-chained",
-              "evidence/{key}/objects/{sha256}  retained copy of every artifact and sidecar",
+    lines += ["evidence/{key}/register.jsonl  one line per version of a measured stage: "
+              "stage, version, sha256, provenance",
+              "evidence/{key}/{stage}/v{N}.csv  that version's artifact, kept for the series",
               "report/index.html              all keys side by side", "```"]
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """Runs one stage end to end: the process settled (``process``) -> its inputs read and
-checked against the register (``inputs``) -> ``Params.from_config`` -> ``run(params, ctx)``
--> the artifact's bytes (``artifacts``) -> ``provenance.write_artifact`` (results/,
-retained copies, register entry), the log to stderr and the rule's log file (``logs``).
+checked (``loading.read_input``) -> ``Params.from_config`` -> ``run(params, ctx)`` -> the
+artifact's bytes (``artifacts``) -> ``provenance.write_artifact`` (results/, and for a
+measured stage its kept version and register line), the log to stderr and the rule's log
+file (``logs``).
 
 Two entry points take the same path, so an artifact does not depend on which ran it:
 ``from_snakemake`` (``scripts/run_stage.py``), which uses the paths, threads and params
@@ -21,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferlab.core import layout
+from inferlab.core.files import relative
 from inferlab.core.logs import Log
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
-from inferlab.evidence.history import record_own
-from inferlab.evidence.inputs import nonfinite_cells, read_input
-from inferlab.evidence.loading import Evidence
+from inferlab.evidence.loading import Evidence, nonfinite_cells, read_input
 from inferlab.measurement import machine_load
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
@@ -114,10 +114,10 @@ def same_device(key: str, device: str, evidence: dict[str, Evidence]) -> None:
 
 
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
-    """Run the stage of ``job`` and write its artifact; return the register entry.
+    """Run the stage of ``job`` and write its artifact; return its entry.
 
     Nothing is written before the stage has finished and its output passed its schema,
-    so an interrupted or failing stage leaves no artifact and no register entry.
+    so an interrupted or failing stage leaves no artifact and no register line.
     """
     process = steady_process()  # before torch is imported
     from inferlab.evidence.provenance import write_artifact
@@ -163,10 +163,10 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
                      "process": process,
                      "load": machine_load.during(load_before)},
         schema_version=artifacts.schema_version(job.stage))
-    record_own(job.root, job.key, entry)  # this checkout's own: the series may pool it
     write_derived(job.root, job.key, job.stage, module, content)
-    log(f"[{job.stage}] wrote {entry['path']} (version {entry['version']}) in "
-        f"{time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
+    version = "" if entry["version"] is None else f" (version {entry['version']})"
+    log(f"[{job.stage}] wrote {relative(job.output, job.root)}{version} "
+        f"in {time.perf_counter() - started:.1f} s with {job.threads} thread(s)")
     return entry
 
 
