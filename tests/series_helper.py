@@ -32,7 +32,7 @@ def series_rows(**tables) -> list[dict]:
         runs = runs if isinstance(runs, list) and runs and not isinstance(runs[0], dict) \
             else [runs]
         versions = [Version({"version": i + 1, "sha256": f"{i:064x}",
-                             "provenance": {"environment": {}}}, _table(stage, run), True)
+                             "provenance": {"environment": {}}}, _table(stage, run))
                     for i, run in enumerate(runs)]
         rows += pooled(stage, versions, PRIOR if len(versions) == 1 else {})[0]
     return rows

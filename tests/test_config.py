@@ -6,15 +6,25 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
 import random
 import re
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from inferlab.core import layout
 from inferlab.core.pipeline import STAGES
 from inferlab.workflow import config as cfg
+from inferlab.workflow.config import load_config, resolve_grid
+from tests.pipeline_repo import copy_repo
+
+REPO = layout.REPO_ROOT
 
 # (override, the key path the error must name): each is one kind of bad config
 BAD_OVERRIDES = [
@@ -272,3 +282,135 @@ def test_keys_that_bound_one_another_are_checked_together(overrides, says):
     """R8-21: accepted, then timed the wrong size or failed mid-run without the key."""
     with pytest.raises(ValueError, match=re.escape(says)):
         cfg.load_config(overrides=overrides)
+
+
+# ------------------------------------------------------------------ a user's mistakes, named
+
+@pytest.mark.parametrize("name", ["smoke\n", "smoke\r", "smoke\u2028", "smo\nke"])
+def test_a_line_break_in_a_grid_or_machine_name_is_refused(tmp_path, name):
+    with pytest.raises(ValueError, match=r"is not a valid grid name"):
+        layout.check_grid(name)
+    with pytest.raises(ValueError, match=r"is not a valid machine id"):
+        layout.check_machine("cpu" + name)
+    with pytest.raises(ValueError, match=r"is not 'machine' or 'machine@grid'"):
+        layout.check_key(f"cpu@{name}")
+    raw = load_config(base=REPO / "config.yaml")
+    raw["grid"], raw["seed"] = name, raw["seed"] + 1  # another grid, named
+    with pytest.raises(ValueError, match=r"grid"):
+        resolve_grid(raw, "cpu")
+
+
+@pytest.mark.parametrize("value", ["1.0", "7.0"])
+def test_a_float_seed_is_refused(value):
+    with pytest.raises(ValueError, match=rf"config key seed: {value} is not of type 'integer'"):
+        load_config(overrides=[f"seed={value}"], base=REPO / "config.yaml")
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw["seed"] = float(value)  # Snakemake's own validate lets it through to the rules
+    with pytest.raises(ValueError, match=r"config key seed: .* is not of type 'integer'"):
+        resolve_grid(raw, "cpu")
+
+
+def test_a_duplicate_key_is_an_error_naming_both_lines(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("seed: 0\ncorrectness:\n  heads: 2\n  cpu: {}\nseed: 7\n")
+    with pytest.raises(ValueError, match=(r"config file .*dup.yaml.: key 'seed' appears twice: "
+                                          r"line 1 and line 5; keep one")):
+        load_config([path], base=REPO / "config.yaml")
+    path.write_text("correctness:\n  heads: 2\n  heads: 3\n")
+    with pytest.raises(ValueError, match=r"key 'heads' appears twice: line 2 and line 3"):
+        load_config([path], base=REPO / "config.yaml")
+
+
+def test_a_huge_config_is_refused_quickly_and_briefly(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("correctness:\n  cpu:\n    lengths:\n" + "    - 64\n" * 400_000)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=r"config file .*big.yaml. is 3.6 MB: more than the "
+                                         r"1 MB a config file may be") as exc:
+        load_config([big], base=REPO / "config.yaml")
+    assert time.perf_counter() - started < 1
+    assert len(str(exc.value)) < 500
+    long = tmp_path / "long.yaml"
+    long.write_text("correctness:\n  cpu:\n    lengths: [" + "64, " * 90_000 + "64]\n")
+    with pytest.raises(ValueError, match=r"^invalid config") as exc:
+        load_config([long], base=REPO / "config.yaml")
+    assert len(str(exc.value)) < 4000
+    with pytest.raises(ValueError, match=r"override .* is 1.1 MB: more than"):
+        load_config(overrides=["seed=" + "1" * 1_100_000], base=REPO / "config.yaml")
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
+    levels = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n"
+        for i in range(8))  # 10**9 values from 1 kB
+    path = tmp_path / "bomb.yaml"
+    path.write_text(levels + "correctness:\n  cpu:\n    lengths: *i\n")
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=r"bomb.yaml. expands to more than 100,000 values"):
+        load_config([path], base=REPO / "config.yaml")
+    assert time.perf_counter() - started < 5
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "utf16.yaml"
+    path.write_bytes("seed: 1\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"config file .*utf16.yaml. is not UTF-8 text \(byte "
+                                         r"0xff at offset 0\)"):
+        load_config([path], base=REPO / "config.yaml")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_config_file_that_is_no_regular_file_is_named(tmp_path, kind):
+    path = {"fifo": tmp_path / "f.yaml", "device": Path("/dev/zero"), "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    with pytest.raises(ValueError, match=r"is not a regular file \(a folder, FIFO or device\)"):
+        load_config([path], base=REPO / "config.yaml")
+
+
+TEXT = st.text(max_size=40)  # any code point, lone surrogates too (argv has them)
+
+
+@given(name=TEXT)
+def test_a_machine_or_grid_name_is_a_slug_or_refused(name):
+    for check in (layout.check_machine, layout.check_grid, layout.check_key):
+        try:
+            check(name)
+        except ValueError as exc:
+            assert repr(name) in str(exc)
+        else:
+            assert name.isascii() and name.isprintable() and "\n" not in name
+            assert name == name.strip() and "/" not in name
+
+
+def test_a_named_grid_never_hides_another_config():
+    base = load_config(base=REPO / "config.yaml")
+    smoke = REPO / "profiles" / "smoke.yaml"
+    same = load_config([smoke], base=REPO / "config.yaml")
+    assert resolve_grid(same, "cpu", default=base) == "smoke"  # the profile itself
+    others = [load_config([smoke], [override], base=REPO / "config.yaml")
+              for override in ("prefill.cpu.heads=3", "prefill.cpu.heads=4", "seed=5")]
+    grids = [resolve_grid(raw, "cpu", default=base) for raw in others]
+    assert len(set(grids)) == 3 and all(g.startswith("smoke-") for g in grids), grids
+    assert all(layout.check_grid(g) == g for g in grids)
+    mine = load_config(overrides=["grid=mine", "prefill.cpu.heads=3"], base=REPO / "config.yaml")
+    assert resolve_grid(mine, "cpu", default=base).startswith("mine-")  # no profile names it
+    # the book grid stays the book grid, whatever name a config gives it
+    assert resolve_grid(load_config(overrides=["grid=smoke"], base=REPO / "config.yaml"),
+                        "cpu", default=base) is None
+
+
+@pytest.mark.slow
+def test_a_clone_in_a_path_with_a_space_is_refused_up_front(tmp_path):
+    from tests.pipeline_repo import run
+
+    repo = copy_repo(tmp_path / "with space" / "repo")
+    dry = run(repo, "-n", "--cores", "1")
+    assert dry.returncode != 0
+    text = dry.stdout + dry.stderr
+    assert "holds a space" in text and "exit status 127" in text, text[-3000:]
+    make = subprocess.run(["make", "-n", "setup"], cwd=repo, capture_output=True, text=True,
+                          timeout=60)
+    assert make.returncode != 0
+    assert "holds a space" in make.stdout + make.stderr
+

@@ -403,3 +403,27 @@ def test_full_disk_fails_the_stage_and_keeps_the_register(smoke, full_disk):
     assert tree_hashes(repo / "results" / KEY) == results  # no temp file, no backup left
     check = run(repo, "verify", module="inferlab")
     assert check.returncode == 0, check.stdout
+
+
+def test_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(tmp_path):
+    """What a Ctrl-C or SIGKILL leaves (.snakemake/incomplete markers on a stage's outputs,
+    as a killed run of the smoke grid left them) must not stop the next plain run."""
+    import base64
+
+    from tests.pipeline_repo import copy_repo, run
+
+    repo = copy_repo(tmp_path / "repo")
+    artifact = repo / "results" / f"{MACHINE}@smoke" / "correctness.csv"
+    marks = repo / ".snakemake" / "incomplete"
+    marks.mkdir(parents=True)
+    artifact.parent.mkdir(parents=True)
+    for path in (artifact, layout.sidecar_path(artifact)):
+        path.write_text("left by the killed run\n")
+        rel = path.relative_to(repo).as_posix().encode()
+        (marks / base64.b64encode(rel).decode()).write_text("")
+    dry = run(repo, "correctness", "-n", "--cores", "1", "--configfile", "profiles/smoke.yaml",
+              "--config", f"machine={MACHINE}")
+    assert dry.returncode == 0, (dry.stdout + dry.stderr)[-2000:]
+    assert "IncompleteFilesException" not in dry.stdout + dry.stderr
+    assert "rule correctness" in dry.stdout + dry.stderr
+

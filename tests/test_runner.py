@@ -69,7 +69,7 @@ def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
     hashed into its sidecar, apart, and the sidecar still validates."""
     import json
 
-    from tests.test_register import _validators
+    from jsonschema import Draft202012Validator
 
     code, books = tmp_path / "algorithm.py", tmp_path / "register.py"
     code.write_text("x = 1\n")
@@ -81,18 +81,17 @@ def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
     assert set(prov["code_files"]) == {"algorithm.py"}
     assert set(prov["bookkeeping_files"]) == {"register.py"}
     assert prov["bookkeeping_sha256"] != prov["code_sha256"]
-    sidecar_check, entry_check = _validators()
+    schema = json.loads(layout.schema_path("sidecar.schema.json").read_text())
     sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, "cpu-test-1c", "prefill"))
-    sidecar_check.validate(json.loads(sidecar.read_text()))
-    entry_check.validate(entry)
+    Draft202012Validator(schema).validate(json.loads(sidecar.read_text()))
 
 
 def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
     """A version recorded before the split listed its bookkeeping as code: adopt ignores
     those entries, and flags exactly the computing files that differ today."""
     from inferlab.core.pipeline import bookkeeping_files, code_files
+    from inferlab.evidence.loading import code_changed
     from inferlab.evidence.provenance import file_hashes
-    from inferlab.evidence.trust import code_changed
 
     root = layout.REPO_ROOT
     code = file_hashes([root / f for f in code_files("prefill")], root)
@@ -115,3 +114,16 @@ def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
     assert err.count("results/nosuch/probe.json does not exist") == 1, err
     logs = list((tmp_path / "logs").rglob("*.log"))
     assert any("Traceback" in p.read_text() for p in logs), logs
+
+
+def test_the_hold_point_holds_only_the_stage_it_names(tmp_path):
+    """tests/test_pipeline.py interrupts a stage held here (workflow.hold); unset, or
+    naming another stage, it returns at once."""
+    from inferlab.workflow.hold import hold_before_write
+
+    hold_before_write("prefill", {})
+    hold_before_write("prefill", {"INFERLAB_HOLD": f"decode:{tmp_path / 'held'}"})
+    assert not (tmp_path / "held").exists()
+    with pytest.raises(ValueError, match=r"INFERLAB_HOLD='prefill:': give <stage>:<file>"):
+        hold_before_write("prefill", {"INFERLAB_HOLD": "prefill:"})
+

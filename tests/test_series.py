@@ -1,241 +1,488 @@
-"""The series: a point pooled over the runs made alike (inferlab.measurement.pooling, the
-series stage), checked on runs whose truth the test knows."""
+"""The series stage (``stages.series``) over a register of real prefill and decode tables:
+which runs are made alike and pooled, which are left out and why, and what a prior from
+the series of machines of the same kind adds. The statistics themselves are
+``tests/test_pooling.py``'s.
+"""
 
 from __future__ import annotations
 
 import math
-import random
-import statistics
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from inferlab.measurement.pooling import (
-    Run,
-    RunLevel,
-    chi2_median,
-    chi2_sf,
-    combine_priors,
-    outlying,
-    pool,
-    process_variance,
-    run_variance,
-    with_prior,
-)
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.evidence.history import kept_versions
+from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import Register
+from inferlab.judging.claims import load
+from inferlab.measurement.environment import fingerprint
+from inferlab.stages import series
+from inferlab.workflow.cli import main as cli_main
+from tests.series_helper import series_rows
 
-SEED = 20261202
-
-
-def _series(rng: random.Random, points: int, runs: int, run_sd: float, proc_sd: float,
-            workers: int = 4, common_sd: float = 0.0) -> tuple[list[list[Run]], list[float]]:
-    """``points`` points with true log values, each measured in ``runs`` runs of
-    ``workers`` processes: y_r = mu + c_r + a_r + mean of the processes' e, c_r what run r
-    shares across every point (the whole run slower or faster), a_r the point's own."""
-    truths = [rng.uniform(-2, 2) for _ in range(points)]
-    shared = [rng.gauss(0, common_sd) for _ in range(runs)]
-    out = []
-    for mu in truths:
-        runs_ = []
-        for r in range(runs):
-            a = shared[r] + rng.gauss(0, run_sd)
-            logs = [mu + a + rng.gauss(0, proc_sd) for _ in range(workers)]
-            sd = statistics.stdev(logs) if workers >= 2 else None
-            runs_.append(Run(statistics.fmean(logs), workers, None if sd is None else sd ** 2,
-                             run=r))
-        out.append(runs_)
-    return out, truths
+KEY = "cpu-test-series-1c"
+OTHER = "cpu-test-series-other-1c"  # a machine of the same kind: its series is the prior
+HERE = fingerprint("cpu", collect_env=False)
+ELSEWHERE = {**HERE, "host": {**HERE["host"], "cpu_model": "Another CPU (a host of another id)"}}
+REPO = layout.REPO_ROOT
 
 
-def test_the_run_level_variance_is_recovered_from_many_points():
-    series, _ = _series(random.Random(SEED), points=60, runs=3, run_sd=0.04, proc_sd=0.03)
-    proc, df = process_variance(series)
-    level = run_variance(series, proc)
-    assert level.origin == "series" and level.df == 60 * 2
-    assert math.sqrt(level.var) == pytest.approx(0.04, rel=0.25)
-    assert math.sqrt(proc) == pytest.approx(0.03, rel=0.15) and df == 60 * 3 * 3
+def _prefill(shift: float, bad: float | None = None, common: float = 0.0,
+             points: int = 2) -> bytes:
+    """``points`` lengths of naive and tiled (tiled's ratio to naive), a run ``shift`` apart
+    in log time; ``common`` moves the ratios of the whole run (a run-level effect)."""
+    rows = []
+    for i in range(points):
+        T = 1024 * (i + 1)
+        base = {"fused_sdpa": False, "T": T, "batch": 1, "heads": 12, "d": 64,
+                "dtype": "float32", "causal": True, "block_q": 128, "block_k": 128,
+                "threads": 1, "flops": 1, "status": "ok", "workers": 3}
+        naive = T / 100 * math.exp(shift)
+        wiggle = 0.01 * math.sin(7 * i + 13 * shift)  # the points move apart a little
+        ratio = 2.0 * math.exp(shift / 2 + common + wiggle) if bad is None or i else bad
+        rows += [{**base, "impl": "naive", "median_ms": naive, "ci_low_ms": naive * 0.98,
+                  "ci_high_ms": naive * 1.02},
+                 {**base, "impl": "tiled", "median_ms": naive / 2, "ci_low_ms": naive * 0.49,
+                  "ci_high_ms": naive * 0.51, "ratio": ratio, "ratio_ci_low": ratio * 0.98,
+                  "ratio_ci_high": ratio * 1.02, "ratio_to": "naive"}]
+    return artifacts.encode("prefill", rows)
 
 
-def test_no_run_level_variance_is_floored_at_zero_not_negative():
-    series, _ = _series(random.Random(SEED + 1), points=40, runs=3, run_sd=0.0, proc_sd=0.05)
-    proc, _ = process_variance(series)
-    assert run_variance(series, proc).var >= 0.0
+def _decode(shift: float) -> bytes:
+    t = 1.0 * math.exp(shift)
+    return artifacts.encode("decode", [{
+        "impl": "sdpa_flash", "fused_sdpa": True, "cache_len": 1024, "batch": 1, "heads": 12,
+        "d": 64, "dtype": "float32", "splits": 1, "status": "ok", "workers": 3,
+        "cache_bytes": 3 * 2 ** 20, "median_ms": t, "ci_low_ms": t * 0.98,
+        "ci_high_ms": t * 1.02}])
 
 
-@pytest.mark.parametrize("runs", [1, 3])
-def test_the_prediction_interval_holds_the_next_run_95_percent_of_the_time(runs):
-    """Out of sample: a series of ``runs`` runs (the run-level variance from the series
-    itself, or for one run a prior of the true value) and one more run: inside its
-    prediction interval about 95 % of the time, and the machine's value inside the
-    confidence interval about as often."""
-    rng = random.Random(SEED + runs)
-    inside_pi = inside_ci = total = 0
-    for _ in range(40):
-        series, truths = _series(rng, points=30, runs=runs + 1, run_sd=0.05, proc_sd=0.04)
-        past = [point[:runs] for point in series]
-        proc, df = process_variance(past)
-        level = run_variance(past, proc) if runs >= 2 else RunLevel(0.05 ** 2, 200, "prior")
-        for point, mu in zip(series, truths, strict=True):
-            found = pool(point[:runs], level, proc, df, next_processes=4)
-            inside_pi += found.pi[0] <= math.exp(point[runs].log_value) <= found.pi[1]
-            inside_ci += found.ci[0] <= math.exp(mu) <= found.ci[1]
-            total += 1
-    assert 0.92 <= inside_pi / total <= 0.98
-    assert 0.92 <= inside_ci / total <= 0.98
+def _write(root: Path, stage: str, content: bytes, environment: dict = HERE, key: str = KEY,
+           code: str = "# the code that ran\n", config: dict | None = None) -> dict:
+    path = root / "stage_code.py"
+    path.write_text(code)
+    return write_artifact(root, key, stage, content, config=config or {"series": "alike"},
+                          code_files=[path], inputs=[], seed=0,
+                          command=f"python -m inferlab stage {stage}", environment=environment)
 
 
-def test_a_whole_run_slower_is_predicted_with_the_runs_degrees_of_freedom():
-    """Out of sample, as the committed host's decode median times vary: a run shares most
-    of its departure across the stage's points (sd 6 %, the points' own 2 %). Three runs
-    tell that part with two degrees of freedom however many points there are; an interval
-    that took the pooled spread as known to the points' 60 held the next run 84 % of the
-    time here (before ``common_variance``; a t with 2 degrees of freedom has 81 % inside
-    +-1.96), every point of a series in or out together. Over many series the next run is
-    inside its prediction interval about 95 % of the time, and the common part is told apart
-    from the points' own."""
-    rng = random.Random(SEED + 7)
-    inside = total = 0
-    commons = []
-    for _ in range(400):
-        series, _ = _series(rng, points=30, runs=4, run_sd=0.02, proc_sd=0.02, common_sd=0.06)
-        past = [point[:3] for point in series]
-        proc, df = process_variance(past)
-        level = run_variance(past, proc)
-        commons.append(level.common)
-        assert level.common_df == 2 and level.df == 60
-        for point in series:
-            found = pool(point[:3], level, proc, df, next_processes=4)
-            inside += found.pi[0] <= math.exp(point[3].log_value) <= found.pi[1]
-            total += 1
-    assert 0.92 <= inside / total <= 0.98
-    assert math.sqrt(statistics.fmean(commons)) == pytest.approx(0.06, rel=0.2)
+@pytest.fixture
+def root(tmp_path) -> Path:
+    """Three runs of prefill and of decode, made alike."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for shift in (0.0, 0.03, -0.02):
+        _write(root, "prefill", _prefill(shift))
+        _write(root, "decode", _decode(shift))
+    return root
 
 
-def test_a_prior_lends_the_common_part_its_degrees_of_freedom_and_names_its_source():
-    series, _ = _series(random.Random(SEED + 8), points=30, runs=3, run_sd=0.02, proc_sd=0.02,
-                        common_sd=0.05)
-    proc, _ = process_variance(series)
-    level = run_variance(series, proc)
-    prior = RunLevel(0.05 ** 2, 300, "prior", ("other prefill v1,2,3",), common=0.04 ** 2,
-                     common_df=18)
-    both = with_prior(level, prior)
-    assert both.common_df == 20 and both.source == ("other prefill v1,2,3",)
-    assert both.common == pytest.approx((2 * level.common + 18 * 0.04 ** 2) / 20)
-    assert both.var - both.common == pytest.approx(level.var - level.common)
-    assert with_prior(level, RunLevel(0.05 ** 2, 300, "prior")) == level  # no common part
-    # the same interval is narrower with the prior's 20 degrees of freedom than with 2
-    point = series[0]
-    assert math.log(pool(point, both, proc, 30, 4).pi[1] / pool(point, both, proc, 30, 4).value) \
-        < math.log(pool(point, RunLevel(both.var, 60, "series", common=both.common,
-                                        common_df=2), proc, 30, 4).pi[1]
-                   / pool(point, both, proc, 30, 4).value)
+def _series(root: Path, max_runs: int = 8, prefill: dict | None = None
+            ) -> tuple[int, str, list[dict]]:
+    """The series stage on ``root``: 0 or 2 (refused), its log and error, its rows."""
+    register, lines = Register(root, KEY), []
+    try:
+        evidence = {s: SimpleNamespace(entry=register.latest(s)) for s in ("prefill", "decode")}
+        if prefill is not None:
+            evidence["prefill"] = SimpleNamespace(entry=prefill)
+        ctx = SimpleNamespace(root=root, key=KEY, evidence=evidence, log=lines.append)
+        rows = series.run(series.Params(max_runs=max_runs), ctx)
+    except ValueError as exc:
+        return 2, "\n".join([*lines, str(exc)]), []
+    return 0, "\n".join(lines), rows
 
 
-def test_a_run_of_one_process_gets_the_pooled_process_variance_never_zero_width():
-    level = RunLevel(0.02 ** 2, 50, "prior", ("other-key prefill v1,2",))
-    found = pool([Run(math.log(8.9), 1, None)], level, proc_var=0.03 ** 2, proc_df=30,
-                 next_processes=1)
-    assert found.ci[0] < 8.9 < found.ci[1] and found.pi[0] < found.ci[0]
-    half = math.log(found.pi[1] / 8.9)
-    # Welch-Satterthwaite: 56 degrees of freedom from the prior's 50 and the processes' 30
-    assert half == pytest.approx(1.96 * math.sqrt(2 * (0.02 ** 2 + 0.03 ** 2)), rel=1e-3)
+def _pooled(rows: list[dict], stage: str = "prefill") -> list[dict]:
+    return [r for r in rows if r["kind"] == "pooled" and r["stage"] == stage]
 
 
-def test_a_variance_not_known_gives_no_interval():
-    assert pool([Run(0.0, 1, None)], RunLevel(0.01, 10, "series"), None, 0, 1) is None
-    assert pool([Run(0.0, 3, 0.01)], RunLevel(None, 0, "none"), None, 0, 3) is None
+def _tiled(rows: list[dict], T: int = 1024) -> dict:
+    return next(r for r in _pooled(rows) if r["impl"] == "tiled" and r["T"] == T)
 
 
-def test_priors_are_pooled_by_their_degrees_of_freedom_and_name_their_sources():
-    prior = combine_priors([RunLevel(0.01, 10, "prior", ("a",)), RunLevel(0.04, 30, "prior",
-                                                                          ("b",)),
-                            RunLevel(None, 0, "none")])
-    assert prior.var == pytest.approx((0.1 + 1.2) / 40) and prior.df == 40
-    assert prior.source == ("a", "b") and prior.origin == "prior"
-    assert combine_priors([]).var is None
+def _runs(rows: list[dict], stage: str = "prefill") -> set[int]:
+    return {r["version"] for r in rows if r["kind"] == "run" and r["stage"] == stage}
 
 
-def test_runs_of_one_process_each_get_intervals_from_their_spread():
-    """Every run timed each point in one process (a budget that cut processes, as prefill's
-    on a slow CPU): no process variance is known, but the spread between the runs is what
-    one more such run varies by. The series stage pools it as ``series_total``, never a
-    value without an interval (the committed prefill series had none before this)."""
-    from tests.series_helper import series_rows
-
-    rng = random.Random(SEED + 7)
-    shifts = [rng.gauss(0, 0.05) for _ in range(3)]
-    runs = [[{"impl": "naive", "fused_sdpa": False, "T": T, "batch": 1, "heads": 12, "d": 64,
-              "dtype": "float32", "causal": True, "block_q": 128, "block_k": 128,
-              "threads": 1, "flops": 1, "status": "ok", "workers": 1,
-              "median_ms": T / 100 * math.exp(s + rng.gauss(0, 0.03))}
-             for T in (1024, 2048, 4096, 8192)] for s in shifts]
-    pooled = [r for r in series_rows(prefill=runs) if r["kind"] == "pooled"]
-    assert len(pooled) == 4
-    for row in pooled:
-        assert row["runs"] == 3 and row["processes"] == 3
-        assert row["run_sd_origin"] == "series_total" and row["run_sd"] > 0
-        assert row["ci_low_ms"] < row["median_ms"] < row["ci_high_ms"]
-        assert row["pi_low_ms"] < row["ci_low_ms"] and row["pi_high_ms"] > row["ci_high_ms"]
+# ------------------------------------------------------------------ runs made alike
 
 
-def test_the_chi_square_tail_and_median_are_the_tables():
-    # the 95 % points of chi-square with 1-4 degrees of freedom, and its medians, as
-    # printed in every table (Abramowitz & Stegun 26.4)
-    for x, d in ((3.841, 1), (5.991, 2), (7.815, 3), (9.488, 4), (18.307, 10)):
-        assert chi2_sf(x, d) == pytest.approx(0.05, abs=2e-4)
-    for d, median in ((1, 0.4549), (2, 1.3863), (3, 2.3660), (10, 9.3418)):
-        assert chi2_median(d) == pytest.approx(median, abs=1e-4)
+def test_the_series_pools_the_runs_made_alike_and_shows_each(root):
+    rc, said, rows = _series(root)
+    assert rc == 0, said
+    assert _runs(rows) == {1, 2, 3} and _tiled(rows)["runs"] == 3
+    assert _tiled(rows)["run_sd_origin"] == "series"
+    assert "prefill: 3 run(s) v1,2,3" in said
 
 
-def test_one_point_whose_runs_spread_beyond_the_others_is_named_and_still_pooled():
-    """Round five's open attack: a 1e16 in one anchored run widens every point's interval.
-    The point is now named (``outlying``); it stays in the estimate, which it widens
-    (leaving it out cost coverage out of sample: pooling.py's docstring)."""
-    series, _ = _series(random.Random(SEED + 11), points=30, runs=3, run_sd=0.04,
-                        proc_sd=0.03)
-    proc, _ = process_variance(series)
-    calm = run_variance(series, proc)
-    assert calm.outliers == ()
-    hit = [list(p) for p in series]
-    hit[7][2] = Run(hit[7][2].log_value + math.log(1e16), 4, hit[7][2].process_var)
-    level = run_variance(hit, proc)
-    assert level.outliers == (7,)
-    assert level.var > 100 * calm.var  # kept: it widens every point
+@pytest.mark.parametrize("change", ["code", "config", "hardware", "threads", "torch"])
+def test_a_run_made_otherwise_starts_a_series_of_its_own(root, change):
+    """"Made alike": the same code, effective config, hardware with torch's threads and
+    torch's build. A run made otherwise is the latest, alone: the runs before it are
+    another series, never pooled with it."""
+    env = {**HERE, "host": {**HERE["host"]}, "build": {**HERE["build"]}}
+    kwargs = {}
+    if change == "code":
+        kwargs["code"] = "# the code, edited\n"
+    elif change == "config":
+        kwargs["config"] = {"series": "another grid"}
+    elif change == "hardware":
+        env = ELSEWHERE
+    elif change == "threads":
+        env["host"]["torch_threads"] = (HERE["host"].get("torch_threads") or 1) + 1
+    else:
+        env["build"]["torch"] = "2.5.1"
+    _write(root, "prefill", _prefill(0.5), environment=env, **kwargs)
+    rc, said, rows = _series(root)
+    assert rc == 0, said
+    assert _runs(rows) == {4} and _tiled(rows)["runs"] == 1
+    if change == "hardware":
+        assert f"prefill: 3 versions of {KEY!r} were made on other hardware" in said
 
 
-def test_points_that_vary_alike_are_called_outlying_about_5_percent_of_the_time():
-    """The test's family-wise level: over many series whose points all vary alike, the
-    share of series in which any point is called outlying is about ALPHA (5 %)."""
-    rng = random.Random(SEED + 12)
-    flagged = 0
-    for _ in range(300):
-        series, _ = _series(rng, points=30, runs=3, run_sd=0.04, proc_sd=0.03)
-        proc, _ = process_variance(series)
-        flagged += bool(outlying(series, proc))
-    assert 0.01 <= flagged / 300 <= 0.10
+def test_made_alike_compares_code_config_hardware_threads_and_build():
+    def entry(code="c", config="k", **build):
+        env = {**HERE, "build": {**HERE["build"], **build}}
+        return {"provenance": {"code_sha256": code, "config_sha256": config,
+                               "environment": env}}
+    assert series.made_alike(entry(), entry())
+    assert not series.made_alike(entry(), entry(code="other"))
+    assert not series.made_alike(entry(), entry(config="other"))
+    assert not series.made_alike(entry(), entry(torch="2.5.1", blas_info="openblas"))
+    assert not series.made_alike(entry(), entry(torch_git_version="0" * 40))
 
 
-def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_latest_probe():
-    """Four quiet runs and a latest one beside a busy process, whose probe read the matmul
-    ceiling at half (make regenerate beside two spin loops, 3 December 2026: 47 GFLOP/s
-    against 92). The pooled time is the quiet runs' mostly; divided by the latest run's
-    low ceiling it made naive attention run at 1.32 of the roof ("not physical", Q13-15
-    not measurable). A ceiling is the fastest the machine was seen doing: the series'
-    roof is the highest its runs read."""
-    from tests.series_helper import series_rows
+def test_max_runs_keeps_the_latest_runs_only(root):
+    rc, _, rows = _series(root, max_runs=2)
+    assert rc == 0 and {r["runs"] for r in _pooled(rows)} == {2} and _runs(rows) == {2, 3}
 
-    flops = 2 * 2 * 12 * 1024 * 1024 * 64
-    quiet_ceiling, busy_ceiling = 92.0, 47.0
 
-    def run(ms: float, ceiling: float) -> list[dict]:
-        gflops = flops / (ms * 1e-3) / 1e9
-        return [{"impl": "naive", "fused_sdpa": False, "T": 1024, "batch": 1, "heads": 12,
-                 "d": 64, "dtype": "float32", "causal": False, "block_q": None,
-                 "block_k": None, "threads": 1, "flops": flops, "status": "ok", "workers": 3,
-                 "median_ms": ms, "ci_low_ms": 0.98 * ms, "ci_high_ms": 1.02 * ms,
-                 "achieved_gflops": gflops, "frac_matmul_ceiling": gflops / ceiling}]
+def test_a_version_newer_than_the_latest_input_is_not_pooled(root):
+    """A series is of the runs up to its input: a later version (registered after the
+    input was read, by a stage run beside it) never joins it."""
+    latest = Register(root, KEY).latest("prefill")
+    _write(root, "prefill", _prefill(0.2))
+    rc, _, rows = _series(root, prefill=latest)
+    assert rc == 0 and _runs(rows) == {1, 2, 3}
 
-    runs = [run(ms, quiet_ceiling) for ms in (47.4, 48.2, 46.6, 46.7)] + [run(77.4, busy_ceiling)]
-    row = next(r for r in series_rows(prefill=runs) if r["kind"] == "pooled")
-    gflops = flops / (row["median_ms"] * 1e-3) / 1e9
-    assert row["achieved_gflops"] == pytest.approx(gflops)
-    assert row["frac_matmul_ceiling"] == pytest.approx(gflops / quiet_ceiling)
-    assert row["frac_matmul_ceiling"] < 1.0
+
+def test_one_artifact_registered_twice_is_one_run(root):
+    """The same bytes registered again are one measurement, which pooled as two runs would
+    count twice and narrow every interval."""
+    register = Register(root, KEY)
+    _write(root, "prefill", register.read_copy(register.entry("prefill", 3)))
+    rc, said, rows = _series(root)
+    assert rc == 0 and {r["runs"] for r in _pooled(rows)} == {3}, said
+    assert "prefill v3: the same artifact as v4" in said
+
+
+@pytest.mark.parametrize("value", [0, -1, "3", 2.5, None])
+def test_a_max_runs_that_is_no_count_of_runs_is_named(value):
+    from inferlab.workflow.config import deep_merge, load_config, validate_config
+
+    with pytest.raises(ValueError, match=r"series\.max_runs"):
+        validate_config(deep_merge(load_config([]), {"series": {"max_runs": value}}))
+
+
+# ------------------------------------------------------------------ what is left out, and why
+
+
+def test_an_edited_kept_version_is_left_out_and_named(root):
+    kept = root / f"evidence/{KEY}/prefill/v1.csv"
+    kept.write_bytes(_prefill(0.0, bad=40.0))  # the run-level sd it would have raised
+    found = kept_versions(root, KEY, "prefill")
+    assert [v.entry["version"] for v in found.found] == [2, 3]
+    rc, said, rows = _series(root)
+    assert rc == 0 and f"left out: {KEY} prefill v1: " in said and "changed after" in said
+    assert _tiled(rows)["runs"] == 2 and _tiled(rows)["ratio_pi_high"] < 3
+
+
+@pytest.mark.parametrize(("bad", "said"), [
+    (math.inf, "ratio=inf in an ok row: not a time or ratio"),
+    (0.0, "ratio=0.0 in an ok row: not a time or ratio"),
+    (1e300, "ratio=1e+300 in an ok row: outside [1e-16, 1e+16], which no clock measures"),
+])
+def test_a_value_no_clock_measures_leaves_its_version_out(tmp_path, bad, said):
+    _write(tmp_path, "prefill", _prefill(0.0))
+    _write(tmp_path, "prefill", _prefill(0.01, bad=bad))  # the table's encoder takes them all
+    found = kept_versions(tmp_path, KEY, "prefill")
+    assert [v.entry["version"] for v in found.found] == [1]
+    assert found.left_out == [f"{KEY} prefill v2: {said}"]
+
+
+@pytest.mark.parametrize("bad", [1e200, math.inf, 1e3])
+def test_a_process_sd_no_timing_gives_leaves_its_version_out(tmp_path, bad):
+    for i, shift in enumerate((0.0, 0.03, -0.02)):
+        rows = _rows(_prefill(shift))
+        for r in rows:
+            r["ratio_process_sd"] = 0.02 if r["impl"] == "tiled" else None
+            r["process_sd"] = 0.02
+        if i == 1:
+            rows[1]["ratio_process_sd"] = bad
+        _write(tmp_path, "prefill", artifacts.encode("prefill", rows))
+        _write(tmp_path, "decode", _decode(shift))
+    rc, said, rows = _series(tmp_path)
+    assert rc == 0 and f"{KEY} prefill v2: ratio_process_sd=" in said, said
+    assert all(r["runs"] == 2 and r["ratio_ci_high"] < 3
+               for r in _pooled(rows) if r["impl"] == "tiled")
+
+
+def test_a_nan_ratio_is_no_value_and_narrows_nothing(root):
+    _write(root, "prefill", _prefill(0.01, bad=math.nan))
+    rc, _, rows = _series(root)
+    runs = {r["version"]: r.get("ratio") for r in rows if r["kind"] == "run"
+            and r["stage"] == "prefill" and r["impl"] == "tiled" and r["T"] == 1024}
+    assert rc == 0 and set(runs) == {1, 2, 3, 4} and runs[4] is None
+    row = _tiled(rows)
+    assert row["ratio_run_sd"] > 0 and row["ratio_ci_low"] < row["ratio"] < row["ratio_ci_high"]
+
+
+def test_an_unreadable_register_line_is_named_with_the_fix(root):
+    path = layout.register_path(root, KEY)
+    path.write_bytes(path.read_bytes().replace(b"\n", b"\n{garbage\n", 1))
+    rc, said, _ = _series(root)
+    assert rc == 2 and "register.jsonl line 2 is not a register entry" in said
+    assert "git checkout --" in said
+    assert "line 2 is not a register entry" in kept_versions(root, KEY, "prefill").left_out[0]
+
+
+def test_an_extreme_value_is_named_where_it_widens_every_interval(root):
+    """A run with an extreme but plausible value widens the run-level sd of every point:
+    the statistics keep it (leaving such points out cost coverage, pooling.py) and name it."""
+    rows = _rows(_prefill(0.01))
+    for r in rows:
+        if r["impl"] == "naive" and r["T"] == 1024:
+            r["median_ms"] *= 1e6
+    _write(root, "prefill", artifacts.encode("prefill", rows))
+    rc, said, rows = _series(root)
+    named = {(r["impl"], r["T"]): r.get("outlying") for r in _pooled(rows)}
+    assert rc == 0 and named[("naive", 1024)] == "median_ms"
+    assert [v for k, v in named.items() if k != ("naive", 1024)] == [None] * 3
+    assert "widen every point's interval" in said
+
+
+def test_a_pooling_that_overflows_names_the_point_and_its_runs():
+    runs = [artifacts.decode("prefill", _prefill(s, bad=b))
+            for s, b in ((0, 1e300), (0.01, None), (0.02, None))]
+    with pytest.raises(ValueError, match=r"prefill \(impl=tiled.*T=1024.*1e\+300 \(v1\), "
+                                         r"2.01 \(v2\).*beyond floating point"):
+        series_rows(prefill=runs)
+
+
+def test_a_timing_stage_refuses_a_probe_measured_on_other_hardware(tmp_path, capsys):
+    probe = REPO / "results" / "cpu-amd-epyc-avx512bf16-2c" / "probe.json"
+    (tmp_path / "config.yaml").write_bytes((REPO / "config.yaml").read_bytes())
+    _write(tmp_path, "probe", probe.read_bytes(), environment=ELSEWHERE)
+    assert cli_main(["stage", "prefill", "--root", str(tmp_path), "--machine", KEY]) == 2
+    err = capsys.readouterr().err
+    assert f"results/{KEY}/probe.json was measured on other hardware" in err, err
+    assert "Another CPU" in err and "--forcerun probe" in err
+    assert not layout.artifact_path(tmp_path, KEY, "prefill").exists()
+
+
+def _rows(content: bytes) -> list[dict]:
+    rows = artifacts.decode("prefill", content).frame.to_dict(orient="records")
+    return [{k: (None if v != v else v) for k, v in r.items()} for r in rows]
+
+
+def _stopped_at(T: int, shift: float) -> bytes:
+    rows = _rows(_prefill(shift))
+    for r in rows:
+        if r["T"] == T:
+            r.update(status="stopped", cause="step_limit", median_ms=None, ci_low_ms=None,
+                     ci_high_ms=None, ratio=None, ratio_ci_low=None, ratio_ci_high=None)
+    return artifacts.encode("prefill", rows)
+
+
+def _table(shift: float) -> list[dict]:
+    rows = []
+    for impl, f in (("naive", 1.0), ("tiled", 0.5)):
+        for T in (1024, 2048):
+            ms = 10.0 * f * T / 1024 * (1 + shift)
+            rows.append({"impl": impl, "fused_sdpa": False, "T": T, "batch": 1, "heads": 12,
+                         "d": 64, "dtype": "float32", "causal": True, "block_q": 128,
+                         "block_k": 128, "threads": 1, "flops": 1, "status": "ok",
+                         "workers": 2, "median_ms": ms, "ci_low_ms": ms * .97,
+                         "ci_high_ms": ms * 1.03, "ratio_to": "naive",
+                         "ratio": f * (1 + shift / 3), "ratio_ci_low": f * .97,
+                         "ratio_ci_high": f * 1.03, "process_sd": 0.02,
+                         "ratio_process_sd": 0.0 if impl == "naive" else 0.02})
+    return rows
+
+
+def _drop(row: dict, **status) -> None:
+    for c in ("median_ms", "ci_low_ms", "ci_high_ms", "ratio", "ratio_ci_low",
+              "ratio_ci_high", "workers", "process_sd", "ratio_process_sd"):
+        row[c] = None
+    row.update(status)
+
+
+def test_the_latest_runs_failure_is_the_points_evidence():
+    """A failed row inside the scope is evidence (DESIGN), not a point to fill in from
+    earlier runs; a point the latest run did not reach is still judged from them."""
+    new = _table(0.03)
+    bad = next(r for r in new if r["impl"] == "tiled" and r["T"] == 2048)
+    _drop(bad, status="error", cause="inexact", max_error=0.5, error_bound=1e-3)
+    pooled = _tiled(series_rows(prefill=[_table(0.0), _table(0.01), new]), 2048)
+    assert (pooled["status"], pooled["cause"], pooled["in_latest"]) == ("error", "inexact",
+                                                                        False)
+    assert pooled.get("ratio") is None
+    bad.update(status="dropped", cause="budget", max_error=None, error_bound=None)
+    pooled = _tiled(series_rows(prefill=[_table(0.0), _table(0.01), new]), 2048)
+    assert (pooled["status"], pooled["runs"], pooled["in_latest"]) == ("ok", 2, False)
+
+
+def test_a_ratio_says_how_many_runs_it_rests_on():
+    """A ratio needs its reference timed in the same run: naive's 2,048 dropped in one run
+    of three leaves tiled's ratio resting on two runs."""
+    new = _table(0.03)
+    _drop(next(r for r in new if r["impl"] == "naive" and r["T"] == 2048), status="dropped",
+          cause="budget")
+    for r in new:
+        if r["impl"] != "naive" and r["T"] == 2048:
+            r.update(ratio=None, ratio_ci_low=None, ratio_ci_high=None, ratio_process_sd=None)
+    rows = series_rows(prefill=[_table(0.0), _table(0.01), new])
+    assert (_tiled(rows, 2048)["runs"], _tiled(rows, 2048)["ratio_runs"]) == (3, 2)
+    assert (_tiled(rows, 1024)["runs"], _tiled(rows, 1024)["ratio_runs"]) == (3, 3)
+
+
+# ------------------------------------------------------------------ what a prior adds
+
+
+def _other_series(root: Path, shifts=(0.01, 0.11, -0.09), common=(0.0, 0.0, 0.0)) -> None:
+    for shift, c in zip(shifts, common, strict=True):
+        _write(root, "prefill", _prefill(shift, common=c, points=6), key=OTHER)
+
+
+def test_a_first_run_carries_the_prior_of_its_kind_named(tmp_path):
+    _other_series(tmp_path)
+    _write(tmp_path, "decode", _decode(0.0))
+    _write(tmp_path, "prefill", _prefill(0.0))
+    rc, said, rows = _series(tmp_path)
+    assert rc == 0, said
+    row = _tiled(rows)
+    assert row["runs"] == 1 and row["run_sd_origin"] == "prior"
+    assert row["prior_source"] == f"{OTHER} prefill v1,2,3"
+    assert row["ratio_ci_high"] / row["ratio_ci_low"] > 1.05  # never the processes' alone
+
+
+def test_two_runs_that_share_no_point_borrow_the_prior_not_zero(tmp_path):
+    _other_series(tmp_path)
+    for s in (0.0, 0.05):
+        _write(tmp_path, "decode", _decode(s))
+    _write(tmp_path, "prefill", _stopped_at(2048, 0.0))
+    _write(tmp_path, "prefill", _stopped_at(1024, 0.1))
+    rc, said, rows = _series(tmp_path)
+    assert rc == 0, said
+    for r in (r for r in _pooled(rows) if r["impl"] == "tiled"):
+        assert r["runs"] == 1 and r["run_sd_origin"] == "prior" and OTHER in r["prior_source"]
+        assert r["ratio_run_sd"] > 0.01 and r["ratio_ci_high"] / r["ratio_ci_low"] > 1.1
+
+
+def test_with_no_estimate_and_no_prior_the_log_says_so(tmp_path):
+    _write(tmp_path, "decode", _decode(0.0))
+    _write(tmp_path, "prefill", _prefill(0.0))
+    rc, said, rows = _series(tmp_path)
+    assert rc == 0 and "0.0% (none)" not in said
+    assert "ratio unknown (no series of its own, no prior of its kind: process-level " \
+        "intervals only)" in said
+    assert all(r["run_sd_origin"] == "none" and r["ratio_run_sd"] is None
+               for r in _pooled(rows) if r["impl"] == "tiled")
+
+
+def test_a_series_of_several_runs_takes_the_priors_common_part(tmp_path):
+    """What a prior adds to a series of two or more runs (``series.prior_of`` and
+    ``pooling.with_prior``): the part of the run-level variance a whole run shares rests
+    on the runs, runs - 1 degrees of freedom (2 for three runs: t = 4.3); the prior's
+    common part lends it its own, so the same three runs get a narrower interval with a
+    prior of the kind than without one, and the row names the prior."""
+    for shift, c in ((0.0, 0.0), (0.03, 0.04), (-0.02, -0.03)):
+        _write(tmp_path, "prefill", _prefill(shift, common=c, points=6))
+        _write(tmp_path, "decode", _decode(shift))
+    rc, _, alone = _series(tmp_path)
+    assert rc == 0 and _tiled(alone)["prior_source"] is None
+    _other_series(tmp_path, shifts=(0.005, 0.02, -0.01, 0.01, 0.03, -0.02),
+                  common=(0.0, 0.03, -0.02, 0.01, -0.04, 0.02))
+    rc, said, with_prior = _series(tmp_path)
+    assert rc == 0, said
+    before, after = _tiled(alone), _tiled(with_prior)
+    assert after["prior_source"] == f"{OTHER} prefill v1,2,3,4,5,6"
+    assert after["runs"] == before["runs"] == 3 and after["ratio"] == pytest.approx(
+        before["ratio"], rel=0.01)
+    assert after["ratio_pi_high"] / after["ratio_pi_low"] < \
+        before["ratio_pi_high"] / before["ratio_pi_low"]
+
+
+def test_a_prior_counts_an_artifact_registered_twice_once(tmp_path):
+    _write(tmp_path, "prefill", _prefill(0.0))
+    _other_series(tmp_path, shifts=(0.0, 0.1, -0.1))
+
+    def prior():
+        latest = kept_versions(tmp_path, KEY, "prefill").found[-1:]
+        return series.prior_of(tmp_path, KEY, "prefill", latest)[0]["ratio"]
+    before = prior()
+    register = Register(tmp_path, OTHER)
+    again = register.read_copy(register.entry("prefill", 3))
+    for _ in range(2):
+        _write(tmp_path, "prefill", again, key=OTHER)
+    after = prior()
+    assert (after.var, after.df) == (before.var, before.df)
+
+
+# ------------------------------------------------------------------ claims and benchmarks
+
+
+@pytest.mark.parametrize("column", ["median_ms_diff", "ratio_old", "ratio_new"])
+def test_a_between_run_column_the_series_does_not_have_is_refused_at_load(column, tmp_path):
+    text = (REPO / "claims.yaml").read_text(encoding="utf-8")
+    old = "value: {column: median_ms_spread, stat: max}"
+    assert old in text
+    path = tmp_path / "claims.yaml"
+    path.write_text(text.replace(old, f"value: {{column: {column}, stat: max}}"))
+    with pytest.raises(ValueError, match=column):
+        load(path)
+
+
+@pytest.mark.parametrize(("script", "args", "words"), [
+    ("series_coverage.py", ["--key", "no-such", "--k", "1"], "no evidence/no-such/register.jsonl"),
+    ("verdict_stability.py", ["--key", "no-such"], "no evidence/no-such/register.jsonl"),
+    ("verdict_stability.py", ["--key", "cpu-amd-epyc-avx512bf16-2c", "--runs", "3"],
+     "--runs [3]: give the base"),
+])
+def test_the_series_benchmarks_refuse_what_they_cannot_compare(script, args, words):
+    done = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=REPO,
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and words in done.stderr
+
+
+def test_the_coverage_benchmarks_half_width_is_the_series_stages():
+    """The benchmark re-pools the committed runs as the series stage does, leaving out each
+    kernel's ratio to itself (1, of zero width); series.csv's own rows must agree."""
+    import importlib.util
+    import statistics
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("series_coverage",
+                                                  REPO / "benchmarks" / "series_coverage.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    key = "cpu-amd-epyc-avx512bf16-2c"
+    table = pd.read_csv(REPO / "results" / key / "series.csv")
+    for stage in series.TIMED:
+        rows = table[table.stage == stage]
+        wanted = {int(v) for v in rows[rows.kind == "run"].version.dropna().unique()}
+        pooled = rows[(rows.kind == "pooled") & (rows.status == "ok")
+                      & rows.ratio_ci_low.notna()]
+        others = pooled[pooled.ratio_to != pooled.impl]
+        assert len(others) < len(pooled)  # the reference's own rows exist and are left out
+        expected = statistics.median(
+            (others.ratio_ci_high - others.ratio_ci_low) / 2 / others.ratio)
+        [(runs, n, median)] = bench.half_widths(REPO, key, stage, wanted)
+        assert (runs, n) == (len(wanted), len(others))
+        assert math.isclose(median, expected, rel_tol=1e-9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -492,3 +493,33 @@ def test_a_bad_decode_harness_count_is_named(key):
 def _ctx_stub():
     from types import SimpleNamespace
     return SimpleNamespace(device="cpu", threads=1)
+
+
+def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
+    from inferlab.evidence.artifacts import encode
+    from inferlab.stages import correctness
+    from inferlab.workflow.config import resolve
+
+    real = correctness.naive_attention
+
+    def naive(q, k, v, causal=False):
+        if q.shape[-2] * k.shape[-2] >= 4096:  # as the allocator refuses 68,719,476,736 bytes
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator:"
+                               " not enough memory: you tried to allocate 68719476736 bytes.")
+        return real(q, k, v, causal)
+
+    monkeypatch.setattr(correctness, "naive_attention", naive)
+    raw = load_config(overrides=["correctness.cpu.lengths=[32,4096]",
+                                 "correctness.cpu.splitkv_cache_len=4096"],
+                      base=layout.REPO_ROOT / "config.yaml")
+    config = resolve(raw, machine="cpu-test-2t")
+    params = correctness.Params.from_config(config.effective("correctness"))
+    ctx = types.SimpleNamespace(device="cpu", seed=0, progress=lambda *a: None)
+    rows = correctness.run(params, ctx)
+    encode("correctness", rows)  # the rows pass the schema
+    big = [r for r in rows if r["T"] == 4096 and r["check"] != "causal_pairs"]
+    assert big and {r["status"] for r in big} == {"oom"}
+    assert {r["check"] for r in big} == {"equivalence", "splitkv", "merge_assoc"}
+    assert all(r.get("max_abs_err") is None for r in big)
+    assert {r["status"] for r in rows if r["T"] == 32} == {"ok"}
+

@@ -7,7 +7,7 @@ one), then every derived artifact (``loading.doubt``: the file its sidecar descr
 computed from the inputs there now) and the files derived from them. A check that cannot
 run (git missing, or refusing the repository) fails: "could not check", never a pass.
 ``--repair`` first removes what a killed write can leave: a torn final register line and
-hidden temp files. Exit status: 0 clean, 1 a problem or nothing to verify.
+hidden temp and backup files. Exit status: 0 clean, 1 a problem or nothing to verify.
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import TMP_SUFFIX
+from inferlab.core.files import BACKUP_SUFFIX, TMP_SUFFIX
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence.loading import derived_faults, doubt
 from inferlab.evidence.register import Register
 
 
 def _debris(root: Path, key: str) -> list[Path]:
-    """The temp files killed writes left in the key's folders (``.<name>.<pid>.*.tmp``)."""
+    """The temp and backup files killed writes left in the key's folders
+    (``.<name>.<pid>.*.tmp``, ``.<name>.<pid>.bak``)."""
     folders = [layout.results_dir(root, key), layout.evidence_dir(root, key)]
     return sorted(p for folder in folders if folder.is_dir() for p in folder.rglob(".*")
-                  if p.is_file() and p.name.endswith(TMP_SUFFIX))
+                  if p.is_file() and p.name.endswith((TMP_SUFFIX, BACKUP_SUFFIX)))
 
 
 def repair(root: Path, key: str) -> None:

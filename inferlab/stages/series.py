@@ -316,7 +316,8 @@ def prior_of(root, key: str, stage: str, current: list,
             names = f"{other} {stage} v" + ",".join(str(v.entry["version"]) for v in group)
             for q, (level, proc, df) in series.run_levels({}).items():
                 if level.origin == "series":
-                    levels[q].append(RunLevel(level.var, level.df, "prior", (names,)))
+                    levels[q].append(RunLevel(level.var, level.df, "prior", (names,),
+                                                common=level.common, common_df=level.common_df))
                 if proc is not None:
                     levels[f"process:{q}"].append(RunLevel(proc, df, "prior", (names,)))
         notes += versions.left_out
