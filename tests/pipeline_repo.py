@@ -2,9 +2,14 @@
 
 ``copy_repo`` copies the tracked and untracked-not-ignored files without earlier results;
 ``run`` runs ``python -m snakemake`` (or another module) there with that copy's package
-first on the path; ``jobs`` reads the stage jobs of a dry run; ``book_repo`` makes a git
-repository whose book grid is the smoke grid, with its evidence made and committed, as a
-fresh clone of this project would find it (only much smaller).
+first on the path; ``jobs`` reads the stage jobs of a dry run. ``built`` is the one
+pipeline a test session runs: this project with the smoke sizes as its book grid, for a
+fixed machine id, every stage made by ``snakemake --cores 1`` and committed, as a fresh
+clone of this project finds its evidence (only much smaller). Tests take a ``clone_of`` it
+(what ``git clone`` gives: no .snakemake/) or a ``copy_of`` it (the tree as the run left
+it, .snakemake/ metadata included). It is built once per session, under a lock, by the
+first test that asks: the tests that use it share an xdist group (``PIPELINE``), so one
+worker builds it while the other runs the rest.
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ def jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
 
 
 def versions(repo: Path, key: str) -> dict[str, int]:
-    return {s: len(Register(repo, key).history(s)) for s in STAGES}
+    """stage -> how many versions the register keeps (measured stages only)."""
+    return {s: len(Register(repo, key).history(s)) for s in STAGES if STAGES[s].measured}
 
 
 def tree_hashes(folder: Path) -> dict[str, str]:
@@ -79,33 +85,10 @@ def tree_hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def book_repo(dest: Path) -> Path:
-    """A git repository of this project whose config.yaml *is* the smoke grid, with its
-    evidence (results/, evidence/, report/) made by ``snakemake --cores 1`` for the
-    machine detected here, traffic run twice (so the register has a tail to delete), and
-    everything committed."""
-    repo = copy_repo(dest)
-    smoke = yaml.safe_load((repo / "profiles" / "smoke.yaml").read_text())
-    smoke.pop("grid", None)  # the smoke sizes are this repository's book grid, but for
-    smoke["prefill"]["cpu"]["sizes"] = [{"dtype": "float32", "T": [64, 96]}]  # one length:
-    book = deep_merge(yaml.safe_load((repo / "config.yaml").read_text()), smoke)  # a grid
-    # apart from the smoke profile
-    (repo / "config.yaml").write_text(yaml.safe_dump(book, sort_keys=False))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "code, with the smoke sizes as the book grid")
-    for args in (["--cores", "1"], ["--cores", "1", "--forcerun", "traffic"]):
-        made = run(repo, *args)
-        assert made.returncode == 0, made.stderr[-5000:]
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "evidence")
-    return repo
-
-
-# The smoke pipeline as the tests run it: its own machine id, so its key never meets this
-# host's (test-smoke@smoke).
-SMOKE_MACHINE = "test-smoke"
-SMOKE = ["--configfile", "profiles/smoke.yaml", "--config", f"machine={SMOKE_MACHINE}"]
+# The one pipeline's machine id and results key: never this host's own
+MACHINE = KEY = "test-box"
+# pytest.mark.xdist_group of every test that uses it (``--dist loadgroup``)
+PIPELINE = "pipeline"
 
 
 def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -115,31 +98,52 @@ def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def smoke_repo(tmp_path_factory: pytest.TempPathFactory, dest: Path) -> Path:
-    """A copy at ``dest`` of the repository after one ``snakemake --cores 1`` of the smoke
-    profile (every rule; .snakemake/ metadata and mtimes kept). The run is made once per
-    session under a lock, by the first module that asks; the others wait for it and copy
-    it. A failed run is recorded and fails every module that asks, with its stderr."""
+def _build(dest: Path) -> Path:
+    repo = copy_repo(dest)
+    smoke = yaml.safe_load((repo / "profiles" / "smoke.yaml").read_text())
+    smoke.pop("grid", None)  # the smoke sizes are this repository's book grid, but for
+    smoke["prefill"]["cpu"]["sizes"] = [{"dtype": "float32", "T": [64, 96]}]  # one length:
+    # a grid apart from the smoke profile's, which a test runs beside it
+    book = deep_merge(yaml.safe_load((repo / "config.yaml").read_text()), smoke)
+    book["machine"] = MACHINE
+    (repo / "config.yaml").write_text(yaml.safe_dump(book, sort_keys=False))
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "code, with the smoke sizes as the book grid")
+    made = run(repo, "--cores", "1")
+    if made.returncode != 0:
+        raise RuntimeError(made.stderr[-5000:])
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "evidence")
+    return repo
+
+
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's one pipeline run (see the module docstring); a failed build fails
+    every test that asks, with its stderr."""
     root = _session_root(tmp_path_factory)
-    made, failed = root / "smoke-shared" / "repo", root / "smoke-shared.failed"
-    with open(root / "smoke-shared.lock", "w") as lock:
+    made, failed = root / "pipeline-shared" / "repo", root / "pipeline-shared.failed"
+    with open(root / "pipeline-shared.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not made.is_dir() and not failed.exists():
-            repo = copy_repo(root / "smoke-shared" / "building")
-            result = run(repo, "--cores", "1", *SMOKE)
-            if result.returncode != 0:
-                failed.write_text(result.stderr[-5000:])
-            else:
-                repo.rename(made)
+            try:
+                _build(root / "pipeline-shared" / "building").rename(made)
+            except RuntimeError as exc:
+                failed.write_text(str(exc))
     if failed.exists():
-        pytest.fail(f"the shared smoke pipeline run failed:\n{failed.read_text()}")
-    return Path(shutil.copytree(made, dest, symlinks=True))
+        pytest.fail(f"the session's pipeline run failed:\n{failed.read_text()}")
+    return made
 
 
-def book_key(repo: Path) -> str:
-    """The one results key of a ``book_repo``: the machine id detected here."""
-    (key,) = [p.name for p in (repo / "results").iterdir()]
-    return key
+def clone_of(repo: Path, dest: Path) -> Path:
+    """What ``git clone`` of ``repo`` gives: the committed tree, no .snakemake/."""
+    git(repo.parent, "clone", "-q", str(repo), str(dest))
+    return dest
+
+
+def copy_of(repo: Path, dest: Path) -> Path:
+    """The tree as the run left it, .snakemake/ metadata and mtimes included."""
+    return Path(shutil.copytree(repo, dest, symlinks=True))
 
 
 @contextmanager

@@ -75,7 +75,6 @@ def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration
     enums = {
         ("sidecar.schema.json", "$defs", "provenance", "properties", "stage", "enum"): stages,
         ("sidecar.schema.json", "properties", "artifact", "enum"): artifacts,
-        ("register_entry.schema.json", "properties", "stage", "enum"): stages,
         ("claims.schema.json", "$defs", "check", "properties", "stage", "enum"): judged,
         ("claims_result.schema.json", "$defs", "artifact", "properties", "stage", "enum"):
             judged,
@@ -354,9 +353,9 @@ DIRECT_USERS = {
 # Everything a stage's run loads besides its computing code, from the list.
 BOOKKEEPING_FILES = [
     "inferlab/evidence/register.py", "inferlab/evidence/provenance.py",
-    "inferlab/evidence/trust.py", "inferlab/core/files.py", "inferlab/evidence/artifacts.py",
+    "inferlab/evidence/history.py", "inferlab/core/files.py", "inferlab/evidence/artifacts.py",
     "inferlab/evidence/loading.py", "inferlab/core/layout.py", "inferlab/workflow/config.py",
-    "inferlab/core/pipeline.py", "inferlab/workflow/runner.py", "inferlab/evidence/inputs.py",
+    "inferlab/core/pipeline.py", "inferlab/workflow/runner.py",
     "inferlab/core/logs.py", "inferlab/__init__.py", "inferlab/stages/__init__.py",
     "inferlab/measurement/__init__.py", "inferlab/presentation/__init__.py",
 ]

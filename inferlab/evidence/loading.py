@@ -156,9 +156,11 @@ def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
                          "to compute from it (`inferlab verify` shows every such file)")
     evidence = load_evidence(root, key, name)
     if evidence.error is not None:  # recorded, yet not what its schema describes
-        raise ValueError(f"stage input {relative(path, root)} is not a valid {name} artifact: "
-                         f"{evidence.error}. Rerun the {name!r} stage (e.g. snakemake "
-                         f"--forcerun {name})")
+        version = (evidence.entry or {}).get("version")
+        which = "" if version is None else f" (register version {version})"
+        raise ValueError(f"stage input {relative(path, root)}{which} is not a valid {name} "
+                         f"artifact: {evidence.error}. Rerun the {name!r} stage (e.g. "
+                         f"snakemake --forcerun {name})")
     return evidence
 
 
