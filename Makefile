@@ -55,13 +55,13 @@ series: $(STAMP)
 smoke: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile profiles/smoke.yaml
 
-# The suite on TEST_JOBS pytest-xdist workers, a test file per worker (a module's fixtures,
-# e.g. a smoke pipeline, are built once), then the timing-sensitive tests (marker `serial`,
-# tests/conftest.py) alone, with no second worker on the cores.
+# The suite on TEST_JOBS pytest-xdist workers: the tests of the session's one pipeline run
+# (tests/pipeline_repo.py) are one xdist group, built and run on one worker while the other
+# runs the rest; then the timing-sensitive tests (marker `serial`, tests/conftest.py) alone.
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" --durations=12
+	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not serial" --durations=12
 	$(VPY) -m pytest -q -m serial --durations=8
 
 # The numerics tests again under every ATen CPU capability from `default` up to this host's
@@ -78,7 +78,7 @@ test-isa: $(STAMP)
 	  [ "$$got" = "$$cap" ] || { echo "test-isa: torch runs $$got under $$cap"; exit 1; }; \
 	  echo "test-isa: $(NUMERICS_TESTS) under ATEN_CPU_CAPABILITY=$$cap"; \
 	  ATEN_CPU_CAPABILITY=$$cap $(VPY) -m pytest -q -p no:cacheprovider -n $(TEST_JOBS) \
-	    --dist loadfile $(NUMERICS_TESTS) \
+	    $(NUMERICS_TESTS) \
 	    || exit 1; \
 	done
 

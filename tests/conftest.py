@@ -97,43 +97,27 @@ def browser():
 # marked `serial`, which `make test` runs alone after the parallel run (pytest -n 2) of the
 # rest, so no second worker shares the cores while they time.
 SERIAL_FILES = {"test_measure.py"}
-# The files that start the local Slurm cluster (one per session, tests/slurm_cluster.py):
-# two xdist workers would each find none running and start one on the same ports, so they
-# are one unit of work for xdist (``pytest_xdist_make_scheduler``), run on one worker in
-# the parallel run. Most of their time is waiting for Slurm (a job's status is polled),
-# which the other worker's tests fill; run alone after it, they left a core idle 4 minutes.
-SLURM_FILES = {"test_slurm_toy.py", "test_slurm_pipeline.py"}
 # Single tests that count page faults of a process: another worker's memory traffic beside
 # them made one fail once in a parallel run (it passes alone).
 SERIAL_TESTS = {"test_the_steady_process_keeps_freed_buffers_warm_and_records_it",
                 "test_the_steady_process_keeps_buffers_warm_past_two_gib"}
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile`` with the Slurm files as one unit (``SLURM_FILES``); any other
-    distribution as pytest-xdist makes it."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class OneSlurmWorker(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "slurm" if Path(path).name in SLURM_FILES else path
-
-    return OneSlurmWorker(config, log)
+# The files that start the local Slurm cluster (one per session, tests/slurm_cluster.py):
+# two xdist workers would each find none running and start one on the same ports, so they
+# are one xdist group (``make test`` runs ``--dist loadgroup``). Most of their time is
+# waiting for Slurm, which the other worker fills.
+SLURM_FILES = {"test_slurm_toy.py", "test_slurm_pipeline.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SERIAL_FILES or item.originalname in SERIAL_TESTS:
             item.add_marker(pytest.mark.serial)
-    # The files that run pipelines (a test marked `slow`, a minute or more each) first:
-    # xdist's --dist loadfile hands files out in this order, so none of them starts last on
-    # a worker while the other sits idle. Whole files move (a module's fixtures are built
-    # once), and a stable sort keeps the order within each.
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+        if item.path.name in SLURM_FILES:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+    # The groups (the session's pipeline, Slurm) first: each runs on one worker, and
+    # started last it would leave the other worker idle at the end. A stable sort keeps
+    # the order within each.
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
 
 
 # ---------------------------------------------------------------- the checkout as found

@@ -400,7 +400,6 @@ def test_a_named_grid_never_hides_another_config():
                         "cpu", default=base) is None
 
 
-@pytest.mark.slow
 def test_a_clone_in_a_path_with_a_space_is_refused_up_front(tmp_path):
     from tests.pipeline_repo import run
 

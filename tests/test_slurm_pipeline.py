@@ -27,7 +27,7 @@ from inferlab.evidence.register import Register
 from tests.pipeline_repo import copy_repo, run
 from tests.slurm_cluster import SlurmCluster, slurm_cluster  # noqa: F401  (the fixture)
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = pytest.mark.slurm
 
 MACHINE = "test-slurm"
 LOCAL = "test-local"
