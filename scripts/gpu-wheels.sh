@@ -3,7 +3,7 @@
 # numpy, pandas, pyyaml, jinja2, matplotlib, pytest and attrs, but not jsonschema and
 # what jsonschema needs, and no registry is reachable there. They are downloaded here for
 # its Python (CPython 3.12, manylinux x86-64) into gpu-wheels/ (git-ignored), carried
-# with the run, and installed there by scripts/gpu-check.sh with pip --no-index --target.
+# with the call, and installed there by scripts/gpu-call.sh with pip --no-index --target.
 #
 #   bash scripts/gpu-wheels.sh [DIR]       # default gpu-wheels/; needs PyPI, ~0.6 MB
 #
@@ -11,8 +11,7 @@
 # attrs and typing-extensions are in the image too; carried so that jsonschema's
 # attrs>=22.2 and referencing's typing-extensions>=4.4 (TypeVar's default=) hold whatever
 # the image's are. snakemake is not carried: the script runs each stage with
-# `python -m inferlab stage NAME`. host/ holds rpds-py for this machine's Python (the dry
-# run's). Exit status: 0 done; 3 the registry could not be reached.
+# `python -m inferlab stage NAME`. Exit status: 0 done; 3 the registry could not be reached.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR=${1:-gpu-wheels}
@@ -26,15 +25,6 @@ if ! "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binar
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d "$DIR.partial" $WHEELS; then
   echo "gpu-wheels: pip could not download $WHEELS (is PyPI reachable?)" >&2
-  rm -rf "$DIR.partial"
-  exit 3
-fi
-# The dry run here (scripts/gpu-check.sh --dry-run) installs the same wheels for this
-# Python too, so that its stages use them: all but rpds-py are pure Python; its build for
-# this interpreter goes into host/, which the GPU's install does not read.
-if ! "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    -d "$DIR.partial/host" "$(printf '%s\n' $WHEELS | grep '^rpds-py==')"; then
-  echo "gpu-wheels: pip could not download rpds-py for $("$PY" --version 2>&1)" >&2
   rm -rf "$DIR.partial"
   exit 3
 fi

@@ -280,36 +280,6 @@ def test_fingerprint_records_triton(cpu_facts):
     assert cpu_facts["build"]["triton"] == expected
 
 
-def _gpu_check(tmp_path, path: str) -> subprocess.CompletedProcess:
-    """scripts/gpu-check.sh as a person starts it (no GPU_CHECK_* settings inherited), in
-    a copy of the repository: it writes its step logs into logs/gpu-check/ where it runs."""
-    from tests.pipeline_repo import copy_repo
-
-    repo = copy_repo(tmp_path / "repo")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
-    env.update(PATH=path, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
-    return subprocess.run(["bash", str(repo / "scripts" / "gpu-check.sh")], env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-@pytest.mark.skipif(shutil.which("nvidia-smi") is not None or torch.cuda.is_available(),
-                    reason="checks the refusal on a machine without a GPU")
-def test_gpu_check_refuses_a_machine_without_a_gpu(tmp_path):
-    done = _gpu_check(tmp_path, os.environ["PATH"])
-    assert done.returncode == 2
-    assert "no NVIDIA driver here" in done.stderr and "nothing was run" in done.stderr
-    assert "stage-" not in (tmp_path / "out" / "summary.log").read_text()
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
-def test_gpu_check_refuses_a_gpu_that_torch_cannot_see(tmp_path, fake_nvidia_smi):
-    done = _gpu_check(tmp_path, os.environ["PATH"])
-    assert done.returncode == 2
-    assert "nothing was run" in done.stderr
-    assert "NVIDIA H200" in done.stderr and "make setup" in done.stderr
-    assert "stage-" not in (tmp_path / "out" / "summary.log").read_text()
-
-
 def test_book_profile_forces_cuda_and_keeps_the_book_grid():
     from inferlab.workflow.config import load_config, resolve_grid
 

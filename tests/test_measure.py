@@ -868,6 +868,20 @@ def test_the_readings_stop_case_by_case_at_the_step_limit(monkeypatch):
     assert now.now < 3.0 + 5.0 + 1.0  # one case's reading past the limit, not the point's
 
 
+def test_points_past_the_step_limit_are_stopped_and_those_before_it_kept(monkeypatch):
+    """A stage given ``--limit-s`` (the GPU call's steps) keeps what it timed before the
+    limit; the points it did not reach are rows "stopped", cause step_limit, not lost."""
+    _, run_worker = _in_process(monkeypatch, {"a": 1.0, "c": 1.0, "d": 1.0})
+    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
+    first, *rest = workers.time_points("virtual", [["a"], ["c"], ["d"]], workers=2, rounds=2,
+                                       budget_s=100.0, time_cap_s=100.0, threads=1,
+                                       warmup=1, min_run_s=0.0, stop_at=1.5,
+                                       run_worker=run_worker)
+    assert first.timings["a"].status == "ok" and first.dropped is None
+    assert [r.dropped for r in rest] == [workers.STOPPED] * 2
+    assert workers.STOPPED["cause"] == "step_limit"
+
+
 def test_time_points_in_real_worker_processes():
     """Two real workers (steadied, fresh interpreters) time a tiny point."""
     lines = []

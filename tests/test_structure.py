@@ -85,7 +85,10 @@ def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration
     assert sidecar["properties"]["schema"]["pattern"] == f"^inferlab/({'|'.join(STAGES)})$"
     sections = {x for s in STAGES.values() for x in s.sections}
     config = enum_of("config.schema.json", "properties")
-    assert config - sections == {"machine", "grid", "device", "threads", "seed"}
+    assert config - sections == {"machine", "grid", "device", "threads", "seed", "gpu_call"}
+    call = enum_of("config.schema.json", "properties", "gpu_call", "properties", "stages",
+                   "properties")
+    assert call == {name for name, s in STAGES.items() if s.needs_device}
     assert sections <= config
 
 
@@ -491,8 +494,8 @@ def test_the_slurm_profile_gives_every_rule_its_resources():
 
 
 def test_every_file_that_restates_the_declaration_is_current():
-    """The schemas' stage enums, the Slurm profile, docs/contracts.md's tables and
-    docs/gpu-run.md's time model are what ``inferlab generate`` makes of the declaration."""
+    """The schemas' stage enums, the Slurm profile and docs/contracts.md's tables are what
+    ``inferlab generate`` makes of the declaration."""
     from inferlab.workflow.generate import generate
 
     assert generate(layout.REPO_ROOT, check=True) == [], \

@@ -3,7 +3,7 @@
 Config, artifacts and claims are checked against their JSON schemas (``schemas/``) with
 a Draft 2020-12 validator made here. ``jsonschema`` is imported on the first check, not
 when ``inferlab`` loads: on the lent GPU machine it is not in the image and arrives as
-carried wheels installed into a folder on ``PYTHONPATH`` (``scripts/gpu-check.sh``,
+carried wheels installed into a folder on ``PYTHONPATH`` (``scripts/gpu-call.sh``,
 docs/gpu-run.md). Where it is missing, a check is never skipped silently: it raises an
 error that says how to install it.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 MISSING = ("jsonschema is not importable, and every config, artifact and claims file is "
            "checked against its schema: pip install 'jsonschema>=4.18' (make setup); on the "
-           "lent GPU machine, carry gpu-wheels/ and let scripts/gpu-check.sh install it "
+           "lent GPU machine, carry gpu-wheels/ and let scripts/gpu-call.sh install it "
            "(docs/gpu-run.md)")
 
 

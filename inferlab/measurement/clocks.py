@@ -49,8 +49,6 @@ from collections.abc import Callable
 
 import torch
 
-from inferlab.measurement import simclock
-
 DEVICES = ("cpu", "cuda")
 # The L2 flush: reading a buffer this many times the L2 size evicts what the last call
 # left there (do_bench uses 256 MB whatever the GPU; an H100/H200 has 50-60 MB of L2).
@@ -191,14 +189,7 @@ class _CudaClock:
 
 def make_clock(fn: Callable[[], object], device: str, threads: int, min_run_s: float):
     """The clock for ``device`` ("cpu" or "cuda"). ``min_run_s`` is the harness's business
-    (how many calls a timing needs); a clock makes exactly the calls it is asked for.
-
-    In a process where the simulated GPU clock is installed (``simclock.install``: only
-    the GPU call's dry run does, through its own start-up file) every clock is that one,
-    which calls nothing and says so in its ``method`` (the harness names its case by
-    setting ``label``)."""
+    (how many calls a timing needs); a clock makes exactly the calls it is asked for."""
     if device not in DEVICES:
         raise ValueError(f"device={device!r} has no clock; expected one of {list(DEVICES)}")
-    if simclock.installed():
-        return simclock.SimulatedClock(fn)
     return _CpuClock(fn, threads) if device == "cpu" else _CudaClock(fn, threads)

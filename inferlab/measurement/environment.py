@@ -28,7 +28,7 @@ import warnings
 from importlib import metadata
 from typing import Any
 
-from inferlab.measurement import sandbox, simclock
+from inferlab.measurement import sandbox
 from inferlab.measurement.cpu_isa import ISA_LIMITS, cpu_flags, cpu_isa, simulated_isa  # noqa: F401
 from inferlab.measurement.redaction import private_strings, scrub
 
@@ -305,9 +305,8 @@ def _host_facts() -> dict[str, Any]:
 
 
 def runtime() -> dict:
-    """The sandbox this machine runs in and what showed it (``inferlab.measurement.sandbox``),
-    and whether the timings were the simulated GPU clock's (the GPU call's dry run)."""
-    return {**sandbox.this_machine(), "simulated_gpu_clock": simclock.installed()}
+    """The sandbox this machine runs in and what showed it (``inferlab.measurement.sandbox``)."""
+    return sandbox.this_machine()
 
 
 def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:

@@ -334,8 +334,6 @@ def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rou
     than a one-process interval needs: its interval is made over processes)."""
     started = time.perf_counter()
     clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
-    for label, clock in clocks.items():
-        clock.label = label  # the case's name, for a clock that models its calls (simclock)
     failed: dict[str, Timing] = {}
     numbers, over = _warm_up(clocks, warmup, min_run_s, time_cap_s, failed, progress)
     samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,

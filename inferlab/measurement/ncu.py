@@ -1,24 +1,27 @@
 """DRAM bytes per kernel, read from Nsight Compute (``ncu``), beside the traffic model.
 
 The chapter compared time ratios with a modelled byte ratio at an assumed tile; with our
-Triton kernel's known tile and the hardware's counters the model is tested directly.
-One prefill point (fp16, 12 heads, d = 64, full attention, batch 1) is run once per case
-(naive, SDPA forced to each fused backend, our ``flash_attention`` at two tiles), each in
-its own process under ``ncu``, the call inside an NVTX range ``measure`` so that warm-up,
-compilation and input kernels are not counted::
+Triton kernels' known tiles and the hardware's counters the model is tested directly.
+Each case (naive attention, SDPA forced to each fused backend, our kernels) runs once at
+each point, fp16, 12 heads, d = 64, batch 1: prefill (full attention) at T tokens, decode
+(one query) against a cache of T keys. Each case runs in its own process under ``ncu``,
+the call inside an NVTX range ``measure`` so that warm-up, compilation and input kernels
+are not counted::
 
     ncu --csv --print-units base --clock-control none --nvtx --nvtx-include measure/ \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum \
-        python -m inferlab.measurement.ncu case NAME --tokens T
+        python -m inferlab.measurement.ncu case STAGE NAME T
 
 ``ncu --csv`` prints one row per (kernel launch, metric): columns "ID", "Kernel Name",
 "Metric Name", "Metric Unit", "Metric Value" among others (values may carry thousands
 separators; ``--print-units base`` asks for bytes, other units are converted anyway).
-``python -m inferlab.measurement.ncu run --tokens T --out FILE`` writes one CSV row per case: the
-bytes read and written summed over its kernels, the kernel names, the model's bytes where
-the tile is known, and a status saying why where ncu gave nothing (where the runtime rules
-the counters out, gVisor, ncu is not started: ``sandbox.ncu_blocked``). Used by
-scripts/gpu-check.sh; the rows travel in its tarball as logs/gpu-check/ncu-bytes.csv.
+``python -m inferlab.measurement.ncu run --tokens T.. --cache-lens T.. --limit-s S --out
+FILE`` writes one CSV row per case and point: the bytes read and written summed over its
+kernels, the kernel names, the model's bytes where the tile is known, and a status saying
+why where ncu gave nothing (where the runtime rules the counters out, gVisor, ncu is not
+started: ``sandbox.ncu_blocked``). The longest prefill first, then decode; a case not
+started within S seconds is a row saying so. scripts/gpu-call.sh runs it last, in the time
+its stages leave; the rows come back in its tarball as logs/gpu-call/ncu-bytes.csv.
 """
 
 from __future__ import annotations
@@ -26,20 +29,26 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import math
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from inferlab.measurement import sandbox
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-CASES = ("naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "triton_flash block=64",
-         "triton_flash block=128")
+CASES = {"prefill": ("naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+                     "triton_flash block=64", "triton_flash block=128"),
+         "decode": ("naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+                    "triton_decode splits=16")}
 HEADS, D, TRITON_BLOCK_N = 12, 64, 64
+CASE_TIMEOUT_S = 60.0  # one case under ncu: ~7 s at 4,096 tokens on the H200
 _UNIT_BYTES = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
                "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}
-FIELDS = ("case", "T", "heads", "d", "dtype", "kernels", "dram_read_bytes",
+# T: the prefill's tokens, or the decode's cache length (keys); its query is one token
+FIELDS = ("stage", "case", "T", "heads", "d", "dtype", "kernels", "dram_read_bytes",
           "dram_write_bytes", "model_bytes", "status")
 
 
@@ -65,11 +74,18 @@ def parse_csv(text: str) -> list[dict]:
     return list(launches.values())
 
 
-def model_bytes(case: str, T: int, itemsize: int = 2) -> int | None:
-    """The traffic model's bytes for ``case`` at T tokens (full attention, batch 1):
-    naive's score passes, or our kernel's tile; None for SDPA (its tile is not known)."""
-    from inferlab.algorithms.traffic import naive_hbm_elements, tiled_hbm_elements
+def model_bytes(stage: str, case: str, T: int, itemsize: int = 2) -> int | None:
+    """The traffic model's bytes for ``case`` at T (batch 1): for prefill (full attention)
+    naive's score passes or our kernel's tile, for decode the cache read once (K and V,
+    every head and key) by any case; None for a prefill SDPA case (its tile is not known)."""
+    from inferlab.algorithms.traffic import (
+        decode_cache_bytes,
+        naive_hbm_elements,
+        tiled_hbm_elements,
+    )
 
+    if stage == "decode":
+        return decode_cache_bytes(1, HEADS, T, D, itemsize)
     if case == "naive":
         return HEADS * naive_hbm_elements(T, D) * itemsize
     if case.startswith("triton_flash block="):
@@ -78,7 +94,7 @@ def model_bytes(case: str, T: int, itemsize: int = 2) -> int | None:
     return None
 
 
-def _run_case(case: str, T: int) -> None:
+def _run_case(stage: str, case: str, T: int) -> None:
     """Inside ncu: the case once untimed (compiles, warms), then once in range ``measure``."""
     import torch
 
@@ -87,15 +103,19 @@ def _run_case(case: str, T: int) -> None:
     from inferlab.measurement.backends import run_sdpa
 
     gen = torch.Generator(device="cpu").manual_seed(0)
-    q, k, v = (torch.randn(1, HEADS, T, D, generator=gen).to("cuda", torch.float16)
-               for _ in range(3))
+    # q: (1, H, T or 1, D); k, v: (1, H, T, D)
+    q = torch.randn(1, HEADS, T if stage == "prefill" else 1, D, generator=gen)
+    k, v = (torch.randn(1, HEADS, T, D, generator=gen) for _ in range(2))
+    q, k, v = (t.to("cuda", torch.float16) for t in (q, k, v))
+    name, _, value = case.partition("=")
     if case == "naive":
         fn = lambda: naive_attention(q, k, v)  # noqa: E731
     elif case.startswith("sdpa_"):
         fn = lambda: run_sdpa(q, k, v, case.removeprefix("sdpa_"))  # noqa: E731
+    elif name == "triton_flash block":
+        fn = lambda: kernels.flash_attention(q, k, v, False, int(value), TRITON_BLOCK_N)  # noqa: E731
     else:
-        block = int(case.split("=")[1])
-        fn = lambda: kernels.flash_attention(q, k, v, False, block, TRITON_BLOCK_N)  # noqa: E731
+        fn = lambda: kernels.flash_decode(q, k, v, int(value))  # noqa: E731
     fn()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("measure")
@@ -109,20 +129,20 @@ def _one_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:300]
 
 
-def measure(case: str, T: int, ncu: str | None, timeout_s: float,
+def measure(stage: str, case: str, T: int, ncu: str | None, timeout_s: float,
             blocked: str | None = None) -> dict:
-    """One row of ``FIELDS`` for ``case``: ncu's bytes, or the reason there are none
+    """One row of ``FIELDS`` for ``case`` at T: ncu's bytes, or the reason there are none
     (``blocked``: why this machine's runtime cannot give counters, ``sandbox.ncu_blocked``;
     then ncu is not started at all)."""
-    row = {"case": case, "T": T, "heads": HEADS, "d": D, "dtype": "float16",
-           "model_bytes": model_bytes(case, T)}
+    row = {"stage": stage, "case": case, "T": T, "heads": HEADS, "d": D, "dtype": "float16",
+           "model_bytes": model_bytes(stage, case, T)}
     if ncu is None:
         return {**row, "status": "unavailable: ncu is not on the PATH"}
     if blocked is not None:
         return {**row, "status": blocked}
     command = [ncu, "--csv", "--print-units", "base", "--clock-control", "none", "--nvtx",
-               "--nvtx-include", "measure/", "--metrics", ",".join(METRICS),
-               sys.executable, "-m", "inferlab.measurement.ncu", "case", case, "--tokens", str(T)]
+               "--nvtx-include", "measure/", "--metrics", ",".join(METRICS), sys.executable,
+               "-m", "inferlab.measurement.ncu", "case", stage, case, str(T)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -139,30 +159,55 @@ def measure(case: str, T: int, ncu: str | None, timeout_s: float,
 
 
 def write_rows(rows: list[dict], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as f:
+    """The rows so far, replaced whole: a step killed mid-write keeps the last ones."""
+    part = path.with_name(path.name + ".part")
+    with part.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
+    part.replace(path)
+
+
+def points(tokens: list[int], cache_lens: list[int]) -> list[tuple[str, str, int]]:
+    """(stage, case, T) in the order they are measured: the longest prefill first (naive's
+    traffic grows as T², so that is where the model is tested hardest), then decode."""
+    return ([("prefill", case, T) for T in sorted(tokens, reverse=True)
+             for case in CASES["prefill"]]
+            + [("decode", case, T) for T in cache_lens for case in CASES["decode"]])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m inferlab.measurement.ncu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m inferlab.measurement.ncu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="every case under ncu -> a CSV of DRAM bytes")
-    run.add_argument("--tokens", type=int, default=4096)
+    run = sub.add_parser("run", help="every case at every point under ncu -> a CSV of bytes")
+    run.add_argument("--tokens", type=int, nargs="+", default=[4096], help="prefill lengths")
+    run.add_argument("--cache-lens", type=int, nargs="*", default=[], help="decode caches")
+    run.add_argument("--limit-s", type=float, default=math.inf,
+                     help="start no case after this many seconds (its row says so)")
     run.add_argument("--out", type=Path, required=True)
-    run.add_argument("--timeout-s", type=float, default=25.0, help="per case")
     one = sub.add_parser("case", help="(inside ncu) run one case in the NVTX range measure")
-    one.add_argument("case", choices=CASES)
-    one.add_argument("--tokens", type=int, default=4096)
+    one.add_argument("stage", choices=list(CASES))
+    one.add_argument("case")
+    one.add_argument("T", type=int)
     args = parser.parse_args(argv)
     if args.command == "case":
-        _run_case(args.case, args.tokens)
+        if args.case not in CASES[args.stage]:
+            parser.error(f"{args.stage} has no case {args.case!r}: {CASES[args.stage]}")
+        _run_case(args.stage, args.case, args.T)
         return 0
     rows, blocked = [], sandbox.ncu_blocked(sandbox.this_machine())
-    for case in CASES:  # written after each case: a step stopped at its limit keeps them
-        rows.append(measure(case, args.tokens, shutil.which("ncu"), args.timeout_s, blocked))
-        write_rows(rows, args.out)
+    started = time.monotonic()
+    for stage, case, T in points(args.tokens, args.cache_lens):
+        left = args.limit_s - (time.monotonic() - started)
+        if left <= 0:
+            rows.append({"stage": stage, "case": case, "T": T, "heads": HEADS, "d": D,
+                         "dtype": "float16", "model_bytes": model_bytes(stage, case, T),
+                         "status": f"not measured: the step's {args.limit_s:g} s ran out"})
+        else:
+            rows.append(measure(stage, case, T, shutil.which("ncu"),
+                                min(CASE_TIMEOUT_S, left), blocked))
+        write_rows(rows, args.out)  # after each case: a step stopped at its limit keeps them
     return 0
 
 
