@@ -41,3 +41,14 @@ def test_the_model_row_doubles_the_query_tile_alone(monkeypatch):
     row = rows["kv_traffic_ratio_half_tile"]
     assert row["value"] == 2.0
     assert "B_k=128" in row["inputs"]
+
+
+def test_split_kv_launches_as_many_operations_at_one_split_as_at_sixty_four():
+    """C13-26 and C13-58 are judged because the chapter's reason, launch overhead, carries
+    to this splitkv_decode: its operation count (model.csv splitkv_ops_per_call) does not
+    vary with the split count, as the author's 'dozen' did not."""
+    class Ctx:
+        device, seed = "cpu", 0
+    one, sixty_four = model.splitkv_ops(PARAMS, Ctx)
+    assert one == sixty_four > 1
+    assert model.SPLITS == (1, 64)
