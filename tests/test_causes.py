@@ -210,14 +210,6 @@ def test_too_few_runs_for_a_between_run_claim():
     assert cause_text({"kind": "too_few_runs"}, KEY).startswith("needs two runs")
 
 
-def test_not_physical_is_a_probe_error():
-    spec = {"where": {"impl": "naive"}, "value": {"column": "ratio", "valid_max": 0.5,
-                                                  "stat": "max"}, "expect": {"max": 10}}
-    result = judged(spec, evidence("prefill", [prefill_row()]))
-    assert result["cause"] == {"kind": "not_physical", "value": 1.0, "valid_max": 0.5}
-    assert "not physical" in result["text"]
-
-
 def probe(ran: bool) -> dict:
     row = {"dtype": "float32", "causal": False, "T": 1024, "heads": 12, "d": 64,
            "backend": "flash", "can_run": ran, "ran": ran, "reason": None if ran else "x",
