@@ -1,5 +1,6 @@
-"""Claims: loading (schema, column names), every verdict path on synthetic evidence written
-by the real artifact writer, and the audit chain with tamper detection.
+"""Claims: loading (every field, the column names, the sentences), every verdict path on
+synthetic evidence written by the real artifact writer, and the audit chain with tamper
+detection.
 
 The evidence is written with ``artifacts.encode`` and ``provenance.write_artifact`` (the
 one writer), so the fixtures and the pipeline cannot drift apart in format.
@@ -23,7 +24,6 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.judging import claims, verdicts
-from inferlab.judging import rule as judging
 from inferlab.presentation import audit
 from inferlab.presentation.audit import evaluate_key
 from inferlab.presentation.claim_text import reason_text
@@ -34,7 +34,7 @@ from tests.test_verdicts import _claims_yaml
 
 SEED = 20240613
 CPU, GPU = "cpu-synth-2t", "cuda-synth-gpu"
-VERDICTS = artifacts.schema("claims")["$defs"]["result"]["properties"]["verdict"]["enum"]
+VERDICTS = verdicts.VERDICTS
 FUSED = ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
 ENV = {"cpu": {"device": "cpu", "build": {"torch": "2.13.0", "cpu_capability": "AVX2"},
                "host": {"torch_threads": 2, "cpu_model": "synthetic"}, "cuda": None},
@@ -172,16 +172,27 @@ def evidence(tmp_path: Path, evidence_template: Path) -> Path:
     return Path(shutil.copytree(evidence_template, tmp_path / "root"))
 
 
+def write_sentences(root: Path, *entries: dict) -> None:
+    """docs/chapter/sentences.yaml under ``root``: one seed of ``entries``."""
+    path = root / claims.SENTENCES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"version": 1, "seeds": [
+        {"name": "chapter", "seed": "s", "copy": "c", "sentences": list(entries)}]}))
+
+
 def write_claims(tmp_path: Path, *items: dict) -> Path:
+    """claims.yaml of ``items``, each claim's sentence "A sentence." beside it."""
     path = tmp_path / "claims.yaml"
-    path.write_text(yaml.safe_dump({"version": 2, "fp16_stand_in": {"cuda": "float16",
+    path.write_text(yaml.safe_dump({"version": 3, "fp16_stand_in": {"cuda": "float16",
                                                                     "cpu": "float32"},
                                     "claims": list(items)}))
+    ids = [c.get("id") for c in items if isinstance(c.get("id"), str)]
+    write_sentences(tmp_path, {"text": "A sentence.", "claims": ids})
     return path
 
 
 def claim(cid: str, check: dict | None = None, kind: str | None = None, **extra) -> dict:
-    base = {"id": cid, "sentence": "A sentence.", "chapter_value": "v",
+    base = {"id": cid, "chapter_value": "v",
             "kind": kind or ("measured" if check else "reported"),
             "reading": {"quantity": "a quantity", "why": "a reason"}}
     return {**base, **({"check": check} if check else {"source": "someone"}), **extra}
@@ -231,14 +242,61 @@ def test_duplicate_id_is_rejected_naming_it(tmp_path):
         claims.load(path)
 
 
-@pytest.mark.parametrize("bad_expect", [{"approx": 3}, {"between": [1]}, {"nearly": 2},
-                                        {"max": 1, "rel": 0.1}, {"finite": False},
-                                        {"finite": True, "max": 2}, {"direction": ">2"}])
-def test_schema_error_names_the_claim_and_field(tmp_path, bad_expect):
+@pytest.mark.parametrize(("bad_expect", "says"), [
+    ({"approx": 3, "printed": True}, "approx is the printed figure already"),
+    ({"between": [1]}, "expected [low, high], got [1]"),
+    ({"between": [2, 1]}, "low 2 is above high 1"),
+    ({"nearly": 2}, "unknown key 'nearly'"), ({"max": 1, "rel": 0.1}, "unknown key 'rel'"),
+    ({"finite": False}, "finite: true is the only form"),
+    ({"finite": True, "max": 2}, "give exactly one of between, max, min, approx, equals, "
+     "direction, approx_at, finite; got max, finite"),
+    ({"direction": ">2"}, "'>2' is not one of >1, <1, >0"),
+    ({"max": "1"}, "expected a finite number, got '1'"),
+    ({"approx_at": [[1024]]}, "expected [[at, figure], ...]"),
+    ({"equals": True, "printed": True}, "equals is no printed figure")])
+def test_an_expectation_error_names_the_claim_the_field_and_the_fix(tmp_path, bad_expect, says):
     check = {**SPEEDUP, "expect": bad_expect}
     path = write_claims(tmp_path, claim("C13-01"), claim("C13-42", check))
-    with pytest.raises(ValueError, match=r"claim C13-42, field check\.expect"):
+    with pytest.raises(ValueError, match=r"^claims\.yaml: claim C13-42, field check\.expect"
+                       ) as info:
         claims.load(path)
+    assert says in str(info.value)
+
+
+@pytest.mark.parametrize(("change", "field", "says"), [
+    ({"kind": "measured", "source": "x"}, "check", "a measured claim has a check and no "
+     "source"),
+    ({"kind": "reported"}, "source", "a reported claim names its source and has no check"),
+    ({"kind": "guess"}, "kind", "'guess' is not one of measured, model"),
+    ({"chapter_value": " "}, "chapter_value", "expected some text"),
+    ({"reading": {"quantity": "q"}}, "reading", "'why' is required"),
+    ({"figures": []}, "figures", "a list of the figures as printed"),
+    ({"sentence": "A sentence."}, "(claim)", "unknown key 'sentence'"),
+    ({"check": {**SPEEDUP, "stage": "claims"}}, "check.stage", "'claims' is not one of probe"),
+    ({"check": {**SPEEDUP, "dtype": "half"}}, "check.dtype", "'half' is not one of fp16"),
+    ({"check": {**SPEEDUP, "ratio": SPEEDUP["value"]}}, "check", "exactly one of value"),
+    ({"check": {**SPEEDUP, "value": {"column": "ratio", "stat": "loglog_slope"}}},
+     "check.value", "stat loglog_slope needs x"),
+    ({"check": {**SPEEDUP, "value": {"column": "ratio", "stat": "mean"}}},
+     "check.value.stat", "'mean' is not one of max, min, median"),
+    ({"check": {**SPEEDUP, "where": {"T": {"least": 1}}}}, "check.where.T",
+     "unknown key 'least'"),
+    ({"check": {**SPEEDUP, "scope": {"T": 1024}}}, "check.scope.T", "a list of the "
+     "sentence's values"),
+    ({"check": {**SPEEDUP, "best": {"by": ["T"]}}}, "check.best", "'lowest' is required"),
+    ({"check": {**SPEEDUP, "value": {"column": "ratio", "stat": "max", "unit": "ms"}}},
+     "check.value.unit", "'ms' is not one of MiB, us, s"),
+])
+def test_a_field_error_names_the_claim_the_field_and_what_is_right(tmp_path, change, field,
+                                                                   says):
+    raw = {**claim("C13-05", SPEEDUP), **change}
+    if change.get("kind") == "reported":
+        raw["source"] = None
+        del raw["source"]
+    with pytest.raises(ValueError, match=rf"^claims\.yaml: claim C13-05, field {re.escape(field)}: "
+                       ) as info:
+        claims.load(write_claims(tmp_path, raw))
+    assert says in str(info.value)
 
 
 @pytest.mark.parametrize("where", ["scope", "where", "best", "value", "by", "join"])
@@ -261,13 +319,6 @@ def test_an_unknown_column_fails_to_load_naming_claim_and_column(tmp_path, where
             "expect": {"direction": "<1"}}
     with pytest.raises(ValueError, match=r"claim C13-09 names column '\w+', which prefill\.csv"):
         claims.load(write_claims(tmp_path, claim("C13-09", check)))
-
-
-def test_unit_must_fit_the_column(tmp_path):
-    check = {"stage": "prefill", "value": {"column": "median_ms", "unit": "MiB", "stat": "max"},
-             "expect": {"max": 1}}
-    with pytest.raises(ValueError, match="C13-03.*unit='MiB'"):
-        claims.load(write_claims(tmp_path, claim("C13-03", check)))
 
 
 def test_a_device_specific_claim_must_name_its_device(tmp_path):
@@ -331,14 +382,13 @@ def test_a_ratio_check_and_the_defaults_are_parsed(tmp_path):
     ({"between": [1, 8], "printed": [False, True]},
      claims.Expect("between", bounds=(1, 8), printed=(False, True))),
     ({"min": 3, "printed": True}, claims.Expect("min", target=3, printed=(True, True))),
-    ({"approx": 3, "rel": 0.1}, claims.Expect("approx", target=3, rel=0.1)),
-    ({"approx": 3, "abs": 0.1}, claims.Expect("approx", target=3, abs=0.1)),
+    ({"approx": 3}, claims.Expect("approx", target=3, printed=(True, True))),
     ({"equals": "flash"}, claims.Expect("equals", target="flash")),
     ({"direction": "<1"}, claims.Expect("direction", target="<1")),
     ({"direction": ">0"}, claims.Expect("direction", target=">0")),
     ({"finite": True}, claims.Expect("finite")),
-    ({"approx_at": [[1024, 9.1], [2048, 10.3]], "rel": 0.02},
-     claims.Expect("approx_at", rel=0.02, points=((1024, 9.1), (2048, 10.3)))),
+    ({"approx_at": [[1024, 9.1], [2048, 10.3]]},
+     claims.Expect("approx_at", points=((1024, 9.1), (2048, 10.3)), printed=(True, True))),
 ])
 def test_each_expectation_is_parsed(spec, parsed):
     assert claims._expect(spec) == parsed
@@ -348,14 +398,41 @@ def test_each_expectation_is_parsed(spec, parsed):
 def test_the_file_level_fields_are_loaded(tmp_path):
     path = tmp_path / "claims.yaml"
     path.write_text(yaml.safe_dump({
-        "version": 2, "chapter_hardware": "an A100",
+        "version": 3, "chapter_hardware": "an A100", "chapter_gpu": {"multiprocessors": 34},
         "fp16_stand_in": {"cuda": "float16", "cpu": "bfloat16", "why": "because"},
-        "claims": [claim("C13-01", sentence="Two   words\n  here.")]}))
+        "claims": [claim("C13-01")]}))
+    write_sentences(tmp_path, {"text": "Two   words\n  here.", "claims": ["C13-01"]})
     loaded = claims.load(path)
-    assert loaded.hardware == "an A100"
+    assert loaded.hardware == "an A100" and loaded.chapter_gpu == {"multiprocessors": 34}
     assert loaded.fp16_stand_in == {"cuda": "float16", "cpu": "bfloat16"}
     assert loaded.claims[0].sentence == "Two words here."
     assert loaded.claims[0].source == "someone" and loaded.claims[0].check is None
+
+
+def test_each_sentence_is_stored_once_and_a_claim_reads_every_sentence_naming_it(tmp_path):
+    """Issue 50: a sentence lives in docs/chapter/sentences.yaml only; a claim checking two
+    sentences of the seeds gets both, in their order."""
+    path = write_claims(tmp_path, claim("C13-01"), claim("C13-02"))
+    write_sentences(tmp_path, {"text": "First.", "claims": ["C13-02"]},
+                    {"text": "Narrative.", "reason": "not_a_claim"},
+                    {"text": "Second.", "claims": ["C13-01", "C13-02"]})
+    loaded = {c.id: c.sentence for c in claims.load(path).claims}
+    assert loaded == {"C13-01": "Second.", "C13-02": "First. Second."}
+    assert "sentence:" not in layout.CLAIMS_FILE.read_text(encoding="utf-8")
+
+
+def test_a_claim_no_sentence_names_and_a_missing_sentences_file_are_refused(tmp_path):
+    path = write_claims(tmp_path, claim("C13-01"), claim("C13-02"))
+    write_sentences(tmp_path, {"text": "First.", "claims": ["C13-02"]})
+    with pytest.raises(ValueError) as info:
+        claims.load(path)
+    assert str(info.value) == ("claims.yaml: claim C13-01 checks no sentence of "
+                               f"{tmp_path / claims.SENTENCES_FILE}; add C13-01 to the claims: "
+                               "of the sentence it reads there")
+    (tmp_path / claims.SENTENCES_FILE).unlink()
+    with pytest.raises(ValueError, match="its sentences file .* does not exist; each claim's "
+                                         "sentence is stored there"):
+        claims.load(path)
 
 
 def test_a_missing_or_broken_claims_file_is_named(tmp_path):
@@ -370,33 +447,33 @@ def test_a_missing_or_broken_claims_file_is_named(tmp_path):
         claims.load(broken)
 
 
-def test_a_file_level_schema_error_and_an_unnamed_claim_are_located(tmp_path):
-    path = tmp_path / "claims.yaml"
-    path.write_text(yaml.safe_dump({"version": 3, "fp16_stand_in": {"cuda": "float16",
-                                                                    "cpu": "float32"},
-                                    "claims": [claim("C13-01")]}))
-    with pytest.raises(ValueError, match=r"^claims\.yaml: claim \(file\), field version: "
-                                         r".*\(1 schema error\(s\) in all\)$"):
+@pytest.mark.parametrize(("data", "message"), [
+    ({"version": 2}, "claims.yaml, field version: 2: this loader reads version 3"),
+    ({"claims": None}, "claims.yaml, field (file): 'claims' is required"),
+    ({"claims": []}, "claims.yaml, field claims: expected a list of claims"),
+    ({"fp16_stand_in": {"cuda": "float16"}}, "claims.yaml, field fp16_stand_in: 'cpu' is "
+     "required"),
+    ({"fp16_stand_in": {"cuda": "float16", "cpu": "fp8"}}, "claims.yaml, field "
+     "fp16_stand_in.cpu: 'fp8' is not one of float32, float16, bfloat16"),
+    ({"extra": 1}, "claims.yaml, field (file): unknown key 'extra'; expected version, "
+     "chapter_hardware, chapter_gpu, fp16_stand_in, rules, anchors, claims"),
+])
+def test_a_file_level_error_is_located(tmp_path, data, message):
+    path = write_claims(tmp_path, claim("C13-01"))
+    raw = {**yaml.safe_load(path.read_text()), **data}
+    path.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
+    with pytest.raises(ValueError) as info:
         claims.load(path)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("cid", [None, "C13-5", "C13-05\n", "c13-05"])
+def test_a_claim_without_an_exact_id_is_located_by_its_place(tmp_path, cid):
     nameless = {k: v for k, v in claim("C13-01").items() if k != "id"}
-    with pytest.raises(ValueError, match=r"^claims\.yaml: claim #1, field \(whole claim\): "
-                                         r"'id' is a required property \(1 schema"):
-        claims.load(write_claims(tmp_path, claim("C13-02"), nameless))
-
-
-def test_a_file_without_claims_is_a_file_level_error(tmp_path):
-    path = tmp_path / "claims.yaml"
-    path.write_text(yaml.safe_dump({"version": 2, "fp16_stand_in": {"cuda": "float16",
-                                                                    "cpu": "float32"}}))
-    with pytest.raises(ValueError, match=r"^claims\.yaml: claim \(file\), field \(whole "
-                                         r"claim\): 'claims' is a required property"):
-        claims.load(path)
-
-
-def test_several_schema_errors_are_counted(tmp_path):
-    bad = {**claim("C13-01"), "sentence": "", "chapter_value": ""}
-    with pytest.raises(ValueError, match=r"\(2 schema error\(s\) in all\)$"):
-        claims.load(write_claims(tmp_path, bad))
+    with pytest.raises(ValueError) as info:
+        claims.load(write_claims(tmp_path, claim("C13-02"), {**nameless, "id": cid}))
+    assert str(info.value) == (f"claims.yaml: claim #2 has id {cid!r}, which is not C13-NN or "
+                               "Q13-NN (two digits, nothing before or after)")
 
 
 def test_a_between_run_check_of_an_untimed_stage_is_refused(tmp_path):
@@ -510,36 +587,6 @@ def test_speedup_not_reproduced_reports_the_value_here_in_the_stand_in_dtype(tmp
     assert "dtype=float32" in result.reason and "bfloat16" not in result.reason
 
 
-def test_an_explicit_dtype_is_never_substituted(tmp_path, evidence):
-    check = {"stage": "correctness", "dtype": "float16", "where": {"check": "equivalence"},
-             "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-3}}
-    cpu = one(tmp_path, evidence, CPU, check)
-    assert cpu["verdict"] == "not measurable here"
-    assert "no float16 rows" in cpu.reason and "no other dtype" in cpu.reason
-    assert one(tmp_path, evidence, GPU, check)["verdict"] == "reproduced"
-
-
-def test_each_dtype_is_judged_separately_and_named(tmp_path, evidence):
-    check = {"stage": "correctness", "dtype": "each", "where": {"check": "equivalence"},
-             "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-4}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not reproduced"  # fp32 passes, bf16 (4e-3) does not
-    assert "bfloat16: value" in result.reason and "float32: value" in result.reason
-
-
-def test_a_nan_row_makes_the_verdict_not_reproduced_and_is_named(tmp_path, evidence, rnd):
-    rows = correctness_rows(rnd)
-    rows[3]["max_abs_err"] = math.nan  # a tiled kernel that overflowed on one row
-    write_stage(evidence, CPU, "correctness", rows, "cpu")
-    check = {"stage": "correctness", "dtype": "each", "where": {"check": "equivalence"},
-             "value": {"column": "max_abs_err", "over": "naive_same_dtype_err",
-                       "stat": "max"}, "expect": {"max": 2}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not reproduced"
-    assert "NaN or infinite in 1 row(s)" in result.reason
-    assert f"T={rows[3]['T']}" in result.reason
-
-
 @pytest.mark.parametrize(("bad", "verdict"), [(None, "reproduced"),
                                               (math.inf, "not reproduced"),
                                               (math.nan, "not reproduced")])
@@ -560,17 +607,6 @@ def test_does_not_overflow_is_every_precisions_output_finite(tmp_path, evidence,
     assert ("float32" in result.reason) == (bad is None)  # else the failing precision alone
 
 
-def test_an_empty_cell_is_not_applicable_not_a_failure(tmp_path, evidence, rnd):
-    rows = correctness_rows(rnd)
-    rows[3]["max_abs_err"] = None
-    write_stage(evidence, CPU, "correctness", rows, "cpu")
-    check = {"stage": "correctness", "dtype": "float32", "where": {"check": "equivalence"},
-             "value": {"column": "max_abs_err", "stat": "max"}, "expect": {"max": 1e-4}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "reproduced"
-    assert "1 row(s) have no max_abs_err" in result.reason
-
-
 def test_an_oom_row_inside_the_scope_is_named_and_the_subset_said(tmp_path, evidence, rnd):
     rows = prefill_rows(rnd, "float32", (8.0, 12.0), (14.0, 22.0),
                         lengths=(1024, 2048, 4096, 8192))
@@ -588,53 +624,6 @@ def test_an_oom_row_inside_the_scope_is_named_and_the_subset_said(tmp_path, evid
         in result.reason
 
 
-def test_a_scope_value_the_grid_lacks_is_not_measurable_and_said(tmp_path, evidence):
-    check = {**SPEEDUP, "scope": {"T": [8192], "causal": [True]}}
-    result = one(tmp_path, evidence, GPU, check)
-    assert result["verdict"] == "not measurable here"
-    assert "needs T = 8192 (8192: not in this grid; this grid has 1024, 2048, 4096)" \
-        in result.reason
-
-
-def test_a_device_specific_figure_elsewhere_is_shown_not_judged(tmp_path, evidence):
-    check = {"stage": "prefill", "device": "cuda", "where": {"impl": "naive"},
-             "value": {"column": "median_ms", "unit": "us", "stat": "range"},
-             "expect": {"between": [400, 1070]}}
-    result = one(tmp_path, evidence, CPU, check, kind="device-specific")
-    assert result["verdict"] == "not comparable on this device"
-    assert result["value"] is not None and "µs (95 %: " in value_text(result)
-    assert "about a CUDA device" in result.reason
-
-
-def test_a_measured_claim_needing_cuda_is_not_measurable_on_cpu(tmp_path, evidence):
-    check = {"stage": "prefill", "device": "cuda",
-             "value": {"column": "median_ms", "stat": "max"}, "expect": {"min": 0}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not measurable here" and "CUDA" in result.reason
-
-
-def test_a_value_above_its_physical_limit_is_a_probe_error_not_a_verdict(tmp_path, evidence):
-    check = {"stage": "prefill", "where": {"impl": "naive"},
-             "value": {"column": "peak_extra_bytes", "valid_max": 1, "stat": "max"},
-             "expect": {"max": 10}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not measurable here" and "not physical" in result.reason
-
-
-def test_missing_stage_is_not_measurable(tmp_path, evidence):
-    check = {"stage": "decode", "value": {"column": "median_ms", "stat": "max"},
-             "expect": {"min": 0}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "not measurable here"
-    assert "decode" in result.reason and "missing" in result.reason
-
-
-def test_reported_claim_is_not_checkable(tmp_path, evidence):
-    result = one(tmp_path, evidence, GPU, None)
-    assert result["verdict"] == "not checkable" and "someone" in result.reason
-    assert result["artifact"] is None
-
-
 def test_probe_rows_are_checkable(tmp_path, evidence):
     check = {"stage": "probe", "device": "cuda", "dtype": "float16",
              "where": {"backend": "flash"},
@@ -647,7 +636,7 @@ def test_pair_fraction_checked_against_the_rows(tmp_path, evidence):
     check = {"stage": "correctness", "dtype": "any",
              "where": {"check": "causal_pairs", "block_q": 128},
              "value": {"column": "pair_fraction", "stat": "range"},
-             "expect": {"approx": 0.53, "abs": 0.005}}
+             "expect": {"approx": 0.53}}
     result = one(tmp_path, evidence, CPU, check)
     assert result["verdict"] == "reproduced"
     assert result["value"] == pytest.approx(136 / 256)
@@ -702,10 +691,10 @@ def test_a_between_run_claim_reads_the_spread_of_the_series(tmp_path, evidence, 
              "scope": {"T": [4096], "causal": [True]}, "where": {"fused_sdpa": True},
              "best": {"by": ["T", "dtype", "causal"], "lowest": "median_ms_new"},
              "value": {"column": "median_ms_spread", "stat": "max"},
-             "expect": {"approx": 0.67, "rel": 0.25}}
+             "expect": {"between": [0.5, 0.7]}}
     result = one(tmp_path, evidence, GPU, check, kind="between-run")
     assert result["value"] == pytest.approx(0.6)
-    assert result["verdict"] == "reproduced"  # 0.6 is within 25 % of 0.67
+    assert result["verdict"] == "reproduced"
     assert result["artifact"]["stage"] == "series"
 
 
@@ -717,34 +706,6 @@ def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence, 
     result = one(tmp_path, evidence, CPU, check, kind="between-run")
     assert result["verdict"] == "not measurable here"
     assert result["cause"]["kind"] == "too_few_runs"
-
-
-# ---------------------------------------------------------------- the vocabulary
-
-
-@pytest.mark.parametrize("exponent", [0.7, 1.3, 2.0])
-def test_loglog_slope_recovers_a_power_law(rnd, exponent):
-    xs = [512, 1024, 2048, 4096]
-    c = rnd.uniform(0.5, 5.0)
-    frame = pd.DataFrame({"T": xs, "y": [c * x**exponent for x in xs]})
-    assert judging.loglog_slope(frame, "y", "T").value == pytest.approx(exponent)
-
-
-def test_spread_by_group(rnd):
-    a, b = rnd.uniform(1, 2), rnd.uniform(1, 2)
-    frame = pd.DataFrame({"cache_len": [1024, 1024, 4096, 4096], "t": [a, 2 * a, b, 1.5 * b]})
-    spread = claims.Measure(column="t", stat="spread", by=("cache_len",))
-    assert [e.value for e in verdicts.statistic(frame, "t", spread)] == \
-        pytest.approx([1.0, 0.5])
-
-
-def test_nothing_vacuous_is_reproduced():
-    """No value at all, or none of approx_at's lengths: not measurable, never reproduced."""
-    with pytest.raises(verdicts.NotMeasurable):
-        verdicts.judge(claims.Expect("max", target=2), [])
-    with pytest.raises(verdicts.NotMeasurable):
-        verdicts.judge(claims.Expect("approx_at", rel=0.01, points=((8192, 11.5),)),
-                       [[1024, 9.09]])
 
 
 # ---------------------------------------------------------------- audit
@@ -808,35 +769,7 @@ def test_cli_claims_table_per_machine(evidence, capsys):
     assert matrix["C13-33"][GPU]["verdict"] == "not checkable"
 
 
-# ---------------------------------------------------------------- rows the new claims read
-
-
-def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
-    """Q13-12, Q13-14, C13-53 and C13-61 read these model.csv rows; they validate against
-    the model schema, and the counts come from the traffic model and the profiler."""
-    from inferlab.algorithms.traffic import naive_hbm_elements
-    from inferlab.measurement.measure import Ratio
-    from inferlab.stages import model
-
-    class Ctx:
-        device, seed, threads = "cpu", 0, 1
-    monkeypatch.setattr(model, "fma_ratio", lambda params, ctx: Ratio("fused", 1.5, 1.4, 1.6))
-    params = model.Params(T=256, block=64, d=16, heads=2, cache_len=1024,
-                          cache_dtype="float16", launch_us=40, decode_gbs=50,
-                          sustainable_factor=6, dtypes=("float32", "bfloat16"))
-    rows = {(r["quantity"], r["dtype"]): r for r in model._added_rows(params, Ctx)}
-    artifacts.encode("model", list(rows.values()))  # the contract's columns and enums
-    full = rows[("naive_score_round_trips_full", None)]["value"]
-    causal = rows[("naive_score_round_trips_causal", None)]["value"]
-    assert full == (naive_hbm_elements(256, 16) - 4 * 256 * 16) / (2 * 256 * 256)
-    assert causal > full  # the causal mask adds a pass over the score matrix
-    ops = rows[("splitkv_ops_per_call", None)]
-    assert ops["value"] >= 1 and "at 1 splits" in ops["inputs"] and "at 64 splits" in \
-        ops["inputs"]
-    assert rows[("decode_intensity", "float32")]["value"] == \
-        rows[("decode_intensity", "bfloat16")]["value"] / 2  # bytes per element halve
-    fma = rows[("fma_two_kernels_over_fused", None)]
-    assert (fma["value"], fma["ci_low"], fma["ci_high"]) == (1.5, 1.4, 1.6)
+# ---------------------------------------------------------------- the backend map
 
 
 def map_row(case: str, can_run: bool, **cells) -> dict:
@@ -912,12 +845,6 @@ def test_only_a_question_goes_without_an_expectation(tmp_path):
     claims._check_claim(dataclasses.replace(bare, kind="question"), "claims.yaml")
 
 
-def test_an_approx_at_expectation_keeps_its_printed_flags():
-    parsed = claims._expect({"approx_at": [[1024, 2.0]], "rel": 0.1, "printed": [True, False]})
-    assert parsed == claims.Expect("approx_at", rel=0.1, points=((1024, 2.0),),
-                                   printed=(True, False))
-
-
 def test_a_per_tensor_check_names_the_tensors_shape_columns_and_its_own():
     check = claims._check({"stage": "prefill", "scope": {"T": [1024]},
                            "value": {"column": "peak_extra_bytes", "per": "score_matrix",
@@ -980,3 +907,31 @@ def test_the_committed_backend_maps_answer_the_fast_path_questions(key, disables
     assert any(r["backend"] in FUSED_BACKENDS and r["base_can_run"] and not r["can_run"]
                for r in rows) is disables
     assert (not all(r["fused_can_run"] for r in rows)) is only_math
+
+
+def test_the_dram_count_the_whys_cite_holds_on_the_committed_evidence():
+    """C13-21, Q13-02 and C13-54 cite the H200's one Nsight Compute count (4,096 tokens, full
+    mask): the fused kernels read Q, K and V about once, a twentieth of the traffic model's
+    bytes at B_q = 128; naive moved about 84 times their bytes (the model: 3.9); the measured
+    speed-up is less than a tenth of that, outside the half decade C13-21 allows."""
+    root = Path(__file__).resolve().parent.parent
+    ncu_path = root / "docs" / "gpu-runs" / "2026-12-04" / "call1" / "ncu-bytes.csv"
+    traffic_path = root / "results" / "cuda-nvidia-h200" / "traffic.csv"
+    if not traffic_path.is_file():
+        pytest.skip(f"no committed {traffic_path}")
+    ncu = pd.read_csv(ncu_path).set_index("case")
+    moved = ncu["dram_read_bytes"] + ncu["dram_write_bytes"]
+    fused = moved[[c for c in moved.index if c != "naive"]]
+    qkv = 3 * 12 * 4096 * 64 * 2  # Q, K and V once, fp16
+    assert fused.between(qkv, 1.05 * qkv).all(), fused
+    assert fused.max() < ncu.loc["triton_flash block=128", "model_bytes"] / 20
+    assert moved["naive"] == pytest.approx(ncu.loc["naive", "model_bytes"], rel=0.05)
+    measured_bytes = moved["naive"] / moved["sdpa_cudnn"]
+    assert 80 < measured_bytes < 88
+    traffic = pd.read_csv(traffic_path)
+    point = traffic[(traffic["T"] == 4096) & ~traffic["causal"] & traffic["fastest_fused"]
+                    & (traffic["tile"] == "assumed")].iloc[0]
+    assert point["fused_impl"] == "sdpa_cudnn"
+    assert point["model_ratio"] == pytest.approx(3.94, abs=0.01)
+    assert point["measured_ratio_ci_high"] / measured_bytes < 0.316
+    assert point["measured_ratio"] / measured_bytes < 0.1

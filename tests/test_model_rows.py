@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from inferlab.algorithms.traffic import tiled_hbm_elements
+from inferlab.algorithms.traffic import naive_hbm_elements, tiled_hbm_elements
+from inferlab.evidence import artifacts
+from inferlab.measurement.measure import Ratio
 from inferlab.stages import model
 
 PARAMS = model.Params(T=8192, block=128, d=64, heads=12, cache_len=16384,
@@ -41,3 +43,38 @@ def test_the_model_row_doubles_the_query_tile_alone(monkeypatch):
     row = rows["kv_traffic_ratio_half_tile"]
     assert row["value"] == 2.0
     assert "B_k=128" in row["inputs"]
+
+
+def test_split_kv_launches_as_many_operations_at_one_split_as_at_sixty_four():
+    """C13-26 and C13-58 are judged because the chapter's reason, launch overhead, carries
+    to this splitkv_decode: its operation count (model.csv splitkv_ops_per_call) does not
+    vary with the split count, as the author's 'dozen' did not."""
+    class Ctx:
+        device, seed = "cpu", 0
+    one, sixty_four = model.splitkv_ops(PARAMS, Ctx)
+    assert one == sixty_four > 1
+    assert model.SPLITS == (1, 64)
+
+
+def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
+    """Q13-12, Q13-14, C13-53 and C13-61 read these model.csv rows; they validate against
+    the model schema, and the counts come from the traffic model and the profiler."""
+    class Ctx:
+        device, seed, threads = "cpu", 0, 1
+    monkeypatch.setattr(model, "fma_ratio", lambda params, ctx: Ratio("fused", 1.5, 1.4, 1.6))
+    params = model.Params(T=256, block=64, d=16, heads=2, cache_len=1024,
+                          cache_dtype="float16", launch_us=40, decode_gbs=50,
+                          sustainable_factor=6, dtypes=("float32", "bfloat16"))
+    rows = {(r["quantity"], r["dtype"]): r for r in model._added_rows(params, Ctx)}
+    artifacts.encode("model", list(rows.values()))  # the contract's columns and enums
+    full = rows[("naive_score_round_trips_full", None)]["value"]
+    causal = rows[("naive_score_round_trips_causal", None)]["value"]
+    assert full == (naive_hbm_elements(256, 16) - 4 * 256 * 16) / (2 * 256 * 256)
+    assert causal > full  # the causal mask adds a pass over the score matrix
+    ops = rows[("splitkv_ops_per_call", None)]
+    assert ops["value"] >= 1 and "at 1 splits" in ops["inputs"] and "at 64 splits" in \
+        ops["inputs"]
+    assert rows[("decode_intensity", "float32")]["value"] == \
+        rows[("decode_intensity", "bfloat16")]["value"] / 2  # bytes per element halve
+    fma = rows[("fma_two_kernels_over_fused", None)]
+    assert (fma["value"], fma["ci_low"], fma["ci_high"]) == (1.5, 1.4, 1.6)

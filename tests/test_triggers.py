@@ -133,10 +133,8 @@ def test_a_new_stage_declared_once_appears_everywhere(tmp_path):
     assert run(repo, "generate", module="inferlab").returncode == 0
     assert run(repo, "generate", "--check", module="inferlab").returncode == 0
     schemas = {f: json.loads((repo / "schemas" / f).read_text()) for f in (
-        "sidecar.schema.json", "claims.schema.json")}
+        "sidecar.schema.json",)}
     assert "toy.csv" in schemas["sidecar.schema.json"]["properties"]["artifact"]["enum"]
-    assert "toy" in schemas["claims.schema.json"]["$defs"]["check"]["properties"]["stage"][
-        "enum"]
     slurm = yaml.safe_load((repo / "profiles" / "slurm" / "config.yaml").read_text())
     assert "toy" in slurm["set-resources"]
     assert "`toy`" in (repo / "docs" / "contracts.md").read_text()

@@ -220,9 +220,11 @@ REPORT_SCRIPT = "scripts/report.py"
 
 # The report is a rule, not a stage: it writes no register entry. Its code is the
 # closure of inferlab.presentation.report and of every stage's view (loaded by name, not imported:
-# report_modules), the claims file and the page template.
+# report_modules), the claims file, the sentences it shows (stored once, beside it) and the
+# page template.
 REPORT_MODULE = "inferlab.presentation.report"
-REPORT_FILES = ("claims.yaml", "inferlab/presentation/templates/report.html.j2")
+REPORT_FILES = ("claims.yaml", "docs/chapter/sentences.yaml",
+                "inferlab/presentation/templates/report.html.j2")
 
 
 def report_modules() -> tuple[str, ...]:
@@ -231,9 +233,10 @@ def report_modules() -> tuple[str, ...]:
 
 
 # What of claims.yaml a stage computes from (its code, as far as a rerun goes): each claim's
-# id, kind and check, and the file's version, fp16 stand-in and chapter GPU. Its sentences,
-# notes and readings are for people: an edit of them reruns the report (which shows them),
-# never claims or manuscript (whose artifacts hold none of them).
+# id, kind and check, and the file's version, fp16 stand-in and chapter GPU. Its notes and
+# readings are for people (and the sentences, in docs/chapter/sentences.yaml): an edit of
+# them reruns the report (which shows them), never claims or manuscript (whose artifacts
+# hold none of them).
 CLAIMS_FILE = "claims.yaml"
 CLAIMS_COMPUTED = ("id", "kind", "check")
 

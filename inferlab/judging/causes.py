@@ -12,7 +12,8 @@ kind               when
 not_in_grid        the grid has no row at the sentence's value (a length, a dtype,
                    a backend map the probe did not make)
 dropped_by_budget  the point was dropped: the stage's time budget was spent
-stopped_at_limit   the stage was stopped at its limit (or by SIGTERM) before it
+stopped_at_limit   the stage was stopped at its limit (or by SIGTERM) before it, or
+                   before it took the row's readings (memory, the kernel: READINGS)
 device_cannot      this device cannot run it: a CUDA-only check, a backend PyTorch
                    refuses here, out of memory, a dtype on a slow path, our kernel
                    inexact here
@@ -27,6 +28,9 @@ not_applicable     every selected row has no value of the column (e.g. a refusal
 
 from __future__ import annotations
 
+# the columns a timing row gets from its readings (inferlab.measurement.workers: memory and
+# the kernel under the profiler, after the timings); empty in an ok row: not taken
+READINGS = ("peak_extra_bytes", "memory_method", "kernel")
 CAUSES = ("not_in_grid", "dropped_by_budget", "stopped_at_limit", "device_cannot",
           "upstream_failed", "too_few_runs", "not_physical", "not_applicable")
 # several values missing for different causes: the one named first is the most useful to

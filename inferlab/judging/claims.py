@@ -1,31 +1,34 @@
-"""claims.yaml, loaded into typed checks.
+"""claims.yaml, loaded into typed checks: the claims vocabulary, specified once, here.
 
-``claims.yaml`` lists each claim of the chapter with its sentence, the value the chapter
-printed, its kind and a declarative check (``schemas/claims.schema.json``; the file's
-header explains the vocabulary). Loading validates the file against that schema, then
-builds frozen dataclasses and checks every column a check names against the schema of
-the artifact it reads, so a typo is an error naming the claim and the column, not a
-verdict of "not measurable here". Nothing in a claim is executed.
+``claims.yaml`` lists each claim of the chapter with the value the chapter printed, its
+kind, its reading and a declarative check (the file's header explains the vocabulary in
+words). Loading checks every field as it types it into frozen dataclasses, then every
+column a check names against the schema of the artifact it reads, so a typo is an error
+naming the claim, the field and the fix, never a verdict of "not measurable here".
+Nothing in a claim is executed.
+
+Each sentence is stored once, in ``docs/chapter/sentences.yaml`` beside it (every sentence
+of both seeds, in order); a claim's sentence is the text of the sentences whose ``claims:``
+name it, which the loader attaches (``Claim.sentence``).
 
 ``inferlab.judging.verdicts`` judges a ``Claim`` on a machine's artifacts;
-``inferlab.presentation.audit``
-traces a verdict to the evidence behind it.
+``inferlab.presentation.audit`` traces a verdict to the evidence behind it.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from inferlab.core import layout, validation
-from inferlab.core.pipeline import STAGES
+from inferlab.core import layout
+from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.evidence import artifacts
 
 # unit -> (the column suffix it converts from, factor)
@@ -37,6 +40,26 @@ ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 # between-run checks read the series' between-run columns (inferlab.stages.series): the
 # largest difference between two of its runs, the latest run's time
 BETWEEN_RUNS = ("median_ms_spread", "ratio_spread", "median_ms_new")
+
+# The vocabulary's words (claims.yaml's header says what each means)
+VERSION = 3
+KINDS = ("measured", "model", "arithmetic", "between-run", "device-specific", "author-code",
+         "reported", "question")
+DTYPES = ("float32", "float16", "bfloat16")
+CHECK_DTYPES = ("fp16", "16-bit", "each", "any", *DTYPES)
+DEVICES = ("cuda", "cpu")
+GPUS = ("chapter", "any")
+TABLES = ("availability", "backend_map")
+STATS = ("max", "min", "median", "range", "spread", "loglog_slope", "at")
+EXPECTS = ("between", "max", "min", "approx", "equals", "direction", "approx_at", "finite")
+DIRECTIONS = (">1", "<1", ">0")
+# the stages a check may read: every stage declared before the claims stage
+JUDGED = STAGES[CLAIMS_STAGE].reads
+# where each sentence is stored, relative to the folder of claims.yaml
+SENTENCES_FILE = Path("docs") / "chapter" / "sentences.yaml"
+# a claim id, checked whole (a regex's "$" also matches before a trailing newline)
+CLAIM_ID = re.compile(r"[CQ]13-[0-9]{2}")
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -98,16 +121,15 @@ class Measure:
 @dataclass(frozen=True)
 class Expect:
     """What the sentence needs of the value: ``kind`` is between | max | min | approx |
-    equals | direction | approx_at | finite, with ``bounds`` (lo, hi), ``target``, ``rel``/``abs``.
-    ``printed`` says, per bound (lo, hi; or the one target), whether it is a figure the
-    chapter printed: such a bound stands for every number that rounds to it (0.58 for
-    0.575-0.585, ``printed_rounding``); a logical bound (1 for "slower") is exact."""
+    equals | direction | approx_at | finite, with ``bounds`` (lo, hi), ``target`` or
+    ``points``. ``printed`` says, per bound (lo, hi; or the one target), whether it is a
+    figure the chapter printed: such a bound stands for every number that rounds to it
+    (0.58 for 0.575-0.585, ``printed_rounding``); a logical bound (1 for "slower") is exact.
+    approx and approx_at are the printed figure, always (their width is its rounding)."""
 
     kind: str
     target: Any = None
     bounds: tuple[float, float] | None = None
-    rel: float | None = None
-    abs: float | None = None
     printed: tuple[bool, bool] = (False, False)
     points: tuple[tuple[Any, float], ...] = ()
 
@@ -164,41 +186,187 @@ class ClaimsFile:
 # --------------------------------------------------------------------------- parsing
 
 
-def _condition(column: str, cond: Any) -> Condition:
+class Bad(ValueError):
+    """A field of claims.yaml that is wrong: ``field`` (dotted) and what is wrong with it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+def _mapping(spec: Any, field: str, allowed: tuple, required: tuple = ()) -> dict:
+    if not isinstance(spec, dict):
+        raise Bad(field, f"expected a mapping, got {spec!r}")
+    unknown = [k for k in spec if k not in allowed]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), allowed, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise Bad(field, f"unknown key {unknown[0]!r}; {hint}expected {', '.join(allowed)}")
+    for key in required:
+        if key not in spec:
+            raise Bad(field, f"{key!r} is required")
+    return spec
+
+
+def _word(value: Any, field: str, words: tuple) -> str:
+    if not isinstance(value, str) or value not in words:
+        raise Bad(field, f"{value!r} is not one of {', '.join(words)}")
+    return value
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Bad(field, f"expected some text, got {value!r}")
+    return " ".join(value.split())
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise Bad(field, f"expected a finite number, got {value!r}")
+    return value
+
+
+def _flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise Bad(field, f"expected true or false, got {value!r}")
+    return value
+
+
+def _scalar(value: Any, field: str) -> Any:
+    if not isinstance(value, str | int | float) or (isinstance(value, float)
+                                                      and not math.isfinite(value)):
+        raise Bad(field, f"expected a number, a word or true/false, got {value!r}")
+    return value
+
+
+def _column(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _COLUMN.fullmatch(value):
+        raise Bad(field, f"{value!r} is not a column name")
+    return value
+
+
+def _columns(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise Bad(field, f"expected a list of column names, got {value!r}")
+    columns = tuple(_column(c, field) for c in value)
+    if len(set(columns)) != len(columns):
+        raise Bad(field, f"a column is named twice in {list(columns)}")
+    return columns
+
+
+def _condition(column: str, cond: Any, field: str | None = None) -> Condition:
+    field = field or f"check.where.{column}"
     if isinstance(cond, dict):
-        return Condition(column, low=cond.get("min"), high=cond.get("max"))
-    return Condition(column, values=tuple(cond) if isinstance(cond, list) else (cond,))
+        _mapping(cond, field, ("min", "max"))
+        if not cond:
+            raise Bad(field, "a range needs min, max or both")
+        return Condition(column, low=_number(cond["min"], f"{field}.min") if "min" in cond
+                         else None, high=_number(cond["max"], f"{field}.max")
+                         if "max" in cond else None)
+    values = cond if isinstance(cond, list) else [cond]
+    if not values:
+        raise Bad(field, "an empty list matches no row")
+    return Condition(column, values=tuple(_scalar(v, field) for v in values))
 
 
-def _rows(spec: dict) -> Rows:
+def _rows(spec: dict, field: str) -> Rows:
+    where = spec.get("where") or {}
+    if not isinstance(where, dict):
+        raise Bad(f"{field}where", f"expected a mapping of column to values, got {where!r}")
+    conditions = tuple(_condition(_column(c, f"{field}where"), v, f"{field}where.{c}")
+                       for c, v in where.items())
     best = spec.get("best")
-    return Rows(tuple(_condition(c, v) for c, v in (spec.get("where") or {}).items()),
-                Best(tuple(best["by"]), best["lowest"]) if best else None)
+    if best is None:
+        return Rows(conditions)
+    _mapping(best, f"{field}best", ("by", "lowest"), ("by", "lowest"))
+    return Rows(conditions, Best(_columns(best["by"], f"{field}best.by"),
+                                 _column(best["lowest"], f"{field}best.lowest")))
+
+
+def _statistic(spec: dict, field: str) -> dict:
+    stat = _word(spec["stat"], f"{field}.stat", STATS)
+    for needs in ("x", "at"):
+        wanted = {"x": "loglog_slope", "at": "at"}[needs]
+        if stat == wanted and needs not in spec:
+            raise Bad(field, f"stat {stat} needs {needs}: the column it is taken against")
+    return {"column": _column(spec["column"], f"{field}.column"), "stat": stat,
+            "by": _columns(spec["by"], f"{field}.by") if "by" in spec else (),
+            "x": _column(spec["x"], f"{field}.x") if "x" in spec else None,
+            "at": _column(spec["at"], f"{field}.at") if "at" in spec else None}
 
 
 def _measure(check: dict) -> Measure:
-    spec = check.get("ratio") or check["value"]
-    common = {"column": spec["column"], "stat": spec["stat"], "by": tuple(spec.get("by", ())),
-              "x": spec.get("x"), "at": spec.get("at")}
+    if ("value" in check) == ("ratio" in check):
+        raise Bad("check", "give exactly one of value (a column of the rows) and ratio "
+                  "(numerator rows over denominator rows)")
     if "ratio" in check:
-        return Measure(**common, numerator=_rows(spec["numerator"]),
-                       denominator=_rows(spec["denominator"]), join=tuple(spec["join"]))
-    return Measure(**common, over=spec.get("over"), invert=spec.get("invert", False),
-                   unit=spec.get("unit"), per=spec.get("per"), valid_max=spec.get("valid_max"))
+        spec = _mapping(check["ratio"], "check.ratio",
+                        ("numerator", "denominator", "join", "column", "stat", "by", "x", "at"),
+                        ("numerator", "denominator", "join", "column", "stat"))
+        sides = {}
+        for side in ("numerator", "denominator"):
+            _mapping(spec[side], f"check.ratio.{side}", ("where", "best"))
+            sides[side] = _rows(spec[side], f"check.ratio.{side}.")
+        return Measure(**_statistic(spec, "check.ratio"), **sides,
+                       join=_columns(spec["join"], "check.ratio.join"))
+    spec = _mapping(check["value"], "check.value",
+                    ("column", "stat", "over", "invert", "unit", "per", "valid_max", "by", "x",
+                     "at"), ("column", "stat"))
+    return Measure(**_statistic(spec, "check.value"),
+                   over=_column(spec["over"], "check.value.over") if "over" in spec else None,
+                   invert=_flag(spec.get("invert", False), "check.value.invert"),
+                   unit=_word(spec["unit"], "check.value.unit", tuple(UNITS))
+                   if "unit" in spec else None,
+                   per=_word(spec["per"], "check.value.per", tuple(TENSORS))
+                   if "per" in spec else None,
+                   valid_max=_number(spec["valid_max"], "check.value.valid_max")
+                   if "valid_max" in spec else None)
 
 
-def _expect(spec: dict) -> Expect:
+def _expect(spec: Any, field: str = "check.expect") -> Expect:
+    """One expectation; ``printed`` only on a bound (between, max, min): approx and
+    approx_at are the printed figure already, and nothing else is a figure."""
+    _mapping(spec, field, (*EXPECTS, "printed"))
+    kinds = [k for k in EXPECTS if k in spec]
+    if len(kinds) != 1:
+        raise Bad(field, f"give exactly one of {', '.join(EXPECTS)}; got "
+                  f"{', '.join(kinds) or 'none'}")
+    kind, x = kinds[0], spec[kinds[0]]
+    at = f"{field}.{kind}"
     printed = spec.get("printed", False)
-    printed = tuple(printed) if isinstance(printed, list) else (printed, printed)
-    if "between" in spec or spec.get("finite"):  # finite: 'does not overflow', no NaN or inf
-        return Expect("between", bounds=tuple(spec["between"]), printed=printed) \
-            if "between" in spec else Expect("finite")
-    if "approx_at" in spec:
-        return Expect("approx_at", rel=spec.get("rel"), points=tuple(map(tuple, spec["approx_at"])),
-                      printed=printed)
-    kind = next(k for k in ("max", "min", "approx", "equals", "direction") if k in spec)
-    return Expect(kind, target=spec[kind], rel=spec.get("rel"), abs=spec.get("abs"),
-                  printed=printed)
+    if "printed" in spec and kind not in ("between", "max", "min"):
+        raise Bad(f"{field}.printed", f"printed marks a bound the chapter printed (between, "
+                  f"max, min); {kind} is " + ("the printed figure already" if kind.startswith(
+                      "approx") else "no printed figure"))
+    if kind == "between" and isinstance(printed, list):
+        if len(printed) != 2:
+            raise Bad(f"{field}.printed", f"one flag per bound, [low, high]; got {printed!r}")
+        printed = tuple(_flag(p, f"{field}.printed") for p in printed)
+    else:
+        printed = (_flag(printed, f"{field}.printed"),) * 2
+    if kind == "between":
+        if not isinstance(x, list) or len(x) != 2:
+            raise Bad(at, f"expected [low, high], got {x!r}")
+        lo, hi = (_number(v, at) for v in x)
+        if lo > hi:
+            raise Bad(at, f"low {lo} is above high {hi}")
+        return Expect(kind, bounds=(lo, hi), printed=printed)
+    if kind in ("max", "min", "approx"):
+        return Expect(kind, target=_number(x, at),
+                      printed=(True, True) if kind == "approx" else printed)
+    if kind == "equals":
+        return Expect(kind, target=_scalar(x, at))
+    if kind == "direction":
+        return Expect(kind, target=_word(x, at, DIRECTIONS))
+    if kind == "finite":
+        if x is not True:
+            raise Bad(at, f"finite: true is the only form (no inf or NaN); got {x!r}")
+        return Expect(kind)
+    if not isinstance(x, list) or not x or not all(isinstance(p, list) and len(p) == 2
+                                                   for p in x):
+        raise Bad(at, f"expected [[at, figure], ...], got {x!r}")
+    return Expect(kind, points=tuple((_scalar(a, at), _number(v, at)) for a, v in x),
+                  printed=(True, True))
 
 
 def printed_rounding(x: float) -> float:
@@ -216,14 +384,58 @@ def printed_rounding(x: float) -> float:
     return 0.5 * 10.0 ** (int(exponent or 0) - decimals)
 
 
-def _check(spec: dict) -> Check:
-    return Check(stage=spec["stage"], rows=_rows(spec), measure=_measure(spec),
+CHECK_KEYS = ("stage", "device", "gpu", "dtype", "scope", "where", "best", "table",
+              "between_runs", "value", "ratio", "expect")
+
+
+def _check(spec: Any) -> Check:
+    _mapping(spec, "check", CHECK_KEYS, ("stage",))
+    scope = spec.get("scope") or {}
+    if not isinstance(scope, dict):
+        raise Bad("check.scope", f"expected a mapping of column to its values, got {scope!r}")
+    for column, values in scope.items():
+        if not isinstance(values, list) or not values:
+            raise Bad(f"check.scope.{column}", f"expected a list of the sentence's values, "
+                      f"got {values!r}")
+    return Check(stage=_word(spec["stage"], "check.stage", JUDGED), rows=_rows(spec, "check."),
+                 measure=_measure(spec),
                  expect=_expect(spec["expect"]) if "expect" in spec else None,
-                 dtype=spec.get("dtype", "fp16"),
-                 scope=tuple((c, tuple(v)) for c, v in (spec.get("scope") or {}).items()),
-                 device=spec.get("device"), gpu=spec.get("gpu", "chapter"),
-                 between_runs=spec.get("between_runs", False),
-                 table=spec.get("table", "availability"))
+                 dtype=_word(spec.get("dtype", "fp16"), "check.dtype", CHECK_DTYPES),
+                 scope=tuple((_column(c, "check.scope"),
+                              tuple(_scalar(v, f"check.scope.{c}") for v in values))
+                             for c, values in scope.items()),
+                 device=_word(spec["device"], "check.device", DEVICES)
+                 if "device" in spec else None,
+                 gpu=_word(spec.get("gpu", "chapter"), "check.gpu", GPUS),
+                 between_runs=_flag(spec.get("between_runs", False), "check.between_runs"),
+                 table=_word(spec.get("table", "availability"), "check.table", TABLES))
+
+
+CLAIM_KEYS = ("id", "chapter_value", "figures", "kind", "reading", "note", "source", "check")
+
+
+def _claim(raw: dict, sentence: str) -> Claim:
+    """One claim, its fields checked as they are typed (the id is checked by the caller)."""
+    _mapping(raw, "(claim)", CLAIM_KEYS, ("id", "chapter_value", "kind", "reading"))
+    kind = _word(raw["kind"], "kind", KINDS)
+    if kind == "reported" and ("check" in raw or "source" not in raw):
+        raise Bad("source", "a reported claim names its source and has no check: nothing "
+                  "here can test someone else's figure")
+    if kind != "reported" and ("check" not in raw or "source" in raw):
+        raise Bad("check", f"a {kind} claim has a check and no source (only a reported "
+                  "claim names a source instead)")
+    reading = _mapping(raw["reading"], "reading", ("quantity", "why"), ("quantity", "why"))
+    figures = raw.get("figures", [])
+    if not isinstance(figures, list) or ("figures" in raw and not figures):
+        raise Bad("figures", f"expected a list of the figures as printed, got {figures!r}")
+    check = _check(raw["check"]) if "check" in raw else None
+    return Claim(id=raw["id"], sentence=sentence,
+                 chapter_value=_text(raw["chapter_value"], "chapter_value"), kind=kind,
+                 check=check, source=_text(raw["source"], "source") if "source" in raw else None,
+                 note=_text(raw["note"], "note") if "note" in raw else None,
+                 reading=Reading(_text(reading["quantity"], "reading.quantity"),
+                                 _text(reading["why"], "reading.why")),
+                 figures=tuple(_scalar(f, "figures") for f in figures))
 
 
 # --------------------------------------------------------------------------- checking
@@ -328,66 +540,118 @@ def _check_claim(claim: Claim, name: str) -> None:
                          f"converts from a *{UNITS[unit][0]} column, not {column!r}")
 
 
-# a claim id, checked whole (a schema's "$" also matches before a trailing newline)
-CLAIM_ID = re.compile(r"[CQ]13-[0-9]{2}")
+# --------------------------------------------------------------------------- the file
 
 
-def _validate(data: Any, name: str) -> None:
-    schema = json.loads(layout.schema_path("claims.schema.json").read_text(encoding="utf-8"))
-    errors = sorted(validation.validator(schema).iter_errors(data),
-                    key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        err = errors[0]
-        where = list(err.absolute_path)
-        claim = "(file)"
-        if len(where) >= 2 and where[0] == "claims" and isinstance(data, dict):
-            claim = str(data["claims"][where[1]].get("id", f"#{where[1]}"))
-            where = where[2:]
-        field = ".".join(map(str, where)) or "(whole claim)"
-        raise ValueError(f"{name}: claim {claim}, field {field}: {err.message} "
-                         f"({len(errors)} schema error(s) in all)")
-    ids = [c["id"] for c in data["claims"]]
-    bad = [i for i in ids if not CLAIM_ID.fullmatch(i)]
-    if bad:
-        raise ValueError(f"{name}: claim id {bad[0]!r} is not C13-NN or Q13-NN (two digits, "
-                         "nothing before or after)")
+FILE_KEYS = ("version", "chapter_hardware", "chapter_gpu", "fp16_stand_in", "rules",
+             "anchors", "claims")
+
+
+def _file(data: Any) -> None:
+    """The file's own fields (``Bad`` naming the field)."""
+    _mapping(data, "(file)", FILE_KEYS, ("version", "fp16_stand_in", "claims"))
+    if data["version"] != VERSION:
+        raise Bad("version", f"{data['version']!r}: this loader reads version {VERSION}")
+    stand_in = _mapping(data["fp16_stand_in"], "fp16_stand_in", (*DEVICES, "why"), DEVICES)
+    for device in DEVICES:
+        _word(stand_in[device], f"fp16_stand_in.{device}", DTYPES)
+    if "chapter_gpu" in data:
+        gpu = _mapping(data["chapter_gpu"], "chapter_gpu", ("multiprocessors",),
+                       ("multiprocessors",))
+        count = gpu["multiprocessors"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise Bad("chapter_gpu.multiprocessors", f"expected a count of at least 1, got "
+                      f"{count!r}")
+    for key in ("chapter_hardware",):
+        if key in data:
+            _text(data[key], key)
+    for name, rule in (data.get("rules") or {}).items():
+        _text(rule, f"rules.{name}")
+    if not isinstance(data["claims"], list) or not data["claims"]:
+        raise Bad("claims", "expected a list of claims")
+
+
+def _ids(data: dict, name: str) -> list[str]:
+    ids = []
+    for i, raw in enumerate(data["claims"]):
+        cid = raw.get("id") if isinstance(raw, dict) else None
+        if not isinstance(cid, str) or not CLAIM_ID.fullmatch(cid):
+            raise ValueError(f"{name}: claim #{i + 1} has id {cid!r}, which is not C13-NN or "
+                             "Q13-NN (two digits, nothing before or after)")
+        ids.append(cid)
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise ValueError(f"{name}: claim ids must be unique; repeated: {dupes}")
+    return ids
+
+
+def sentences_of(text: str, name: str) -> dict[str, str]:
+    """{claim id: its sentence}: the sentences of docs/chapter/sentences.yaml whose
+    ``claims:`` name it, in the order of the seeds (joined by a space). The list's other
+    rules are ``inferlab.presentation.coverage``'s."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+    found: dict[str, list[str]] = {}
+    seeds = data.get("seeds") if isinstance(data, dict) else None
+    for seed in seeds if isinstance(seeds, list) else []:
+        for entry in (seed.get("sentences") if isinstance(seed, dict) else None) or []:
+            if isinstance(entry, dict) and isinstance(entry.get("text"), str):
+                for cid in entry.get("claims") or []:
+                    found.setdefault(cid, []).append(" ".join(entry["text"].split()))
+    return {cid: " ".join(texts) for cid, texts in found.items()}
 
 
 @functools.lru_cache(maxsize=8)
-def _parse(text: str, name: str) -> ClaimsFile:
-    # cached on the text: the report and audit read the same file for every machine
+def _parse(text: str, sentences_text: str | None, name: str, sentences_name: str
+           ) -> ClaimsFile:
+    # cached on the texts: the report and audit read the same file for every machine
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is 10x faster
     try:
         data = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
-    _validate(data, name)
-    claims = tuple(Claim(id=c["id"], sentence=" ".join(c["sentence"].split()),
-                         chapter_value=c["chapter_value"], kind=c["kind"],
-                         check=_check(c["check"]) if "check" in c else None,
-                         source=c.get("source"),
-                         note=" ".join(c["note"].split()) if "note" in c else None,
-                         reading=Reading(*(" ".join(c["reading"][k].split())
-                                           for k in ("quantity", "why")))
-                         if "reading" in c else None,
-                         figures=tuple(c.get("figures", ())))
-                   for c in data["claims"])
+    try:
+        _file(data)
+    except Bad as bad:
+        raise ValueError(f"{name}, field {bad.field}: {bad}") from None
+    claims = []
+    for cid, raw in zip(_ids(data, name), data["claims"], strict=True):
+        try:
+            claims.append(_claim(raw, ""))
+        except Bad as bad:
+            raise ValueError(f"{name}: claim {cid}, field {bad.field}: {bad}") from None
     for claim in claims:
         _check_claim(claim, name)
-    stand_in = {k: v for k, v in data["fp16_stand_in"].items() if k in ("cuda", "cpu")}
-    return ClaimsFile(claims, data.get("chapter_hardware", ""), stand_in,
-                      data.get("chapter_gpu"))
+    # the sentences last: every error of the claims themselves is named first
+    if sentences_text is None:
+        raise ValueError(f"{name}: its sentences file {sentences_name} does not exist; each "
+                         f"claim's sentence is stored there ({SENTENCES_FILE} beside "
+                         f"{name})")
+    said = sentences_of(sentences_text, sentences_name)
+    for claim in claims:
+        if claim.id not in said:
+            raise ValueError(f"{name}: claim {claim.id} checks no sentence of "
+                             f"{sentences_name}; add {claim.id} to the claims: of the "
+                             "sentence it reads there")
+    stand_in = {k: v for k, v in data["fp16_stand_in"].items() if k in DEVICES}
+    return ClaimsFile(tuple(replace(c, sentence=said[c.id]) for c in claims),
+                      data.get("chapter_hardware", ""), stand_in, data.get("chapter_gpu"))
 
 
 def load(path: Path | str | None = None) -> ClaimsFile:
-    """Read, validate and type ``claims.yaml``; errors name the claim id and the field."""
+    """Read, check and type ``claims.yaml`` and attach each claim's sentence
+    (docs/chapter/sentences.yaml beside it); errors name the claim id, the field and what
+    would be right."""
     path = Path(path) if path is not None else layout.CLAIMS_FILE
     if not path.is_file():
         raise ValueError(f"claims file {str(path)!r} does not exist; expected a claims.yaml")
-    return _parse(path.read_text(encoding="utf-8"), path.name)
+    sentences = path.parent / SENTENCES_FILE
+    return _parse(path.read_text(encoding="utf-8"),
+                  sentences.read_text(encoding="utf-8") if sentences.is_file() else None,
+                  path.name, str(sentences))
 
 
 def find(claim_id: str, claims: tuple[Claim, ...] | list[Claim]) -> Claim:

@@ -198,10 +198,9 @@ def region(e: Expect, target: float | None = None) -> tuple[float, float, bool, 
         return -math.inf, widen(e.target, e.printed[1], +1), False, False
     if e.kind == "min":
         return widen(e.target, e.printed[0], -1), math.inf, False, False
-    if e.kind in ("approx", "approx_at"):  # printed: the figure's own rounding is the width
+    if e.kind in ("approx", "approx_at"):  # the printed figure: its rounding is the width
         x = e.target if target is None else target
-        d = (printed_rounding(x) if e.printed[0] else
-             e.rel * abs(x) if e.rel is not None else e.abs)
+        d = printed_rounding(x)
         return round(x - d, 12), round(x + d, 12), False, False
     if e.kind == "equals":
         return e.target, e.target, False, False

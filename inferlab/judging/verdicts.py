@@ -46,7 +46,7 @@ from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
 from inferlab.evidence.loading import Evidence, device_of, gpu_of
-from inferlab.judging.causes import NotMeasurable, primary
+from inferlab.judging.causes import READINGS, NotMeasurable, primary
 from inferlab.judging.claims import (
     ELEMENT_BYTES,
     MAP_DERIVED,
@@ -87,6 +87,8 @@ from inferlab.judging.selection import (
 )
 from inferlab.judging.series_view import is_number
 
+# the columns that say which length a row is at: where a reading not taken is named
+LENGTHS = ("T", "cache_len")
 MAX_ROWS = 20  # rows kept per claim in claims.json: enough to see why, small enough to read
 SCHEMA_VERSION = 3  # of claims.json (schemas/claims_result.schema.json)
 # columns that say which rows decided a value, in the chapter's order of importance
@@ -96,6 +98,10 @@ SUMMARY_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "caus
 PROBE_KEYS = ("backend", "case", "dtype", "causal", "T", "d")
 # the verdicts of a sentence that is not about this machine's evidence
 NOT_COMPARABLE, AUTHOR_CODE = "not comparable on this device", "about the author's code"
+NOT_MEASURABLE, NOT_CHECKABLE = "not measurable here", "not checkable"
+# every verdict claims.json may hold (its schema's enum is generated from this)
+VERDICTS = (INSIDE, OUTSIDE, STRADDLES, ANSWERED, NOT_MEASURABLE, NOT_COMPARABLE, AUTHOR_CODE,
+            NOT_CHECKABLE)
 ANSWERS = {INSIDE: "yes", OUTSIDE: "no", STRADDLES: "undecided", ANSWERED: "value"}
 
 
@@ -110,19 +116,38 @@ class NonFinite(Exception):
         self.column, self.rows = column, rows
 
 
-def _judged(frame: pd.DataFrame, name: str, sel: Selection, upstream) -> pd.DataFrame:
+def not_taken(rows: pd.DataFrame, reading: str, scope: list[str]) -> list[dict]:
+    """``missing`` entries for ok rows whose ``reading`` (causes.READINGS) is empty: the
+    stage takes its readings after its timings and stops taking them at its limit
+    (inferlab.measurement.workers), so such a row was timed and then not read. One entry per
+    value of the sentence's first scope column (else of the row's length), with the rows."""
+    column = next((c for c in [*scope, *LENGTHS] if c in rows), None)
+    if column is None:
+        return [{"kind": "stopped_at_limit", "reading": reading, "rows": len(rows)}]
+    return [{"column": column, "value": value, "kind": "stopped_at_limit", "reading": reading,
+             "rows": int((rows[column] == value).sum())}
+            for value in plain_values(rows[column])]
+
+
+def _judged(frame: pd.DataFrame, name: str, sel: Selection, upstream,
+            column: str | None = None) -> pd.DataFrame:
     """Rows whose judged value (column "value", from ``name``) is computed non-finite fail
     the check; rows where it does not apply (an empty cell) are counted and left out, and
     where an upstream row explains the empty cell (a point the stage it reads dropped),
-    that cause is recorded; with no row left, not measurable."""
+    that cause is recorded, as is a reading not taken (``column`` one of causes.READINGS:
+    ``not_taken``); with no row left, not measurable."""
     bad = frame[frame[NONFINITE]]
     if not bad.empty:
         raise NonFinite(name, bad)
     empty = frame["value"].isna()
     if empty.any():
         explained = upstream.empty(frame[empty])
+        left = int(empty.sum()) - sum(m["rows"] for m in explained)
+        if column in READINGS and left:
+            explained += not_taken(frame[empty], column, upstream.columns)
+        else:
+            sel.not_applicable += left
         sel.missing += explained
-        sel.not_applicable += int(empty.sum()) - sum(m["rows"] for m in explained)
     if empty.all():
         if sel.missing:
             raise NotMeasurable(primary(m["kind"] for m in sel.missing), missing=sel.missing)
@@ -154,7 +179,7 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame, upstream
     if not is_numeric_column(rows[m.column]):
         # a boolean or a text stays as it is: it has no interval
         rows = rows.assign(value=rows[m.column], ci_low=None, ci_high=None)
-        rows = _judged(rows, m.column, sel, upstream)
+        rows = _judged(rows, m.column, sel, upstream, m.column)
         return statistic(rows, "value", m), rows
     low, high = interval_of(rows, m.column)
     v = (rows[m.column].astype(float), low, high)
@@ -166,7 +191,7 @@ def _measure(check: Check, sel: Selection, nonfinite: pd.DataFrame, upstream
     if m.per:
         scale = 1 / tensor_bytes(rows, m.per)
     rows = rows.assign(value=v[0] * scale, ci_low=v[1] * scale, ci_high=v[2] * scale)
-    rows = _judged(rows, m.column, sel, upstream)
+    rows = _judged(rows, m.column, sel, upstream, m.column)
     return statistic(rows, "value", m), rows
 
 
@@ -192,7 +217,7 @@ def _measure_ratio(check: Check, sel: Selection, nonfinite, upstream
     merged = merged.assign(value=value, ci_low=low, ci_high=high).rename(
         columns={f"{m.column}_den": f"denominator_{m.column}"})
     merged = merged.drop(columns=[c for c in merged.columns if c.endswith("_den")])
-    merged = _judged(merged, f"{m.column} ratio", sel, upstream)
+    merged = _judged(merged, f"{m.column} ratio", sel, upstream, m.column)
     return statistic(merged, "value", m), merged
 
 
@@ -322,7 +347,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
     units, verdicts, causes and references; the report makes the text people read).
     ``evidence`` maps a stage to its artifact on that key; ``stand_in`` the dtype for fp16
     per device."""
-    result = {"id": claim.id, "kind": claim.kind, "verdict": "not checkable", "value": None,
+    result = {"id": claim.id, "kind": claim.kind, "verdict": NOT_CHECKABLE, "value": None,
               "interval": None, "unit": None, "answer": None, "device": None,
               "judged_on": {}, "judged": [], "cause": None, "integrity": None, "rows": [],
               "artifact": None, "compared_with": None}
@@ -361,7 +386,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
                       judged=judged["judged"])
     except NotMeasurable as why:
         # a sentence about another device or the author's code stays so without a value
-        result.update(verdict=shown or "not measurable here", cause=why.cause)
+        result.update(verdict=shown or NOT_MEASURABLE, cause=why.cause)
     return result
 
 

@@ -1,9 +1,6 @@
 """A claims.json entry in words: why its verdict, what it was judged on, what the sentence
 needs. claims.json holds values, enums and references (``inferlab.judging.verdicts``);
 this module is the one place that says them, for the report, the audit and the CLI.
-
-An entry of an older claims.json (schema version 2) carries its reason as prose; it is
-shown as it was written.
 """
 
 from __future__ import annotations
@@ -38,9 +35,6 @@ KIND_WORDS = {"not_in_grid": "not in this grid",
               "too_few_runs": "too few runs", "not_physical": "not physical",
               "not_applicable": "not applicable"}
 DEVICE = {"cuda": "CUDA", "cpu": "CPU"}
-# the columns a timing row gets from its readings (workers._readings: memory and the kernel
-# under the profiler, after the timings): empty in an ok row, the reading was not taken
-READINGS = ("peak_extra_bytes", "memory_method", "kernel")
 
 
 def _values(values) -> str:
@@ -65,6 +59,9 @@ def missing_text(entry: dict) -> str:
     """'8192: in prefill, 1 row(s) dropped: the stage's time budget was spent (0 s left)
     (tiled)', or '8192: not in this grid' where no row says why."""
     head = f"{describe(entry.get('value'))}: " if "value" in entry else ""
+    if entry.get("reading"):  # an ok row whose reading the stage did not take
+        return (f"{head}{entry['rows']} row(s) timed, its {entry['reading']} reading not "
+                "taken (a stage reads after its timings and stops reading at its limit)")
     detail = "; ".join(map(status_text, entry.get("statuses", [])))
     stage = f"in {entry['stage']}, " if entry.get("stage") else ""
     return head + (stage + detail if detail else KIND_WORDS[entry["kind"]])
@@ -111,10 +108,6 @@ def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None)
                 f"has {_values(cause.get('grid', []))}")
     if kind == "not_in_grid":
         return f"no rows at {_values(cause.get('values', []))}"
-    if kind == "not_applicable" and cause.get("column") in READINGS:
-        return (f"every selected row has an empty {cause['column']} ({cause.get('rows', 0)} "
-                "row(s)): its reading was not taken (a worker reads after its timings and "
-                "stops reading at the stage's step limit)")
     if kind == "not_applicable" and cause.get("column"):
         return (f"every selected row has an empty {cause['column']} ({cause.get('rows', 0)} "
                 "row(s)): it does not apply to them")
@@ -130,8 +123,7 @@ def _wanted(value) -> str:
 def describe_expect(e: Expect) -> str:
     """The expectation in words, e.g. 'between 7.8 and 13.5 (as printed: 7.75 to 13.55)'."""
     if e.kind == "approx_at":
-        width = "as printed" if e.printed[0] else f"within {e.rel:.0%} of"
-        return (f"{width} {[x for _, x in e.points]} at "
+        return (f"as printed {[x for _, x in e.points]} at "
                 f"[{', '.join(describe(k) for k, _ in e.points)}]")
     if e.kind == "finite":
         return "a finite number (no inf or NaN)"
@@ -144,19 +136,14 @@ def describe_expect(e: Expect) -> str:
     if e.kind == "min":
         return f"at least {e.target:g}" + (f" (as printed: {lo:g})" if e.printed[0] else "")
     if e.kind == "approx":
-        if e.printed[0]:
-            return f"{e.target:g} as printed ({lo:g} to {hi:g})"
-        spread = f"{e.rel:.0%}" if e.rel is not None else f"{e.abs:g}"
-        return f"within {spread} of {e.target:g}"
+        return f"{e.target:g} as printed ({lo:g} to {hi:g})"
     if e.kind == "equals":
         return f"equal to {e.target!r}"
     return {">0": "above 0", ">1": "above 1", "<1": "below 1"}.get(e.target, f"{e.target}")
 
 
 def judged_on_text(judged_on) -> str:
-    """'impl=sdpa_flash; T=1024,2048; dtype=float32' (an older entry's text as it is)."""
-    if isinstance(judged_on, str):
-        return judged_on
+    """'impl=sdpa_flash; T=1024,2048; dtype=float32'."""
     return "; ".join(f"{c}={','.join(describe(v) for v in values)}"
                      for c, values in (judged_on or {}).items())
 
@@ -172,8 +159,6 @@ def judged_on_brief(judged_on) -> str:
     """What a claim was judged on, as the claims matrix's cell shows it, in words that can
     wrap: 'sdpa_flash · T 1024, 2048 · batch 1 · float32 · causal'. The full 'column=value'
     text stays in the claim's provenance (``judged_on_text``)."""
-    if isinstance(judged_on, str):
-        return judged_on
     parts = []
     for column, values in (judged_on or {}).items():
         if column == "causal" and set(values) <= {True, False}:
@@ -256,8 +241,6 @@ def reason_text(result: dict, claim: Claim | None = None, key: str = "this key",
                 source: str | None = None) -> str:
     """Why this verdict, in words, from a claims.json entry (``claim``: its claims.yaml
     entry, for what the sentence needs and who reported it)."""
-    if "reason" in result:  # an older claims.json: its prose as written
-        return result["reason"]
     verdict = result["verdict"]
     if verdict == "not checkable":
         who = source or (claim.source if claim is not None else None) or "others"

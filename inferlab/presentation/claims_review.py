@@ -23,8 +23,9 @@ SIZES = ("T", "cache_len", "batch", "splits", "block_q", "block_k", "score_scale
 MASKED = {"prefill", "correctness", "traffic"}  # the stages whose rows have a mask
 HEADER = """# Each claim's reading
 
-Generated from `claims.yaml` by `python -m inferlab claims --review`; do not edit (a test
-compares this file with the generator's output). For each claim: the chapter's sentence,
+Generated from `claims.yaml` (each claim's sentence from `docs/chapter/sentences.yaml`, where
+it is stored) by `python -m inferlab claims --review`; do not edit (a test compares this
+file with the generator's output). For each claim: the chapter's sentence,
 the quantity the check judges, its scope (device class, dtype, mask, lengths and the other
 rows it selects) and the region a value's 95 % interval must lie in, both rendered from
 the check itself, and why that region is what the sentence says (the claim's
@@ -32,8 +33,8 @@ the check itself, and why that region is what the sentence says (the claim's
 bound (1 for "slower") is exact (claims.yaml's header, "THE RULE").
 
 Kinds: measured, model and arithmetic are judged on every machine; device-specific is
-judged on a GPU like the chapter's (claims.yaml's `chapter_gpu`) and shown elsewhere, another
-GPU included ("not comparable on this device");
+judged on a GPU like the chapter's (claims.yaml's `chapter_gpu`; `gpu: any`, a statement
+about GPUs in general: on any GPU) and shown elsewhere ("not comparable on this device");
 author-code is shown, never judged ("about the author's code"); reported is not checkable;
 a question is answered, never "reproduced".
 

@@ -1,6 +1,8 @@
 """docs/chapter/sentences.yaml: every sentence of both seeds, each with the claims that
 check it or a reason of a fixed kind, and the numbers of it that are not measurements;
 and docs/claims-coverage.md, generated from it (``python -m inferlab claims --coverage``).
+It is where each sentence is stored: a claim's sentence is the text of the entries whose
+``claims:`` name it (``inferlab.judging.claims.sentences_of``).
 
 An entry is ``{text, claims: [ids], by?, why?}`` or ``{text, reason, by?, why?}`` with
 ``reason`` one of ``REASONS``; ``by`` beside ``claims`` names the claims of other sentences
@@ -19,9 +21,9 @@ from pathlib import Path
 
 import yaml
 
+from inferlab.judging.claims import SENTENCES_FILE
 from inferlab.presentation.chapter_text import sentences, shape
 
-SENTENCES_FILE = Path("docs") / "chapter" / "sentences.yaml"
 NOT_CLAIMS_FILE = Path("docs") / "chapter" / "not_claims.yaml"
 COVERAGE_FILE = Path("docs") / "claims-coverage.md"
 REASONS = {"not_a_claim": "says nothing a number or a comparison could check (narrative, a "

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from inferlab.core import layout
 from inferlab.core.pipeline import CLAIMS_STAGE, LAYERS, REPORT_CLUSTER, STAGES
+from inferlab.judging import causes, claims, verdicts
 from inferlab.measurement.status import CAUSES, STATUSES
 from inferlab.measurement.status import FIELDS as STATUS_FIELDS
 
@@ -84,12 +85,12 @@ SCHEMAS = {
         ("properties", "artifact", "enum"): lambda: [s.artifact for s in STAGES.values()],
         ("$defs", "provenance", "properties", "stage", "enum"): lambda: list(STAGES),
     },
-    "claims.schema.json": {("$defs", "check", "properties", "stage", "enum"): _judged},
     "claims_result.schema.json": {
         ("$defs", "artifact", "properties", "stage", "enum"): _judged,
-        ("$defs", "statuses", "properties", "status", "enum"): lambda: list(STATUSES),
-        ("$defs", "statuses", "properties", "cause", "description"): lambda: (
-            "the rows' cause column (" + ", ".join(c for c in _causes() if c) + ")")},
+        ("$defs", "result", "properties", "kind", "enum"): lambda: list(claims.KINDS),
+        ("$defs", "result", "properties", "verdict", "enum"): lambda: list(verdicts.VERDICTS),
+        ("$defs", "result", "properties", "cause", "properties", "kind", "enum"):
+            lambda: list(causes.CAUSES)},
 }
 
 
