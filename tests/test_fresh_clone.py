@@ -90,9 +90,9 @@ def test_smoke_after_book_evidence_keeps_it(book, tmp_path, capsys):
     assert (recorded["machine"], recorded["grid"]) == (key, "smoke")
     claims = run(repo, "claims", module="inferlab")
     assert claims.returncode == 0, claims.stdout + claims.stderr
-    header, grids = claims.stdout.splitlines()[:2]
-    assert header.split()[1:] == [key, f"{key}@smoke"]
-    assert grids.split() == ["grid", "book", "(config.yaml)", "grid", "smoke"]
+    heads = [line.split(":")[0] for line in claims.stdout.splitlines()
+             if line.startswith("machine ")]  # one block per key, each saying its grid
+    assert heads == [f"machine {key}, grid book (config.yaml)", f"machine {key}@smoke, grid smoke"]
 
 
 # ------------------------------------------------------------------ what adopt must not trust
