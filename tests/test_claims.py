@@ -24,11 +24,9 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.judging import claims, verdicts
-from inferlab.presentation import audit
 from inferlab.presentation.audit import evaluate_key
 from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.report import value_text
-from inferlab.workflow.cli import main as cli_main
 from tests.series_helper import series_rows
 from tests.test_verdicts import _claims_yaml
 
@@ -708,68 +706,6 @@ def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence, 
     assert result["cause"]["kind"] == "too_few_runs"
 
 
-# ---------------------------------------------------------------- audit
-
-
-AUDIT_FIELDS = ("created_at", "git_commit", "git_dirty", "code_sha256", "config",
-                "environment", "command")
-
-
-def test_audit_has_every_link_of_the_chain(tmp_path, evidence, capsys):
-    path = write_claims(tmp_path, claim("C13-05", SPEEDUP))
-    data = audit.audit("C13-05", evidence, claims_path=path)
-    assert data["ok"] and {m["machine"] for m in data["machines"]} == {CPU, GPU}
-    for m in data["machines"]:
-        assert m["integrity"]["status"] == "sha256 OK"
-        assert m["artifact"]["version"] == 1 and len(m["artifact"]["sha256"]) == 64
-        assert all(field in m["provenance"] for field in AUDIT_FIELDS)
-        assert m["provenance"]["environment"]["torch"] == "2.13.0"
-        assert m["provenance"]["command"].startswith("python -m inferlab stage prefill")
-    text = audit.format_audit(data)
-    for needle in ("C13-05", "sentence:", "chapter value:", "sha256 OK", "git commit",
-                   "reproduce: python -m inferlab stage prefill", "threads=2"):
-        assert needle in text
-
-
-def test_cli_audit_json_and_exit_code(evidence, capsys):
-    assert audit.cli_audit("C13-08", evidence, key=GPU, as_json=True) == 0
-    data = json.loads(capsys.readouterr().out)
-    assert data["claim"]["id"] == "C13-08" and data["machines"][0]["machine"] == GPU
-
-
-def test_an_edited_results_file_is_a_mismatch_and_exit_1(evidence, capsys):
-    path = layout.artifact_path(evidence, GPU, "prefill")
-    path.write_text(path.read_text().replace("ok", "ok ", 1))
-    assert audit.cli_audit("C13-08", evidence, key=GPU) == 1
-    out = capsys.readouterr().out
-    assert "MISMATCH" in out and "not the register's latest version of prefill" in out
-    assert audit.cli_audit("C13-08", evidence, key=CPU) == 0
-
-
-def test_unknown_id_lists_close_matches(evidence):
-    # one typed character too many: the id meant comes first (with C13-50 and up, "C13-0x"
-    # was equally close to C13-01 and C13-50, and difflib breaks ties by the larger id)
-    with pytest.raises(ValueError, match=r"C13-01x.*did you mean C13-01\b"):
-        audit.audit("C13-01x", evidence)
-
-
-def test_unknown_id_through_the_cli_exits_2(evidence, capsys):
-    assert cli_main(["--root", str(evidence), "audit", "C31-08"]) == 2
-    assert "C13-08" in capsys.readouterr().err
-
-
-def test_cli_claims_table_per_machine(evidence, capsys):
-    for machine, device in ((CPU, "cpu"), (GPU, "cuda")):
-        write_stage(evidence, machine, "claims", evaluate_key(evidence, machine), device)
-    assert audit.cli_claims(evidence) == 0
-    out = capsys.readouterr().out
-    assert CPU in out and GPU in out and "C13-08" in out and "Q13-01" in out
-    assert audit.cli_claims(evidence, as_json=True) == 0
-    matrix = json.loads(capsys.readouterr().out)
-    assert matrix["C13-33"][GPU]["verdict"] == "not checkable"
-
-
-# ---------------------------------------------------------------- the backend map
 
 
 def map_row(case: str, can_run: bool, **cells) -> dict:

@@ -1,5 +1,5 @@
 """The chapter's text as sentences and numbers: what the text check and the coverage list
-read (``manuscript_check``, ``coverage``).
+read (``manuscript_check``, ``coverage``), from a file ``read_chapter`` accepts as a chapter.
 
 A number is digits (``8,192``, ``9.1``, ``.68``), a power of ten written as the chapter
 writes it (``4.7 \\times 10^{-5}``), a number word up to twenty, a multiple of ten to
@@ -16,7 +16,11 @@ number may name the dimension of a setting it prints (``dimension``: "tokens", "
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
+from pathlib import Path
+
+MAX_BYTES = 1_000_000  # the chapter is 25 kB; a file 40 times that is not a chapter
 
 
 def _spaced(words) -> str:
@@ -167,3 +171,30 @@ def dimension(text: str, number: Number) -> set[str] | None:
         if before.endswith(word):
             return columns
     return None
+
+
+def read_chapter(path: Path | str) -> str:
+    """The chapter's text: a regular UTF-8 file of at most MAX_BYTES; anything else is an
+    error that says what it is and what is expected."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        raise ValueError(f"chapter file {str(path)!r} does not exist") from None
+    if not stat.S_ISREG(mode):
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or device)"
+        raise ValueError(f"chapter file {str(path)!r} is {what}; give the chapter's text file")
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise ValueError(f"chapter file {str(path)!r} is {size:,} bytes; the limit is "
+                         f"{MAX_BYTES:,} (a chapter is tens of kB)")
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ValueError(f"chapter file {str(path)!r} holds NUL bytes: binary, or UTF-16; "
+                         "save it as UTF-8 text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"chapter file {str(path)!r} is not UTF-8 text (byte "
+                         f"{data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8") \
+            from None

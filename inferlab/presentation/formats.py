@@ -18,7 +18,7 @@ import pandas as pd
 from inferlab.judging.numtext import display_unit, format_value
 
 __all__ = ["display_unit", "format_value", "plain_text", "table_cell", "text_table",
-           "with_unit"]
+           "value_text", "with_unit"]
 
 
 def with_unit(value: Any, unit: str | None) -> str:
@@ -29,6 +29,19 @@ def with_unit(value: Any, unit: str | None) -> str:
     if not unit:
         return text
     return f"{text}{unit}" if unit == "×" else f"{text} {unit}"
+
+
+def value_text(result: dict) -> str:
+    """A claims.json value for people, with its unit and, where it has one, its 95 %
+    interval: '1.89–2.57× (95 %: 1.85–2.61)'; '—' when there is none."""
+    value, ci = result["value"], result.get("interval")
+    text = with_unit(value, result["unit"])
+    items = value if isinstance(value, list) else [value]
+    nums = [v[-1] if isinstance(v, list) else v for v in items]
+    nums = [v for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not ci or not nums or ci == [min(nums), max(nums)]:
+        return text  # no interval, or no noise: the value says it all
+    return f"{text} (95 %: {with_unit(ci, result['unit'])})"
 
 
 _SUPERSCRIPT = dict(zip("0123456789-+()n", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺⁽⁾ⁿ", strict=True))

@@ -19,13 +19,13 @@ Anything else fails, naming the line, the number, the figure expected and the va
 not, and a listed sentence with figures missing between two listed sentences that are there
 (rewritten past its shape). A sentence a line break cut (Markdown wraps) is joined again.
 ``--strict`` also fails a figure whose claim is "not reproduced" on the chosen key(s), and is an
-error where there are no numbers to judge by.
+error where there are no numbers to judge by; either way the output names each claim of the
+text's sentences not reproduced on a key, and whether ``--strict`` fails it.
 """
 
 from __future__ import annotations
 
 import json
-import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,12 +35,12 @@ from inferlab.presentation.chapter_text import (
     dimension,
     numbers_in,
     parse_figure,
+    read_chapter,
     sentences,
     shape,
 )
 from inferlab.presentation.coverage import NOT_CLAIMS_FILE, Entry, index, load_kinds, load_sentences
 
-MAX_BYTES = 1_000_000  # the chapter is 25 kB; a file 40 times that is not a chapter
 NOT_REPRODUCED = "not reproduced"
 SETTING = object()  # a number read as a setting of the sentence's claims
 
@@ -316,16 +316,42 @@ def _why(row: dict) -> str:
             "is no figure, setting or declared number of this sentence")
 
 
-def format_check(found: list[dict], name: str) -> str:
+def not_reproduced(text: str, entries: dict[str, Entry], measured: dict, found: list[dict],
+                   strict: bool = False) -> list[str]:
+    """Each claim of the text's sentences "not reproduced" on a key, with its lines and what
+    ``--strict`` does with it: it fails the figures the text prints for it, nothing else."""
+    figures: dict[str, dict] = {}  # claim -> its figures printed (an ordered set)
+    for r in (r for r in found if "verdicts" in r):
+        figures.setdefault(r["claim"], {})[f"'{r['number']}'"] = None
+    at: dict[tuple, dict] = {}  # (key, claim) -> the lines of its sentences
+    for sentence in _listed(sentences(text), entries):
+        entry = entries.get(shape(sentence.text))
+        for cid, key in ((c, k) for c in (entry.checked_by if entry else ()) for k in measured):
+            if measured[key].get(cid, {}).get("verdict") == NOT_REPRODUCED:
+                at.setdefault((key, cid), {})[str(sentence.line)] = None
+    head = "their figures fail above" if strict else "--strict fails each figure of one, exit 1"
+    return [f"not reproduced on a machine ({head}):"] * bool(at) + [
+        f"  {key}: {cid} (line{'s' * (len(lines) > 1)} {', '.join(lines)}): " + (
+            f"--strict fails its figure {', '.join(figures[cid])}" if cid in figures else
+            "it prints no figure here, so --strict passes it")
+        for (key, cid), lines in sorted(at.items())]
+
+
+def format_check(found: list[dict], name: str, missed: list[str] = ()) -> str:
+    """The failures, ``missed`` (``not_reproduced``), then every number counted by what it
+    was read as, and how many more fail ``--strict`` (its claim is not reproduced)."""
     lines = [f"{name}:{r['line']}: {r['number'] or '(not printed)'!r}: {_why(r)}\n"
-             f"    {r['sentence'][:120]}" for r in found if r.get("failure")]
+             f"    {r['sentence'][:120]}" for r in found if r.get("failure")] + list(missed)
     by = {"figure": sum("claim" in r and not r.get("failure") for r in found),
           "setting": sum("setting_of" in r for r in found),
           "declared": sum("declared" in r for r in found),
-          "failing": sum(bool(r.get("failure")) for r in found)}
+          "failing": sum(bool(r.get("failure")) for r in found),
+          "strict": sum(NOT_REPRODUCED in r.get("verdicts", {}).values()
+                        and not r.get("failure") for r in found)}
     lines.append(f"{name}: {len(found)} numbers: {by['figure']} a claim's figure, "
                  f"{by['setting']} a claim's setting, {by['declared']} declared as no "
-                 f"measurement, {by['failing']} failing")
+                 f"measurement, {by['failing']} failing"
+                 + (f" ({by['strict']} more with --strict: see above)" if by["strict"] else ""))
     return "\n".join(lines)
 
 
@@ -347,33 +373,6 @@ def measured_numbers(root: Path | str, keys: list[str] | None = None) -> dict[st
     return out
 
 
-def read_chapter(path: Path | str) -> str:
-    """The chapter's text: a regular UTF-8 file of at most MAX_BYTES; anything else is an
-    error that says what it is and what is expected."""
-    path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        raise ValueError(f"chapter file {str(path)!r} does not exist") from None
-    if not stat.S_ISREG(mode):
-        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or device)"
-        raise ValueError(f"chapter file {str(path)!r} is {what}; give the chapter's text file")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise ValueError(f"chapter file {str(path)!r} is {size:,} bytes; the limit is "
-                         f"{MAX_BYTES:,} (a chapter is tens of kB)")
-    data = path.read_bytes()
-    if b"\0" in data:
-        raise ValueError(f"chapter file {str(path)!r} holds NUL bytes: binary, or UTF-16; "
-                         "save it as UTF-8 text")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"chapter file {str(path)!r} is not UTF-8 text (byte "
-                         f"{data[exc.start]:#04x} at offset {exc.start}); save it as UTF-8") \
-            from None
-
-
 def cli_check(path: Path | str, root: Path | str = ".", not_claims: Path | str | None = None,
               as_json: bool = False, strict: bool = False, key: str | None = None) -> int:
     """``inferlab manuscript check FILE``: 1 when a number fails (``strict``: also when
@@ -393,7 +392,8 @@ def cli_check(path: Path | str, root: Path | str = ".", not_claims: Path | str |
     if strict and not measured:
         raise ValueError("--strict: no results/<machine>/manuscript/numbers.json under "
                          f"{str(root)!r}: nothing to judge the figures by; run the pipeline")
-    found = check_text(text, claims, index(seeds), measured, strict, seeds)
-    print(json.dumps(found, indent=2, ensure_ascii=False) if as_json
-          else format_check(found, Path(path).name))
+    entries = index(seeds)
+    found = check_text(text, claims, entries, measured, strict, seeds)
+    print(json.dumps(found, indent=2, ensure_ascii=False) if as_json else format_check(
+        found, Path(path).name, not_reproduced(text, entries, measured, found, strict)))
     return 1 if any(r.get("failure") for r in found) else 0

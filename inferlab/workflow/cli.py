@@ -111,7 +111,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
         return cli_coverage(Path(args.root), check=args.check)
     from inferlab.presentation.audit import cli_claims
 
-    return cli_claims(root=Path(args.root), as_json=args.json)
+    return cli_claims(root=Path(args.root), key=_one_key_or_all(args), as_json=args.json)
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(n for n, d in STAGES.items() if d.measured)}")
     s.set_defaults(func=_cmd_history)
 
-    s = sub.add_parser("claims", parents=[common], help="every claim with its verdict per machine")
+    s = sub.add_parser("claims", parents=[common],
+                       help="every claim with its verdict and value, one block per machine "
+                            "(--machine: that one only)")
     s.add_argument("--json", action="store_true")
     s.add_argument("--review", action="store_true",
                    help="write docs/claims-review.md: each claim's quantity, scope, region "
@@ -233,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_claims)
 
     s = sub.add_parser("audit", parents=[common],
-                       help="trace one claim to its artifacts, hashes and commands")
+                       help="one claim's verdict, value and interval as claims.json has them, "
+                            "and the series rows, runs and register versions they rest on")
     s.add_argument("claim_id")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_audit)
