@@ -64,6 +64,30 @@ class KeyData:
         return f"was {before} (version {version})" if before not in (None, verdict) else None
 
     @property
+    def device(self) -> str:
+        """'cuda' or 'cpu': the device it recorded, else its key's prefix."""
+        return "cuda" if str(self.environment.get("device") or self.key).startswith("cuda") \
+            else "cpu"
+
+    @property
+    def environment(self) -> dict:
+        """The environment a stage recorded in its artifact (the probe's), else in a
+        sidecar."""
+        recorded = next((e.data["environment"] for e in self.evidence.values()
+                         if isinstance(e.data, dict) and e.data.get("environment")), None)
+        return recorded or next((e.provenance.get("environment") for e in
+                                 self.evidence.values() if e.provenance.get("environment")), {})
+
+    def runs(self) -> dict[str, int]:
+        """{timed stage: how many runs its series pools} (the most any point pools)."""
+        series = self.frame("series")
+        if series is None:
+            return {}
+        pooled = series.frame[series.frame["kind"] == "pooled"]
+        return {stage: int(rows["runs"].max()) for stage, rows in pooled.groupby("stage")
+                if rows["runs"].notna().any()}
+
+    @property
     def results(self) -> list[dict]:
         return (self.evidence[CLAIMS_STAGE].data or {}).get("claims", [])
 
@@ -102,6 +126,7 @@ class Page:
     root: Path
     keys: list[KeyData]
     claims: list[Claim] = field(default_factory=list)
+    stand_in: dict[str, str] = field(default_factory=dict)  # device -> the chapter's fp16 there
 
     def present(self, stage: str) -> list[KeyData]:
         """The keys with rows of ``stage``."""
