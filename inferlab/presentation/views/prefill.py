@@ -22,8 +22,7 @@ from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
 from inferlab.presentation.report_tables import raw_block
 
-SECTION = {"id": "prefill", "title": "The chapter's comparison: naive, block-wise and fused",
-           "caption": None}
+SECTION = {"id": "prefill", "title": "The chapter's comparison", "caption": None}
 COLUMNS = {
     "impl": "implementation", "block_q": "B", "dtype": "dtype", "causal": "mask", "T": "tokens",
     "median_ms": "median (ms)", "ci_low_ms": "95% low (ms)", "ci_high_ms": "95% high (ms)",
@@ -214,7 +213,8 @@ def figures(page: sections.Page) -> list[dict]:
         "figures at 8,192 tokens, on its GPU in fp16 (so half a float32 machine's bytes); "
         "bands: its ranges ({}). {}").format(ranges, sections.NOISY_NOTE)
     return [sections.figure(drawn, caption, FIGURE,
-                            "Time and peak memory at 1,024–8,192 tokens")]
+                            "Naive, block-wise and fused attention: time and peak memory at "
+                            "1,024–8,192 tokens")]
 
 
 def tables(page: sections.Page) -> list[dict]:
