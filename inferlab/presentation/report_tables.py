@@ -174,12 +174,3 @@ def record_table(record: list[dict]) -> dict:
 def _share(x: float | None) -> str:
     """A ``run_level`` share: "all" at 1 or more (the intervals allow for every move)."""
     return "—" if x is None else "all" if x >= 1 else f"{x:.0%}"
-
-
-def _with_interval(r: pd.Series, c: str, low: str, high: str, which: str) -> str:
-    """'1.43 [1.41, 1.46]': a run's value with its 95 % interval where it has one."""
-    value = table_cell(r[f"{c}_{which}"], "num")
-    lo, hi = r.get(f"{low}_{which}", pd.NA), r.get(f"{high}_{which}", pd.NA)
-    if pd.isna(lo) or pd.isna(hi):
-        return value
-    return f"{value} [{table_cell(lo, 'num')}, {table_cell(hi, 'num')}]"

@@ -13,10 +13,12 @@ A stage ``name`` with report content has a view, ``inferlab/presentation/views/<
 * optionally ``figure_of(check) -> str | None`` (by default its section's id): the
   anchor on the page that shows a claim's evidence, for the claims of its stage.
 
-``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims and the
-repository root. A stage without a view is declared in ``NO_VIEW`` with the reason;
-``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
-section to one generic loop of the template, which renders the blocks made here.
+``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims, the fp16
+stand-in per device and the repository root. A stage without a view module has nothing of
+its own on the page (claims: its verdicts are the page's spine, laid out by the report
+itself). ``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
+section to one generic loop of the template (the views that draw figures first, then the
+claims matrix, then the others), which renders the blocks made here.
 """
 
 from __future__ import annotations
@@ -37,11 +39,6 @@ from inferlab.judging.claims import Claim
 from inferlab.presentation.audit import integrity
 from inferlab.presentation.report_tables import previous_verdicts
 
-# Stages that show nothing of their own on the page, and why.
-NO_VIEW = {
-    CLAIMS_STAGE: "its verdicts are the page's spine: the claims matrix and the provenance "
-                  "blocks, laid out by the report itself",
-}
 NOT_MEASURED = "not measured here"
 NOISY_NOTE = ("A hollow marker is a timing flagged noisy: its rounds' medians disagreed by more "
               "than the noise threshold, so read it as a range, not a value.")
@@ -151,7 +148,7 @@ def figures(view: ModuleType, page: Page) -> list[dict]:
 
 
 def load(stage: str) -> ModuleType | None:
-    """The view of ``stage``, or None where it has none (``NO_VIEW``)."""
+    """The view of ``stage``, or None where it has none."""
     name = STAGES[stage].view
     return importlib.import_module(name) if importlib.util.find_spec(name) else None
 
