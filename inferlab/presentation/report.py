@@ -60,13 +60,13 @@ JUDGED = ("reproduced", "within noise here", "not reproduced")  # what a claim c
 # column a check reads (a statistic of it said as such).
 MODEL_WORDS = {
     "ops_per_block_pair": "operations per block pair", "launches": "launches",
-    "launch_time_s": "s of launches", "kv_traffic_ratio_half_tile":
-        "× the K and V traffic at half the query tile",
-    "decode_cache_mib": "MiB of cache", "decode_floor_us": "µs to read the cache at the "
-    "copy ceiling", "decode_intensity": "FLOP per byte of cache (a decode step)",
+    "launch_time_s": "s of launches",
+    "kv_traffic_ratio_half_tile": "× as much K and V traffic at half the query tile",
+    "decode_cache_mib": "MiB of cache", "decode_floor_us": "µs to read the cache (the decode "
+    "floor)", "decode_intensity": "FLOP per byte of cache read (a decode step)",
     "decode_intensity_over_balance": "× the machine's balance (a decode step's FLOP per "
     "byte over matmul rate ÷ copy bandwidth)",
-    "flops_tiled_over_naive": "× naive attention's FLOPs",
+    "flops_tiled_over_naive": "× naive attention's FLOPs (tiled's count)",
     "naive_score_round_trips_full": "round trips over the score matrix (full mask)",
     "naive_score_round_trips_causal": "round trips over the score matrix (causal mask)",
     "splitkv_ops_per_call": "operations per split-KV call",
