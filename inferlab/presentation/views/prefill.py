@@ -208,8 +208,8 @@ def figures(page: sections.Page) -> list[dict]:
         "attention in plain PyTorch (“tiled”, blocks of 128) and PyTorch's fused SDPA "
         "kernels. Top: time per call; middle: time over naive's, paired round by round "
         "(below 1: faster than naive); bottom: peak memory allocated beyond the inputs and "
-        "output, with dotted S and S² slopes. Values and bars: the series' pooled value and "
-        "its 95 % interval over every run of the machine. Stars: the chapter's printed "
+        "output, with dotted S and S² slopes. Values: the series' pooled value over every run "
+        "of the machine; bars: its 95 % interval (time and ratio). Stars: the chapter's printed "
         "figures at 8,192 tokens, on its GPU in fp16 (so half a float32 machine's bytes); "
         "bands: its ranges ({}). {}").format(ranges, sections.NOISY_NOTE)
     return [sections.figure(drawn, caption, FIGURE,
