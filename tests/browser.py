@@ -38,16 +38,38 @@ METRICS = """() => {
   const texts = [...document.querySelectorAll('p, li, td, th, summary, dd, dt, figcaption')]
     .filter(e => e.getBoundingClientRect().width > 0 && e.innerText.trim());
   const fonts = texts.map(e => parseFloat(getComputedStyle(e).fontSize));
-  const svgFonts = [...document.querySelectorAll('svg')].flatMap(svg => {
+  // every element that shows text of its own (a span, a small, a link inside a cell too)
+  const own = [...document.body.querySelectorAll('*')].filter(e => !e.closest('svg')
+    && e.getBoundingClientRect().width > 0
+    && [...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim()));
+  const smallest = own.map(e => [parseFloat(getComputedStyle(e).fontSize), e.innerText])
+    .sort((a, b) => a[0] - b[0])[0] || [Infinity, ''];
+  const svgFonts = [], clipped = [];
+  for (const svg of document.querySelectorAll('svg')) {
     const box = svg.viewBox.baseVal, shown = svg.getBoundingClientRect();
-    if (!box || !box.width || !shown.width) return [];
-    return [...svg.querySelectorAll('text')].map(
-      t => parseFloat(getComputedStyle(t).fontSize) * shown.width / box.width);
+    if (!box || !box.width || !shown.width) continue;
+    for (const t of svg.querySelectorAll('text')) {
+      svgFonts.push(parseFloat(getComputedStyle(t).fontSize) * shown.width / box.width);
+      const r = t.getBoundingClientRect();  // a label past the SVG's edge is cut off
+      if (r.left < shown.left - 1 || r.right > shown.right + 1 || r.top < shown.top - 1
+          || r.bottom > shown.bottom + 1) clipped.push(t.textContent);
+    }
+  }
+  const at = sel => [...document.querySelectorAll(sel)].map(e => {
+    const r = e.getBoundingClientRect();
+    return {key: e.closest('[data-key]') ? e.closest('[data-key]').dataset.key : null,
+            text: e.innerText, top: r.top + scrollY, bottom: r.bottom + scrollY,
+            shown: r.width > 0 && r.height > 0 && !e.closest('details:not([open])')};
   });
+  const figure = document.querySelector('figure');
   return {scrollWidth: de.scrollWidth, clientWidth: de.clientWidth, height: de.scrollHeight,
           duplicates: [...duplicates], broken,
           links: document.querySelectorAll('a[href^="#"]').length,
           counts, minFont: Math.min(...fonts), minSvgFont: Math.min(...svgFonts),
+          smallestText: smallest, clipped, runs: at('#summary .runs'),
+          findings: at('#summary .finding'),
+          firstFigure: figure ? {id: figure.id, top: figure.getBoundingClientRect().top + scrollY}
+                              : null,
           svgTexts: svgFonts.length, details: document.querySelectorAll('details').length};
 }"""
 OPEN_ALL = "() => document.querySelectorAll('details').forEach(d => d.open = true)"

@@ -1,25 +1,30 @@
-"""The report's figures on small hand-made inputs: the speed-up figure draws what the claims
-computed (never a ratio of its own), the roofline's intensities are the row's FLOPs over
-the traffic model's bytes at the tile that ran, and every implementation has a colour.
-The page as a whole is tested in tests/test_report.py and, in a browser, test_browser.py."""
+"""The report's figures on small hand-made inputs: the chapter's comparison draws the
+series' values of the chapter's three implementations (never a ratio of its own) with the
+chapter's printed figures taken from the claims, the roofline's intensities are the row's
+FLOPs over the traffic model's bytes at the tile that ran, every implementation has a
+colour, and a legend fits its figure. The page as a whole is tested in tests/test_report.py
+and, in a browser, test_browser.py."""
 
 from __future__ import annotations
 
 import random
 
-import numpy as np
+import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+from matplotlib.lines import Line2D
 
 from inferlab.algorithms.traffic import naive_hbm_elements, traffic_ratio
 from inferlab.judging import claims
-from inferlab.presentation import figures, plotting, roofline
+from inferlab.presentation import plotting
+from inferlab.presentation.views import prefill, series
+from inferlab.presentation.views import traffic as roofline
 
 SEED = 20240611
 CEILINGS = {"copy_gbs": 40.0, "matmul_gflops": {"float32": 120.0, "bfloat16": 500.0}}
 
 
-# ---------------------------------------------------------------- colours
+# ---------------------------------------------------------------- colours, layout
 
 
 @pytest.mark.parametrize("row, label", [
@@ -42,69 +47,111 @@ def test_our_triton_kernels_have_colours_of_their_own():
     assert len(set(colours)) == len(labels)
 
 
-# ---------------------------------------------------------------- speed-up from the claims
+@pytest.mark.parametrize("columns", [1, 2, 3])
+def test_every_figure_is_one_panel_wide_so_its_text_keeps_its_size(columns):
+    with plotting.rc():
+        fig, _ = plotting.figure(columns, 2)
+    assert fig.get_figwidth() == plotting.PANEL_IN[0]
+    plt.close(fig)
 
 
-def _claim_rows(rng: random.Random, impl: str, lengths=(1024, 2048, 4096), ci=True,
-                **extra) -> list[dict]:
-    """Rows as a claim hands them over: its point columns, ``value`` in its orientation and
-    (under the contract with the claims) ``ci_low``/``ci_high``; a stale ``ratio`` that
-    the figure must not read."""
+def test_a_legend_too_wide_for_its_figure_takes_fewer_columns():
+    """The H200's traffic legend in two columns was wider than its figure: the SVG cut
+    its swatches and the ends of its labels."""
+    rng = random.Random(SEED)
+    labels = [f"model, triton_flash B={rng.choice((64, 128))} tile, causal {i}"
+              for i in range(6)]
+    with plotting.rc():
+        fig, axes = plotting.figure()
+        axes[0][0].plot([1, 2], [1, 2])
+        plotting.fit_legend(fig, [Line2D([], [], label=label) for label in labels], 3)
+        fig.draw_without_rendering()
+        legend = fig.legends[-1]
+        assert len(fig.legends) == 1 and legend._ncols < 3
+        assert legend.get_window_extent().width <= fig.bbox.width
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- the chapter's comparison
+
+
+def _points(rng: random.Random, lengths=(512, 1024, 2048, 4096, 8192, 16384)) -> pd.DataFrame:
+    """Pooled series rows of one machine: the chapter's three implementations and others."""
     rows = []
     for T in lengths:
-        value = rng.uniform(1.5, 12)
-        row = {"impl": impl, "T": T, "dtype": "float32", "causal": True, "value": value,
-               "ratio": 1000.0, "noisy": False, **extra}
-        if ci:
-            row |= {"ci_low": value * 0.9, "ci_high": value * 1.2}
-        rows.append(row)
-    return rows
+        naive_ms = rng.uniform(50, 100) * (T / 1024) ** 2
+        for impl, block, fused in (("naive", None, False), ("tiled", 128, False),
+                                   ("tiled", 64, False), ("tiled_fast", 128, False),
+                                   ("sdpa_flash", None, True), ("sdpa_math", None, False)):
+            ratio = 1.0 if impl == "naive" else rng.uniform(0.2, 3)
+            rows.append({"impl": impl, "block_q": block, "fused_sdpa": fused, "T": T,
+                         "dtype": "float32", "causal": True, "status": "ok", "noisy": False,
+                         "median_ms": naive_ms * ratio, "ci_low_ms": naive_ms * ratio * 0.9,
+                         "ci_high_ms": naive_ms * ratio * 1.1, "ratio": ratio,
+                         "ratio_ci_low": ratio * 0.95, "ratio_ci_high": ratio * 1.05,
+                         "peak_extra_bytes": rng.uniform(1, 4) * T * T})
+    frame = pd.DataFrame(rows)
+    return pd.concat([frame, frame.assign(causal=False), frame.assign(dtype="bfloat16")])
 
 
-def test_speedup_series_are_the_claims_rows_not_a_ratio_recomputed():
-    rng = random.Random(SEED)
-    fused = _claim_rows(rng, "sdpa_flash")
-    tiled = _claim_rows(rng, "tiled", block_q=128, ci=False)
-    results = [{"id": "C13-05", "rows": fused}, {"id": "C13-07", "rows": tiled},
-               {"id": "C13-99", "rows": _claim_rows(rng, "naive")}]
-    series = {label: rows for label, _, rows in figures.claim_series(results)}
-    assert set(series) == {"naive ÷ fused (sdpa_flash)", "tiled ÷ naive (tiled B=128)"}
-    assert list(series["naive ÷ fused (sdpa_flash)"]["value"]) == [r["value"] for r in fused]
-    below, above = figures._interval(series["naive ÷ fused (sdpa_flash)"])
-    values = np.array([r["value"] for r in fused])
-    np.testing.assert_allclose(below, values * 0.1)
-    np.testing.assert_allclose(above, values * 0.2)
-    assert figures._interval(series["tiled ÷ naive (tiled B=128)"]) is None  # no bar
+def test_the_comparison_keeps_the_chapters_three_implementations_at_its_lengths():
+    rows = prefill.chapter_rows(_points(random.Random(SEED)), "float32")
+    assert sorted(rows["T"].unique()) == [1024, 2048, 4096, 8192]
+    assert set(rows["dtype"]) == {"float32"} and rows["causal"].all()
+    assert {plotting.impl_label(r) for r in rows.to_dict("records")} == {
+        "naive", "tiled B=128", "sdpa_flash"}
+    assert set(rows["family"]) == {"naive", "tiled", "fused"}
 
 
-def test_a_non_finite_value_or_missing_claim_draws_nothing_for_it():
-    rng = random.Random(SEED + 1)
-    rows = _claim_rows(rng, "sdpa_flash")
-    rows[1]["value"] = float("inf")
-    series = figures.claim_series([{"id": "C13-05", "rows": rows}])
-    assert [len(r) for _, _, r in series] == [2]
-    assert figures.claim_series([{"id": "C13-05", "rows": []}]) == []
-    assert figures.speedup_figure([], "key", {}) is None
+@pytest.mark.parametrize("column", ["median_ms", "ratio"])
+def test_the_comparison_draws_the_series_values_not_a_ratio_of_its_own(column):
+    """The fused kernel's time over naive's on a CPU is drawn (it was not: the figure drew
+    only the claims' rows, and C13-05 has none on a CPU), as the series pooled it."""
+    rows = prefill.chapter_rows(_points(random.Random(SEED + 1)), "float32")
+    fused = rows[rows["impl"] == "sdpa_flash"].assign(ratio=lambda f: f["ratio"] * 1.5)
+    with plotting.rc():
+        fig, axes = plotting.figure()
+        prefill._line(axes[0][0], fused, column, "#000000")
+        drawn = list(axes[0][0].lines[0].get_ydata())
+    plt.close(fig)
+    assert drawn == list(fused.sort_values("T")[column])
 
 
-def test_speedup_figure_draws_the_claims_and_the_chapters_bands():
-    rng = random.Random(SEED + 2)
-    results = [{"id": "C13-05", "rows": _claim_rows(rng, "sdpa_flash")}]
-    bands = figures.speedup_bands(claims.load().claims)
-    drawn = figures.speedup_figure(results, "cpu-key", bands)
-    assert ">naive ÷ fused (sdpa_flash)</text>" in drawn
-    assert ">chapter: naive ÷ fused, 5.5–13.5×</text>" in drawn
-    assert ">1,024</text>" in drawn and ">4,096</text>" in drawn
+def test_the_chapters_figures_are_those_its_claims_print():
+    by_id = {c.id: c for c in claims.load().claims}
+    for claim_id, panel, family, texts, _factor in prefill.CHAPTER_FIGURES:
+        for text in texts:
+            assert text in by_id[claim_id].chapter_value, (claim_id, text)
+        assert panel in ("time", "memory") and family in ("naive", "tiled", "fused")
+    # the units: C13-38's seconds drawn in ms, the others as printed (ms, MiB)
+    assert {cid: factor for cid, *_, factor in prefill.CHAPTER_FIGURES}["C13-38"] == 1000.0
+    assert " s " in by_id["C13-38"].chapter_value and "ms" in by_id["C13-57"].chapter_value
 
 
-def test_bands_are_the_bounds_of_the_named_claims_only():
+def test_ratio_bands_are_the_claims_bounds_in_the_figures_orientation():
     loaded = claims.load().claims
     by_id = {c.id: c for c in loaded}
-    bands = figures.speedup_bands(loaded)
-    assert bands == {name: tuple(by_id[cid].check.expect.bounds)
-                     for name, cid in figures.SPEEDUP_CLAIMS.items()}
-    assert figures.speedup_bands([c for c in loaded if c.id != "C13-07"]).keys() == {
-        "naive ÷ fused"}
+    bands = prefill.ratio_bands(loaded)
+    assert bands["tiled"] == tuple(by_id["C13-07"].check.expect.bounds)
+    lo, hi = by_id["C13-05"].check.expect.bounds  # naive ÷ fused
+    assert bands["fused"] == pytest.approx((1 / hi, 1 / lo))
+    assert prefill.ratio_bands([c for c in loaded if c.id != "C13-07"]).keys() == {"fused"}
+
+
+def test_the_comparison_figure_marks_the_chapter():
+    rows = prefill.chapter_rows(_points(random.Random(SEED + 2)), "float32")
+    drawn = prefill.comparison_figure(rows, "cpu-key", prefill.ratio_bands(claims.load().claims))
+    for label in ("naive", "tiled B=128", "sdpa_flash", "chapter's figure (its GPU, fp16)",
+                  "chapter: fused 5.5–13.5× faster", "chapter: tiled 13–23× slower"):
+        assert f">{label}</text>" in drawn, label
+    assert "tiled_fast" not in drawn and "sdpa_math" not in drawn
+    assert ">1,024</text>" in drawn and ">8,192</text>" in drawn and ">512</text>" not in drawn
+
+
+def test_rows_that_did_not_run_draw_no_comparison():
+    rows = prefill.chapter_rows(_points(random.Random(SEED + 3)).assign(status="oom"),
+                                "float32")
+    assert prefill.comparison_figure(rows, "k", {}) is None
 
 
 # ---------------------------------------------------------------- roofline
@@ -217,9 +264,9 @@ def _series_frame(loads) -> pd.DataFrame:
 def test_a_run_whose_load_was_not_recorded_is_not_drawn_as_a_quiet_one():
     """Runs made before the load was recorded (the AVX2 machine's, at 98ee466) are drawn
     with a marker of their own and named in the legend, not as quiet runs' dots."""
-    quiet = figures.series_figure(_series_frame([False, False]), "quiet")
-    unknown = figures.series_figure(_series_frame([False, pd.NA]), "unknown")
-    busy = figures.series_figure(_series_frame([True, False]), "busy")
+    quiet = series.series_figure(_series_frame([False, False]), "quiet")
+    unknown = series.series_figure(_series_frame([False, pd.NA]), "unknown")
+    busy = series.series_figure(_series_frame([True, False]), "busy")
     assert "load was not recorded" not in quiet and "load was not recorded" not in busy
     assert "load was not recorded" in unknown
     assert "under load" in busy

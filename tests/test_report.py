@@ -22,20 +22,22 @@ from inferlab.core import layout
 from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
-from inferlab.presentation import figures, formats, plotting
+from inferlab.presentation import formats, plotting
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
 from inferlab.presentation.report import (
+    MODEL_WORDS,
     NOT_MEASURED,
     SECTIONS,
     figure_of,
     render_report,
     value_text,
+    value_words,
 )
+from inferlab.presentation.views import prefill as prefill_view
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
         "use", "rect", "circle", "line", "polyline", "polygon", "stop", "ellipse"}
-FIGURE_IDS = {"backends", "exactness", "prefill-speedup", "prefill-memory", "decode",
-              "traffic"}
+FIGURE_IDS = {"backends", "exactness", "comparison", "decode", "traffic"}
 
 
 class Page(HTMLParser):
@@ -163,30 +165,105 @@ def test_first_screen_counts_each_machines_verdicts(report_html, evidence_root):
             assert (f'data-verdict="{verdict}" data-count="{counts[verdict]}"'
                     in card[:card.index("</div>")])
     assert "not refuted" in summary or "not that" in summary  # what "not reproduced" means
-    assert "within noise here" in summary and "95 % interval" in summary  # the rule's legend
+    assert "within noise here" in summary  # the rule's legend is with the claims
+    assert "95 % interval" in section(report_html[0], "claims")
     assert "2.13.0" in summary and "Synthetic GPU" in summary and "Synthetic CPU" in summary
 
 
+def _matrix_rows(text: str) -> dict[str, str]:
+    """claim id -> the matrix row (a sentence of the chapter) that holds it."""
+    rows = re.findall(r"<tr>.*?</tr>", section(text, "claims").split("</thead>")[1], flags=re.S)
+    return {m: row for row in rows for m in re.findall(r'<li id="claim-([CQ]13-\d\d)"', row)}
+
+
+def test_claims_matrix_has_a_row_per_sentence(report_html):
+    loaded = claims.load().claims
+    rows = re.findall(r"<tr>.*?</tr>", section(report_html[0], "claims").split("</thead>")[1],
+                      flags=re.S)
+    assert len(rows) == len({c.sentence for c in loaded}) < len(loaded)
+    by_row = _matrix_rows(report_html[0])
+    for claim in loaded:  # claims that share a sentence share its row
+        assert str(escape(formats.plain_text(claim.sentence))) in by_row[claim.id]
+        assert str(escape(formats.plain_text(claim.chapter_value))) in by_row[claim.id]
+
+
 def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_root):
-    text = section(report_html[0], "claims")
-    rows = {m.group(1): m.group(0) for m in
-            re.finditer(r'<tr id="claim-([CQ]13-\d\d)".*?</tr>', text, flags=re.S)}
+    rows = _matrix_rows(report_html[0])
     assert set(rows) == {c.id for c in claims.load().claims}
     by_id = {c.id: c for c in claims.load().claims}
     for key in (CPU, GPU):
         for result in recorded(evidence_root, key)["claims"]:
             row = rows[result["id"]]
             slug = escape(result["verdict"].replace(" ", "-"))  # "author's": &#39;
-            assert f'<span class="verdict {slug}">{escape(result["verdict"])}</span>' in row
-            assert str(escape(value_text(result))) in row  # the report makes the text
-            assert f'href="#prov-{result["id"]}-{key}"' in row
+            item = row[row.index(f'href="#prov-{result["id"]}-{key}"'):]
+            item = item[:item.index("</li>")]
+            assert f'<span class="verdict {slug}">{escape(result["verdict"])}</span>' in item
+            words = value_words(by_id[result["id"]], result)
+            if words != "—":  # the report makes the text, with words for a bare number
+                assert str(escape(words)) in item
             figure = figure_of(by_id[result["id"]])
             if figure:
-                assert f'href="#{figure}"' in row
-            if result["judged_on"]:  # claims.json holds {column: values}; the page says it:
-                # briefly in the cell, whole in the claim's provenance
-                assert str(escape(judged_on_brief(result["judged_on"]))) in row
+                assert f'href="#{figure}"' in item
+            if result["judged_on"] and words != "—":  # claims.json holds {column: values};
+                # the page says it: briefly on the value, whole in the claim's provenance
+                assert str(escape(judged_on_brief(result["judged_on"]))) in item
                 assert str(escape(judged_on_text(result["judged_on"]))) in report_html[0]
+
+
+def test_a_value_without_a_unit_says_what_it_is_in_words(evidence_root):
+    """'0.115 decode_intensity_over_balance' named a column, not what the number is."""
+    by_id = {c.id: c for c in claims.load().claims}
+    bare = 0
+    for key in (CPU, GPU):
+        for result in recorded(evidence_root, key)["claims"]:
+            claim = by_id[result["id"]]
+            if result["unit"] or value_text(result) == "—" or claim.check is None:
+                continue
+            bare += 1
+            words = value_words(claim, result)
+            assert words != value_text(result) and "_" not in words, (result["id"], words)
+    assert bare > 0
+
+
+def test_every_model_quantity_has_words_that_start_with_its_unit():
+    """MODEL_WORDS against the committed model.csv of every machine: a quantity the model
+    stage writes has words, and they carry the unit the stage gives it."""
+    quantities = {}
+    for path in sorted(layout.REPO_ROOT.glob("results/*/model.csv")):
+        for row in pd.read_csv(path).to_dict("records"):
+            quantities[row["quantity"]] = row["unit"]
+    if not quantities:
+        pytest.skip("no committed model.csv")
+    unit_words = {"ops": "operations", "FLOP/B": "FLOP per byte"}  # the rest as written
+    for quantity, unit in quantities.items():
+        assert (MODEL_WORDS[quantity] + " ").startswith(unit_words.get(unit, unit) + " "), quantity
+
+
+def test_first_screen_says_runs_and_what_holds(report_html, evidence_root):
+    """Per machine: the runs its series pools, and "of the N claims that can be judged
+    here, M hold; these do not: ..." linked to the claims."""
+    summary = section(report_html[0], "summary")
+    for key in (CPU, GPU):
+        results = recorded(evidence_root, key)["claims"]
+        card = summary[summary.index(f'data-key="{key}"'):]
+        card = card[:card.index("</div>")]
+        judged = [r for r in results if r["verdict"] in
+                  ("reproduced", "not reproduced", "within noise here")]
+        hold = sum(r["verdict"] == "reproduced" for r in judged)
+        assert f"Of the <b>{len(judged)}</b> claims that can be judged here, <b>{hold} hold</b>" \
+            in card
+        for r in judged:
+            if r["verdict"] != "reproduced":
+                assert f'<a href="#claim-{r["id"]}">{r["id"]}</a>' in card
+        frame = artifacts.read(layout.artifact_path(evidence_root, key, "series"),
+                               "series").frame if layout.artifact_path(
+                                   evidence_root, key, "series").is_file() else None
+        if frame is not None:
+            runs = int(frame.loc[frame["kind"] == "pooled", "runs"].max())
+            assert f"{runs} run" in card
+        else:
+            assert "no series of runs" in card
+    assert escape(claims.load().hardware) in summary  # the chapter's GPU, named first
 
 
 def test_claim_sentences_are_plain_unicode(report_html):
@@ -272,18 +349,21 @@ def test_tampered_claims_and_unreadable_artifact_are_shown(tmp_path, evidence_ro
 def test_rows_that_only_say_unavailable_draw_no_figure(evidence_root):
     frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
     refused = frame[frame["status"] != "ok"]
-    assert figures.memory_figure(refused, CPU) is None
-    assert figures.speedup_figure([], CPU, {}) is None
+    assert prefill_view.comparison_figure(prefill_view.chapter_rows(refused, "float32"),
+                                          CPU, {}) is None
 
 
 # ---------------------------------------------------------------- figures
 
 
-def test_speedup_bands_come_from_the_claims():
-    by_id = {c.id: c for c in claims.load().claims}
-    bands = figures.speedup_bands(claims.load().claims)
-    assert bands["naive ÷ fused"] == by_id["C13-05"].check.expect.bounds
-    assert bands["tiled ÷ naive"] == by_id["C13-07"].check.expect.bounds
+def test_the_first_figure_is_the_chapters_comparison_and_the_claims_follow_the_figures(
+        report_html):
+    text = report_html[0]
+    assert text.index("<figure") == text.index('<figure id="comparison"')
+    assert text.index('<section id="claims"') > text.rindex("<figure")
+    comparison = text[text.index('<figure id="comparison"'):]
+    comparison = comparison[:comparison.index("</figure>")]
+    assert comparison.count("<svg") == 2  # every machine, side by side
 
 
 def test_each_implementation_has_its_own_colour(evidence_root):
@@ -296,8 +376,9 @@ def test_each_implementation_has_its_own_colour(evidence_root):
 
 def test_prefill_ticks_are_the_real_lengths(report_html):
     prefill = section(report_html[0], "prefill")
-    for length in ("256", "512", "1,024", "8,192"):
+    for length in ("1,024", "2,048", "4,096", "8,192"):  # the chapter's lengths
         assert f">{length}</text>" in prefill
+    assert ">512</text>" not in prefill  # measured, but outside the chapter's table
     assert "×10" not in prefill and "10^" not in prefill
 
 

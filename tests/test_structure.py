@@ -345,7 +345,7 @@ DIRECT_USERS = {
     "inferlab/judging/claims.py": {"claims", "manuscript"},  # the manuscript reads claims.yaml too
     # claims.yaml is compared by content (test_triggers): its time alone reruns the report
     "claims.yaml": set(),
-    "inferlab/presentation/figures.py": set(),  # presentation: the report only
+    "inferlab/presentation/plotting.py": set(),  # presentation: the report only
     # presentation whose text is stored in the manuscript's artifact: its code too
     "inferlab/presentation/formats.py": {"manuscript"},
     "inferlab/presentation/views/prefill.py": set(),  # a stage's view: the report only
@@ -408,7 +408,7 @@ def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_pa
         assert users - {"report"} == direct, rel
         assert "report" in users or direct, f"{rel}: its change would rerun nothing"
     # and Snakemake reruns what reads them: a deep closure, and the report alone
-    for rel in ("inferlab/algorithms/kernels.py", "inferlab/presentation/figures.py"):
+    for rel in ("inferlab/algorithms/kernels.py", "inferlab/presentation/plotting.py"):
         os.utime(repo / rel)  # now: newer than the outputs
         assert jobs(run(repo, *args)) == _rerun_by(DIRECT_USERS[rel]), rel
         os.utime(repo / rel, (old, old))

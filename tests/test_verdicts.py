@@ -638,8 +638,8 @@ def test_figure_of_each_stage_is_the_reports():
         return Claim("C13-99", "s", "v", "measured", claims._check(
             {"stage": stage, "value": {"column": column, "stat": "max"},
              "expect": {"max": 1}}))
-    assert report.figure_of(claim("prefill")) == "prefill-speedup"
-    assert report.figure_of(claim("prefill", "peak_extra_bytes")) == "prefill-memory"
+    assert report.figure_of(claim("prefill")) == "comparison"
+    assert report.figure_of(claim("prefill", "peak_extra_bytes")) == "comparison"
     assert report.figure_of(claim("decode", "cache_bytes")) == "decode"
     assert report.figure_of(claim("model", "value")) == "traffic"
     assert report.figure_of(claim("probe", "ran")) == "backends"

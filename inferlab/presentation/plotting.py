@@ -105,8 +105,11 @@ def log_x(ax) -> None:
 
 
 def log_y(ax) -> None:
+    """Log y axis with ticks at 1, 2 and 5 of each decade, or at each decade alone where the
+    data span more than three (1, 2, 5 over five decades collide)."""
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5) if high / low < 1e3 else (1,)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: number(y)))
     ax.yaxis.set_minor_locator(NullLocator())
 
@@ -135,9 +138,20 @@ def legend(fig, colours: dict[str, str], dtypes, noisy: bool, extra=(), ncols=2)
     if noisy:
         handles.append(Line2D([], [], color="#555555", marker="o", linestyle="none",
                               markerfacecolor="white", markersize=7, label="noisy timing"))
-    handles += list(extra)
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(ncols, len(handles)),
-               frameon=False)
+    fit_legend(fig, handles + list(extra), ncols)
+
+
+def fit_legend(fig, handles: list, ncols: int) -> None:
+    """The legend below the data in as many of ``ncols`` columns as fit the figure's width:
+    a legend wider than its figure is clipped by the SVG's edge (its swatches and the ends
+    of its labels lost), so it takes fewer columns, down to one."""
+    for n in range(min(ncols, len(handles)), 0, -1):
+        found = fig.legend(handles=handles, loc="outside lower center", ncols=n,
+                           frameon=False)
+        fig.draw_without_rendering()
+        if n == 1 or found.get_window_extent().width <= fig.bbox.width:
+            return
+        found.remove()
 
 
 def natural(label: str) -> list:
@@ -145,11 +159,25 @@ def natural(label: str) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
 
 
-def figure(columns: int = 1, rows: int = 1, legend_rows: int = 2):
-    width = PANEL_IN[0] if columns == 1 else 3.2 * columns
-    height = PANEL_IN[1] * rows + 0.25 * legend_rows
-    return plt.subplots(rows, columns, figsize=(width, height), squeeze=False,
+def figure(columns: int = 1, rows: int = 1, legend_rows: int = 2, row_in: float | None = None):
+    """Axes ``rows`` x ``columns`` in a figure one panel wide whatever ``columns``: the page
+    shows every figure at a panel's width, so a wider figure would shrink its text (a
+    decode figure 6.4 in wide put 8.3 px labels on the page)."""
+    height = (row_in or PANEL_IN[1]) * rows + 0.25 * legend_rows
+    return plt.subplots(rows, columns, figsize=(PANEL_IN[0], height), squeeze=False,
                         layout="constrained")
+
+
+def interval(rows: pd.DataFrame, low: str = "ci_low", high: str = "ci_high"):
+    """Error bar lengths (below, above) of ``value`` from the rows' ``low``/``high``; None
+    without them; no bar on a side whose end is missing."""
+    if not {low, high} <= set(rows.columns):
+        return None
+    value = rows["value"].to_numpy(float)
+    below = value - pd.to_numeric(rows[low], errors="coerce").to_numpy(float)
+    above = pd.to_numeric(rows[high], errors="coerce").to_numpy(float) - value
+    below[~(below >= 0)], above[~(above >= 0)] = 0, 0
+    return below, above
 
 
 def svg(fig, name: str) -> str:

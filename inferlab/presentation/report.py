@@ -1,14 +1,15 @@
 """report/index.html: every results key's evidence side by side, in one page a reader can
 decide from.
 
-It opens with what was found (per key: verdict counts, hardware, torch build, date,
-commit, and what a verdict compares). The claims matrix is its spine: per claim the
-sentence (LaTeX as plain Unicode), the chapter's value and, per key, the verdict, the
-value with its unit, what it was judged on, and links to its figure and its provenance.
-Then one section per stage that has a view (``inferlab.presentation.views``: its title, caption,
-figures and tables, with the raw rows one click away), in the declaration's order, and one
-collapsed provenance block per claim and key, its hashes re-checked when the page is
-written. This module names no stage: a stage's content is its view's.
+It opens with what was found: what was measured, on which machines (hardware, runs in
+each machine's series), the chapter's GPU, and per machine how many of the claims that
+can be judged there hold, naming those that do not. Then the sections of the stages whose
+view draws figures (``inferlab.presentation.views``; the first is the chapter's own
+comparison), the claims matrix (per sentence of the chapter: each claim's value printed
+there and, per machine, its verdict and value in words, linked to its figure and
+provenance), the other stages' sections, and one collapsed provenance block per claim and
+machine, its hashes re-checked when the page is written. This module names no stage: a
+stage's content is its view's.
 
 The data is prepared here; the markup is ``templates/report.html.j2`` (Jinja2, autoescaped:
 an artifact's string is data, never markup; only matplotlib's SVG goes in as markup). The
@@ -43,21 +44,44 @@ VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here"
 # Each stage's view (inferlab/presentation/views/<stage>.py), in the declaration's order; None: no
 # view
 VIEWS = {name: sections.load(name) for name in STAGES}
-# The page's sections: the claims matrix, every view's, the provenance
-SECTIONS = (("summary", "Summary"), (CLAIMS_STAGE, "Claims"),
-            *((v.SECTION["id"], v.SECTION["title"]) for v in VIEWS.values() if v),
+# The page's order: what was found, the views that draw figures, the claims matrix, the
+# views of tables only, the provenance (a reader sees the evidence before the ledger)
+DRAWN = [stage for stage, v in VIEWS.items() if v and hasattr(v, "figures")]
+TABLED = [stage for stage, v in VIEWS.items() if v and not hasattr(v, "figures")]
+SECTIONS = (("summary", "Summary"),
+            *((VIEWS[s].SECTION["id"], VIEWS[s].SECTION["title"]) for s in DRAWN),
+            (CLAIMS_STAGE, "Claims"),
+            *((VIEWS[s].SECTION["id"], VIEWS[s].SECTION["title"]) for s in TABLED),
             ("provenance", "Provenance"))
 __all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
+JUDGED = ("reproduced", "within noise here", "not reproduced")  # what a claim can be judged
+# A value with no unit of its own, in words: a model.csv quantity (its unit first), or the
+# column a check reads (a statistic of it said as such).
+MODEL_WORDS = {
+    "ops_per_block_pair": "operations per block pair", "launches": "launches",
+    "launch_time_s": "s of launches",
+    "kv_traffic_ratio_half_tile": "× as much K and V traffic at half the query tile",
+    "decode_cache_mib": "MiB of cache", "decode_floor_us": "µs to read the cache (the decode "
+    "floor)", "decode_intensity": "FLOP per byte of cache read (a decode step)",
+    "decode_intensity_over_balance": "× the machine's balance (a decode step's FLOP per "
+    "byte over matmul rate ÷ copy bandwidth)",
+    "flops_tiled_over_naive": "× naive attention's FLOPs (tiled's count)",
+    "naive_score_round_trips_full": "round trips over the score matrix (full mask)",
+    "naive_score_round_trips_causal": "round trips over the score matrix (causal mask)",
+    "splitkv_ops_per_call": "operations per split-KV call",
+    "fma_two_kernels_over_fused": "× the fused multiply-add's time (two kernels ÷ one)"}
+COLUMN_WORDS = {
+    "computed_pairs": "block pairs computed", "pair_fraction": "of the block pairs computed",
+    "max_abs_err": "largest error vs float64", "nonfinite_fraction": "of outputs not finite",
+    "frac_copy_ceiling": "of the copy ceiling", "frac_matmul_ceiling": "of the matmul ceiling",
+    "median_ms": "time", "ratio": "time ratio", "peak_extra_bytes": "peak extra memory",
+    "model_ratio": "modelled byte ratio", "measured_ratio": "measured time ratio",
+    "median_ms_spread": "largest difference between two runs' times (max ÷ min − 1)",
+    "implied_block_q_limit": "query tile B_q implied", "can_run": "can run",
+    "fused_can_run": "a fused kernel can run", "ran": "ran", "limit_kind": "limit",
+    "T": "tokens", "cache_len": "cache length"}
 
 # ---------------------------------------------------------------- data
-
-
-def _environment(data: KeyData) -> dict:
-    """The environment a stage recorded in its artifact (the probe's), else in a sidecar."""
-    recorded = next((e.data["environment"] for e in data.evidence.values()
-                     if isinstance(e.data, dict) and e.data.get("environment")), None)
-    return recorded or next((e.provenance.get("environment") for e in data.evidence.values()
-                 if e.provenance.get("environment")), {})
 
 
 def _stamp(iso: str) -> str:
@@ -76,7 +100,7 @@ def summary_card(data: KeyData) -> dict:
     """The first screen for one key: verdict counts, hardware, torch, date, commit, and
     the stages whose artifact the code of this checkout (the one running) would not compute
     so (``older_code``: evidence merged from another machine, which only it can remake)."""
-    env = _environment(data)
+    env = data.environment
     host, cuda = env.get("host") or {}, env.get("cuda") or {}
     device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
     n = host.get("torch_threads")
@@ -104,8 +128,29 @@ def summary_card(data: KeyData) -> dict:
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()
                         if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
             "counts": [{"verdict": v, "count": counts[v]} for v in shown],
+            "runs": runs_text(data.runs()), "findings": findings(data.results),
             "older_code": [s for s, e in data.evidence.items() if e.provenance and code_changed(
                 layout.REPO_ROOT, s, e.provenance.get("code_files") or {})]}
+
+
+def runs_text(runs: dict[str, int]) -> str:
+    """'9 runs' (every timed stage alike), 'prefill 9 runs, decode 6 runs', or 'no series'."""
+    if not runs:
+        return "no series of runs"
+    counts = set(runs.values())
+    if len(counts) == 1:
+        n = counts.pop()
+        return f"{n} run{'' if n == 1 else 's'} in its series"
+    return ", ".join(f"{stage} {n} run{'' if n == 1 else 's'}" for stage, n in runs.items())
+
+
+def findings(results: list[dict]) -> dict:
+    """What a machine found: of the claims it can judge (``JUDGED``), how many hold, and
+    the ids of those that do not and of those its noise cannot decide."""
+    ids = {v: [r["id"] for r in results if r["verdict"] == v] for v in (*JUDGED, "answered here")}
+    return {"judged": sum(len(ids[v]) for v in JUDGED), "hold": len(ids["reproduced"]),
+            "fail": ids["not reproduced"], "noise": ids["within noise here"],
+            "answered": len(ids["answered here"])}
 
 
 def figure_of(claim: Claim) -> str | None:
@@ -128,27 +173,60 @@ def value_text(result: dict) -> str:
     return f"{text} (95 %: {with_unit(ci, result['unit'])})"
 
 
+def quantity_words(claim: Claim, result: dict) -> str:
+    """What a value without a unit is, in words: 'of the copy ceiling', '(log-log slope of
+    time against tokens)'; '' where the claim has no check."""
+    check = claim.check
+    if check is None:
+        return ""
+    m = check.measure
+    if check.stage == "model":
+        quantity = next((r.get("quantity") for r in result.get("rows") or []), None)
+        return MODEL_WORDS.get(quantity, (quantity or "").replace("_", " "))
+    words = COLUMN_WORDS.get(m.column, m.column.replace("_", " "))
+    if m.stat == "loglog_slope":
+        return f"(log-log slope of {words} against {COLUMN_WORDS.get(m.x, m.x)})"
+    if m.stat == "spread":
+        return f"(spread of the {words}: largest ÷ smallest − 1)"
+    return words
+
+
+def value_words(claim: Claim, result: dict) -> str:
+    """``value_text``, and where the value has no unit, what it is in words (never a
+    bare '0.115')."""
+    text = value_text(result)
+    if text == "—" or result.get("unit"):
+        return text
+    words = quantity_words(claim, result)
+    values = result["value"] if isinstance(result["value"], list) else [result["value"]]
+    if words and any(isinstance(v, str | bool) for v in values):
+        return f"{words}: {text}"  # 'can run: False, False', not 'False, False can run'
+    return f"{text} {words}".rstrip()
+
+
 def claim_rows(claims: list[Claim], keys: list[KeyData]) -> list[dict]:
-    """The claims matrix: a row per claim; the sentence spans the claims that share it."""
+    """The claims matrix: a row per sentence of the chapter, its claims in order; per key,
+    each claim's verdict, value in words, what it was judged on and its links."""
+    sentences: dict[str, list[Claim]] = {}
+    for claim in claims:
+        sentences.setdefault(claim.sentence, []).append(claim)
     rows = []
-    for i, claim in enumerate(claims):
-        span = 0
-        if i == 0 or claims[i - 1].sentence != claim.sentence:
-            span = next((j for j in range(i + 1, len(claims))
-                         if claims[j].sentence != claim.sentence), len(claims)) - i
-        cells = []
-        for k in keys:
-            r = k.result(claim.id)
-            cells.append({"key": k.key, "missing": k.no_verdict} if r is None else {
-                "key": k.key, "missing": None, "verdict": r["verdict"],
-                "value_text": value_text(r),
-                "judged_on": judged_on_brief(r["judged_on"]) or reason_text(r, claim, k.key),
-                "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}",
-                })
-        rows.append({"id": claim.id, "kind": claim.kind, "span": span,
-                     "sentence": plain_text(claim.sentence),
-                     "chapter_value": plain_text(claim.chapter_value), "cells": cells})
+    for sentence, group in sentences.items():
+        cells = [{"key": k.key, "items": [_item(claim, k) for claim in group]} for k in keys]
+        rows.append({"sentence": plain_text(sentence), "cells": cells,
+                     "claims": [{"id": c.id, "kind": c.kind,
+                                 "chapter_value": plain_text(c.chapter_value)} for c in group]})
     return rows
+
+
+def _item(claim: Claim, k: KeyData) -> dict:
+    r = k.result(claim.id)
+    if r is None:
+        return {"id": claim.id, "missing": k.no_verdict}
+    return {"id": claim.id, "missing": None, "verdict": r["verdict"],
+            "value_text": value_words(claim, r),
+            "judged_on": judged_on_brief(r["judged_on"]) or reason_text(r, claim, k.key),
+            "figure": figure_of(claim), "prov": f"prov-{claim.id}-{k.key}"}
 
 
 # ---------------------------------------------------------------- provenance
@@ -225,12 +303,15 @@ def section(stage: str, view, page: Page) -> dict:
 def page_data(root: Path, keys: list[KeyData]) -> dict:
     claims_file = load()
     claims = list(claims_file.claims)
-    page = Page(root, keys, claims)
+    page = Page(root, keys, claims, claims_file.fp16_stand_in)
+    judged = {r["id"] for k in keys for r in k.results if r["verdict"] in JUDGED}
+    views = {stage: section(stage, v, page) for stage, v in VIEWS.items() if v}
     return {"cards": [summary_card(k) for k in keys],
             "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
-            "hardware": claims_file.hardware,
+            "hardware": claims_file.hardware, "claim_count": len(claims),
+            "judged_nowhere": len(claims) - len(judged),
             "sections": SECTIONS,
-            "views": [section(stage, v, page) for stage, v in VIEWS.items() if v],
+            "drawn": [views[s] for s in DRAWN], "tabled": [views[s] for s in TABLED],
             "provenance": provenance_blocks(claims, keys, root, claims_file.hardware),
             "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
 

@@ -13,10 +13,12 @@ A stage ``name`` with report content has a view, ``inferlab/presentation/views/<
 * optionally ``figure_of(check) -> str | None`` (by default its section's id): the
   anchor on the page that shows a claim's evidence, for the claims of its stage.
 
-``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims and the
-repository root. A stage without a view is declared in ``NO_VIEW`` with the reason;
-``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
-section to one generic loop of the template, which renders the blocks made here.
+``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims, the fp16
+stand-in per device and the repository root. A stage without a view module has nothing of
+its own on the page (claims: its verdicts are the page's spine, laid out by the report
+itself). ``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
+section to one generic loop of the template (the views that draw figures first, then the
+claims matrix, then the others), which renders the blocks made here.
 """
 
 from __future__ import annotations
@@ -36,11 +38,6 @@ from inferlab.evidence.loading import Evidence, load_evidence
 from inferlab.judging.claims import Claim
 from inferlab.presentation.audit import integrity
 
-# Stages that show nothing of their own on the page, and why.
-NO_VIEW = {
-    CLAIMS_STAGE: "its verdicts are the page's spine: the claims matrix and the provenance "
-                  "blocks, laid out by the report itself",
-}
 NOT_MEASURED = "not measured here"
 NOISY_NOTE = ("A hollow marker is a timing flagged noisy: its rounds' medians disagreed by more "
               "than the noise threshold, so read it as a range, not a value.")
@@ -54,6 +51,30 @@ class KeyData:
     grid: str | None
     evidence: dict[str, Evidence]
     integrity: dict[str, dict]
+
+    @property
+    def device(self) -> str:
+        """'cuda' or 'cpu': the device it recorded, else its key's prefix."""
+        return "cuda" if str(self.environment.get("device") or self.key).startswith("cuda") \
+            else "cpu"
+
+    @property
+    def environment(self) -> dict:
+        """The environment a stage recorded in its artifact (the probe's), else in a
+        sidecar."""
+        recorded = next((e.data["environment"] for e in self.evidence.values()
+                         if isinstance(e.data, dict) and e.data.get("environment")), None)
+        return recorded or next((e.provenance.get("environment") for e in
+                                 self.evidence.values() if e.provenance.get("environment")), {})
+
+    def runs(self) -> dict[str, int]:
+        """{timed stage: how many runs its series pools} (the most any point pools)."""
+        series = self.frame("series")
+        if series is None:
+            return {}
+        pooled = series.frame[series.frame["kind"] == "pooled"]
+        return {stage: int(rows["runs"].max()) for stage, rows in pooled.groupby("stage")
+                if rows["runs"].notna().any()}
 
     @property
     def results(self) -> list[dict]:
@@ -93,6 +114,7 @@ class Page:
     root: Path
     keys: list[KeyData]
     claims: list[Claim] = field(default_factory=list)
+    stand_in: dict[str, str] = field(default_factory=dict)  # device -> the chapter's fp16 there
 
     def present(self, stage: str) -> list[KeyData]:
         """The keys with rows of ``stage``."""
@@ -117,7 +139,7 @@ def figures(view: ModuleType, page: Page) -> list[dict]:
 
 
 def load(stage: str) -> ModuleType | None:
-    """The view of ``stage``, or None where it has none (``NO_VIEW``)."""
+    """The view of ``stage``, or None where it has none."""
     name = STAGES[stage].view
     return importlib.import_module(name) if importlib.util.find_spec(name) else None
 

@@ -24,10 +24,16 @@ COLUMNS = {
 
 
 def tables(page: sections.Page) -> list[dict]:
-    return [sections.per_key([
-        (k.key, [sections.table(exactness_table(k.frame("correctness"))),
-                 sections.raw([raw_block(k.key, "correctness", k.frame("correctness"), COLUMNS)])])
-        for k in page.present("correctness")])]
+    """Per key, collapsed: the largest errors (the claims matrix gives the verdicts they
+    decide), then the raw rows."""
+    blocks = []
+    for k in page.present("correctness"):
+        table = exactness_table(k.frame("correctness"))
+        blocks.append(sections.details("raw", f"{k.key}: the largest error of each check, "
+                                       f"implementation and dtype ({len(table['rows'])} rows)",
+                                       [sections.table(table)]))
+    return blocks + [sections.raw([raw_block(k.key, "correctness", k.frame("correctness"),
+                                             COLUMNS) for k in page.present("correctness")])]
 
 
 def exactness_table(table) -> dict:

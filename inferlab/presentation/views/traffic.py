@@ -1,13 +1,26 @@
 """The traffic model on the page: the model's byte ratio beside the measured time ratios,
-a roofline per machine (prefill's rates against the model's intensities under the probe's
-ceilings), the raw rows."""
+a roofline per machine, the raw rows.
+
+The roofline: each implementation's attained rate against its arithmetic intensity, under
+the machine's own roof. The rate is a prefill row's FLOPs over its median time
+(prefill.csv); the intensity is those FLOPs over the bytes the traffic model
+(``inferlab.algorithms.traffic``) says the implementation moves: naive attention's count, a
+fused kernel's at the tile of the kernel that ran where traffic.csv knows it, else at the
+assumed tile. The roof is ``min(matmul ceiling, copy bandwidth × intensity)`` with both
+ceilings from the machine's probe.json (Williams, Waterman and Patterson, "Roofline", CACM
+2009). Left of the ridge the byte count bounds the time, and the byte model predicts the
+speed-up; right of it the matmul ceiling does, and the byte model does not.
+"""
 
 from __future__ import annotations
 
+import pandas as pd
 from markupsafe import Markup
+from matplotlib.lines import Line2D
 
-from inferlab.presentation import figures as plots
-from inferlab.presentation import roofline, sections
+from inferlab.algorithms.traffic import naive_hbm_elements
+from inferlab.presentation import plotting, sections
+from inferlab.presentation.plotting import colour, impl_label
 from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "traffic", "title": "Traffic model", "caption": None}
@@ -21,36 +34,31 @@ COLUMNS = {
     "implied_block_q": "implied B_q (at T)",
     "implied_block_q_limit": "implied B_q (6B_q/d)", "note": "note"}
 ROOFLINE = "traffic-roofline"
+MASK_COLOURS = {"full": "#1f77b4", "causal": "#d62728"}
 TRAFFIC_CAPTION = Markup(
-    "The traffic model's naive ÷ tiled ratio of bytes moved, for the query tile it\n"
-    "assumes (the model tile B_q of the rows below), one line per mask, from the lengths "
-    "measured here to the chapter's 8,192;\ndashed: the model at the tile of a kernel that ran "
-    "whose tile is known (PyTorch's CPU flash\nkernel's query and key/value splits, our Triton "
-    "kernel's blocks; the rows' note says where\neach comes from); markers: the measured naive "
-    "÷ fused time ratio per dtype, of the fastest fused kernel and of each kernel of known "
-    "tile (the rows below have one per fused kernel that ran). The chapter's claim is that "
-    "the second follows\nthe first in direction and order of magnitude.")
+    "Lines: the traffic model's naive ÷ tiled ratio of bytes moved, at the query tile it\n"
+    "assumes (solid, one per mask; the rows' model B_q) and, dashed, at the tile of each "
+    "kernel whose tile is known (PyTorch's CPU flash kernel, our Triton kernel; the rows' "
+    "note says where each comes from). Markers: the measured naive ÷ fused time ratio per "
+    "dtype, of the fastest fused kernel and of each kernel of known tile. The chapter's "
+    "claim is that the second follows the first in direction and order of magnitude.")
 ROOFLINE_CAPTION = (
-    "Each implementation's attained rate (its FLOPs over its median time, from\n"
-    "prefill.csv; causal rows, whose FLOPs count the half of the score matrix the mask keeps)\n"
-    "against its arithmetic intensity: those FLOPs over the bytes the traffic model says it\n"
-    "moves, for the fused kernels at the tile of the kernel that ran where it is known (“tile\n"
-    "known”: PyTorch's CPU flash kernel, our Triton kernel) and at the assumed B_q otherwise.\n"
-    "The roof is the machine's own: its measured copy bandwidth (the slope) up to its matmul\n"
-    "ceiling per dtype (the flat line; the tick is the ridge). Left of the ridge a kernel can at\n"
-    "best move its bytes at the copy rate, so the byte ratio predicts the speed-up; right of it\n"
-    "the matmul ceiling bounds it and the byte model does not predict the speed-up. Plain "
-    "tiling\nand sdpa_math are not drawn: the model does not count the traffic of tiles or "
-    "scores that\npass through main memory. {}")
+    "Each implementation's attained rate (its FLOPs over its median time, causal rows)\n"
+    "against its arithmetic intensity (those FLOPs over the bytes the traffic model says it "
+    "moves, at the tile of the kernel that ran where it is known, else at the assumed B_q), "
+    "under the machine's own roof: its measured copy bandwidth up to its matmul ceiling per "
+    "dtype (the tick is the ridge). Left of the ridge the byte ratio predicts the speed-up; "
+    "right of it the matmul ceiling bounds the time and the byte model does not predict it. "
+    "Plain tiling and sdpa_math are not drawn: the model does not count their traffic. {}")
 
 
 def figures(page: sections.Page) -> list[dict]:
     frames = {stage: page.frames(stage) for stage in ("prefill", "traffic")}
     ceilings = {k.key: (k.evidence["probe"].data or {}).get("ceilings") or {}
                 for k in page.keys}
-    return [sections.figure([plots.traffic_figure(f, key)
+    return [sections.figure([traffic_figure(f, key)
                           for key, f in frames["traffic"].items()], TRAFFIC_CAPTION),
-            sections.figure(roofline.roofline_figures(frames, ceilings),
+            sections.figure(roofline_figures(frames, ceilings),
                          Markup(ROOFLINE_CAPTION).format(sections.NOISY_NOTE), ROOFLINE,
                          "A roofline per machine")]
 
@@ -58,3 +66,168 @@ def figures(page: sections.Page) -> list[dict]:
 def tables(page: sections.Page) -> list[dict]:
     return [sections.raw([raw_block(k.key, "traffic", k.frame("traffic"), COLUMNS)
                        for k in page.present("traffic")])]
+
+
+def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
+    """The model's naive/tiled traffic ratio, one line per mask over every length at the
+    assumed tile and, dashed, one per kernel at its known tile; the measured naive/fused
+    time ratios over them (marker by dtype): the fastest fused kernel's and each known
+    tile's kernel's."""
+    if frame.empty:
+        return None
+    with plotting.rc():
+        fig, axes = plotting.figure(legend_rows=3)
+        ax = axes[0][0]
+        handles = []
+        for causal, part in frame.groupby(plotting.flag(frame, "causal")):
+            mask = "causal" if causal else "full"
+            known = part[part["tile"] == "known"]
+            model = part[part["tile"] != "known"].groupby("T")["model_ratio"].mean().dropna()
+            ax.plot(model.index, model.to_numpy(), color=MASK_COLOURS[mask], zorder=2)
+            handles.append(Line2D([], [], color=MASK_COLOURS[mask], label=f"model, {mask}"))
+            known = known.assign(label=[impl_label(
+                {"impl": r["fused_impl"], "block_q": r["block_q_model"]
+                 if r["fused_impl"] == "triton_flash" else None})
+                for r in known.to_dict("records")])
+            for label, rows in known.groupby("label"):
+                line = rows.groupby("T")["model_ratio"].mean().dropna()
+                ax.plot(line.index, line.to_numpy(), color=MASK_COLOURS[mask], ls="--",
+                        zorder=2)
+                handles.append(Line2D([], [], color=MASK_COLOURS[mask], ls="--",
+                                      label=f"model, {label} tile, {mask}"))
+            # the fastest fused kernel at the assumed tile (one per point; traffic.csv has
+            # an assumed row per fused kernel) and the kernels of known tile
+            fastest = part["fastest_fused"] if "fastest_fused" in part else True
+            shown = (part["tile"] == "known") | pd.Series(fastest, index=part.index).fillna(
+                True).astype(bool)
+            measured = part[shown].dropna(subset=["measured_ratio"]).drop_duplicates(
+                ["T", "dtype", "fused_impl", "measured_ratio"])
+            for dtype, rows in measured.groupby("dtype"):
+                ax.plot(rows["T"], rows["measured_ratio"], linestyle="none",
+                        marker=plotting.style(dtype)[1], color=MASK_COLOURS[mask], zorder=3)
+        for dtype in sorted(frame["dtype"].dropna().unique()):
+            handles.append(Line2D([], [], color="#555555", marker=plotting.style(dtype)[1],
+                                  linestyle="none", label=f"measured, {dtype}"))
+        plotting.length_axis(ax, frame["T"])
+        ax.set_ylim(bottom=0)
+        ax.set(xlabel="tokens", ylabel="naive ÷ fused", title=name)
+        plotting.fit_legend(fig, handles, 2)
+        return plotting.svg(fig, f"traffic-{name}")
+
+
+# ---------------------------------------------------------------- roofline
+
+BYTES_PER_ELEMENT = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _model_ratio(traffic: pd.DataFrame | None, row: dict) -> tuple[float, str] | None:
+    """The traffic model's naive/fused byte ratio for one fused prefill row and whether its
+    tile is known or assumed: the traffic row of this kernel at its known tile, else the
+    point's assumed-tile row; None when traffic.csv has neither."""
+    if traffic is None or traffic.empty:
+        return None
+    same = ((traffic["T"] == row["T"]) & (traffic["d"] == row["d"])
+            & (traffic["causal"] == row["causal"]) & (traffic["dtype"] == row["dtype"]))
+    point = traffic[same.fillna(False).astype(bool)]  # model-only rows have no dtype
+    known = point[(point["tile"] == "known") & (point["fused_impl"] == row["impl"])]
+    if row["impl"] == "triton_flash":
+        known = known[known["block_q_model"] == row.get("block_q")]
+    for tile, rows in (("known", known), ("assumed", point[point["tile"] == "assumed"])):
+        ratios = rows["model_ratio"].dropna()
+        if not ratios.empty:
+            return float(ratios.iloc[0]), tile
+    return None
+
+
+def roofline_points(prefill: pd.DataFrame, traffic: pd.DataFrame | None) -> pd.DataFrame:
+    """Per ok prefill row whose bytes the traffic model counts (naive; the fused SDPA
+    kernels and our Triton kernel at their known tile, else the assumed one): arithmetic
+    intensity (the row's FLOPs over the model's bytes, FLOP/B), the attained GFLOP/s and
+    the series label. Plain tiling and sdpa_math are left out: the model does not count
+    the traffic of tiles or scores that go through main memory."""
+    points = []
+    for row in plotting.ok_rows(prefill).dropna(subset=["median_ms", "flops"]).to_dict("records"):
+        size = BYTES_PER_ELEMENT.get(str(row["dtype"]))
+        if size is None or not row["median_ms"] > 0:
+            continue
+        naive_bytes = (naive_hbm_elements(int(row["T"]), int(row["d"]), bool(row["causal"]))
+                       * int(row["batch"]) * int(row["heads"]) * size)
+        label = impl_label(row)
+        if row["impl"] == "naive":
+            bytes_ = naive_bytes
+        elif row.get("fused_sdpa") is True or row["impl"] == "triton_flash":
+            model = _model_ratio(traffic, row)
+            if model is None:
+                continue
+            bytes_ = naive_bytes / model[0]
+            label += ", tile known" if model[1] == "known" else ", tile assumed"
+        else:
+            continue
+        points.append({"label": label, "dtype": row["dtype"], "T": row["T"],
+                       "intensity": row["flops"] / bytes_,
+                       "gflops": row["flops"] / (row["median_ms"] * 1e6),
+                       "noisy": row.get("noisy") is True})
+    return pd.DataFrame(points, columns=["label", "dtype", "T", "intensity", "gflops", "noisy"])
+
+
+def _roof(ax, copy_gbs: float, peak_gflops: float, dtype, xs: tuple[float, float]) -> None:
+    """min(peak, copy bandwidth × intensity), the ridge marked, over the intensities ``xs``."""
+    ridge = peak_gflops / copy_gbs
+    lo, hi = min(xs[0], ridge) / 2, max(xs[1], ridge) * 2
+    ax.plot([lo, ridge, hi], [copy_gbs * lo, peak_gflops, peak_gflops], color="#444444",
+            linestyle=plotting.style(dtype)[0], lw=1.3, zorder=2)
+    ax.annotate(f"{dtype}: {plotting.number(peak_gflops)} GFLOP/s, "
+                f"ridge {plotting.number(float(f'{ridge:.3g}'))} FLOP/B",
+                (hi, peak_gflops), xytext=(0, 3),
+                textcoords="offset points", ha="right", va="bottom", color="#444444")
+    ax.plot([ridge], [peak_gflops], marker="|", color="#444444", markersize=9, zorder=2)
+
+
+def roofline_figure(prefill: pd.DataFrame, traffic: pd.DataFrame | None, ceilings: dict,
+                    name: str) -> str | None:
+    """Attained GFLOP/s against arithmetic intensity (FLOPs over the model's bytes), causal
+    rows (every row where none is causal), under the roof of this machine's measured copy
+    bandwidth and matmul ceiling per dtype: left of the ridge a kernel can at best move
+    bytes at the copy rate (the byte model predicts its time), right of it the matmul
+    ceiling bounds it (the byte model does not)."""
+    causal = plotting.flag(prefill, "causal")
+    points = roofline_points(prefill[causal] if causal.any() else prefill, traffic)
+    if points.empty:
+        return None
+    copy_gbs = (ceilings or {}).get("copy_gbs")
+    peaks = (ceilings or {}).get("matmul_gflops") or {}
+    with plotting.rc():
+        fig, axes = plotting.figure(legend_rows=3)
+        ax = axes[0][0]
+        colours = {}
+        for (label, dtype), part in points.groupby(["label", "dtype"]):
+            colours[label] = colour(label)
+            plotting.series(ax, part, "intensity", "gflops", colours[label], dtype, part["noisy"])
+        dtypes = sorted(points["dtype"].unique())
+        span = (points["intensity"].min(), points["intensity"].max())
+        extra = []
+        for dtype in dtypes:
+            if copy_gbs and peaks.get(dtype):
+                _roof(ax, copy_gbs, peaks[dtype], dtype, span)
+        if copy_gbs and any(peaks.get(d) for d in dtypes):
+            extra.append(Line2D([], [], color="#444444",
+                                label=f"roof: copy {plotting.number(copy_gbs)} GB/s"))
+        plotting.log_x(ax)
+        plotting.log_y(ax)
+        top = max([peaks.get(d) or 0 for d in dtypes] + [points["gflops"].max()])
+        ax.set_ylim(top=top * 1.6)  # room for the ceilings' labels under the title
+        ax.set(xlabel="arithmetic intensity (FLOP per byte of the model's traffic)",
+               ylabel="attained GFLOP/s", title=name)
+        plotting.legend(fig, colours, dtypes, bool(points["noisy"].any()), extra, ncols=2)
+        return plotting.svg(fig, f"roofline-{name}")
+
+
+def roofline_figures(frames: dict[str, dict[str, pd.DataFrame]],
+                     ceilings: dict[str, dict]) -> list[str]:
+    """One roofline per key with prefill rows: ``frames`` maps a stage (prefill,
+    traffic) to {key: its rows}; ``ceilings`` each key's probe.json ceilings (copy_gbs,
+    matmul_gflops per dtype)."""
+    traffic = frames.get("traffic", {})
+    drawn = [roofline_figure(frame, traffic.get(key), ceilings.get(key) or {}, key)
+             for key, frame in frames["prefill"].items()]
+    return [figure for figure in drawn if figure]
