@@ -155,7 +155,7 @@ def test_cli_audit_of_a_model_claim_prints_the_rows_of_its_artifact(capsys):
     assert version["config"] == entry["provenance"]["config"]
 
 
-def test_a_changed_retained_copy_or_series_fails_the_audit(tmp_path, capsys):
+def test_a_changed_kept_version_or_series_fails_the_audit(tmp_path, capsys):
     key = KEYS[-1]
     for folder in ("results", "evidence"):
         shutil.copytree(ROOT / folder / key, tmp_path / folder / key)
@@ -164,13 +164,11 @@ def test_a_changed_retained_copy_or_series_fails_the_audit(tmp_path, capsys):
     assert cli_main(args) == 0
     capsys.readouterr()
     entry = Register(tmp_path, key).latest("prefill")
-    copy = layout.objects_dir(tmp_path, key) / entry["sha256"]
-    copy.chmod(0o644)
+    copy = Register(tmp_path, key).version_path(entry)
     copy.write_bytes(copy.read_bytes() + b"\n")
     assert cli_main(args) == 1
     assert f"prefill version {entry['version']}" in capsys.readouterr().out
     series = layout.artifact_path(tmp_path, key, "series")
-    series.chmod(0o644)
     series.write_text(series.read_text() + "\n")
     assert cli_main(args) == 1
     assert "rerun the claims stage" in capsys.readouterr().out
