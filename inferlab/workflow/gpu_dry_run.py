@@ -65,17 +65,17 @@ def _configs(raw: dict) -> list[dict]:
 
     found = []
     cfg = effective_config(raw, "prefill", "cuda")["prefill"]
-    if "triton" in cfg["implementations"]:
+    if "triton_flash" in cfg["implementations"]:
         for size in cfg["sizes"]:
             for T in size["T"]:
                 for causal in size.get("causal", cfg["causal"]):
-                    for block in cfg["triton_blocks"]:
+                    for block in (64, 128):  # the query tiles of its configurations
                         tiles = math.ceil(T / block) * math.ceil(T / BLOCK_N)
                         found.append({"kernel": "triton_flash", "T": T, "dtype": size["dtype"],
                                       "causal": causal, "block": block, "batch": cfg["batch"],
                                       "tiles": tiles // 2 if causal else tiles})
     cfg = effective_config(raw, "decode", "cuda")["decode"]
-    if cfg["triton"]:
+    if "triton_decode" in cfg["implementations"]:
         for n in cfg["cache_lens"]:
             for b in cfg["batches"]:
                 for dtype in cfg["dtypes"]:

@@ -159,13 +159,12 @@ def _prefill(params) -> tuple[list[tuple[list[float], int, int]], int, int]:
     points = []
     for T, dtype, masks, workers, warmup, _ in params.points():
         rows = prefill.dropped_rows(params, SimpleNamespace(threads=1), T, dtype, masks, {})
-        triton = [(b, causal) for b in params.triton_blocks for causal in masks
-                  if "triton" in params.implementations]
+        ours = "triton_flash" in params.implementations  # one configuration a mask
         calls = [simclock.prefill_seconds(r["impl"], T, params.batch, r["causal"]) for r in rows]
-        calls += [simclock.prefill_seconds("triton_flash", T, params.batch, c) for _, c in triton]
+        calls += [simclock.prefill_seconds("triton_flash", T, params.batch, c)
+                  for c in masks if ours]
         points.append((calls, workers, warmup))
-    compiled = len(params.triton_blocks) * len(params.causal) \
-        if "triton" in params.implementations else 0
+    compiled = len(params.causal) if "triton_flash" in params.implementations else 0
     return points, params.timing.worker_rounds, compiled
 
 
@@ -178,12 +177,15 @@ def _decode(params) -> tuple[list[tuple[list[float], int, int]], int, int]:
     for n in params.cache_lens:
         for b in params.batches:
             for dtype in params.dtypes:
-                rows = decode.point_rows(params, n, b, dtype, stopped, None)
-                splits = [s for s in params.splits if s <= n] if params.triton else []
+                rows = decode.point_rows(params, n, b, dtype, params.heads, params.heads,
+                                         stopped, None)
+                ours = "triton_decode" in params.implementations
+                splits = [s for s in params.splits if s <= n] if ours else []
                 calls = [simclock.decode_seconds(r["impl"], n, b) for r in rows]
                 calls += [simclock.decode_seconds("triton_decode", n, b) for _ in splits]
                 points.append((calls, params.timing.workers, params.timing.warmup))
-    return points, params.timing.worker_rounds, 2 if params.triton else 0  # split and merge
+    return points, params.timing.worker_rounds, \
+        2 if "triton_decode" in params.implementations else 0  # split and merge
 
 
 def timing_step(name: str, cfg: dict) -> Step:
