@@ -99,3 +99,20 @@ def test_tune_on_a_cpu_refuses_saying_it_needs_cuda(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "inferlab tune: error: needs a CUDA device" in err and "Traceback" not in err
     assert not (tmp_path / "results").exists()
+
+
+def test_a_configuration_that_fails_or_errs_here_is_left_out_saying_why(capsys, make_qkv):
+    from inferlab.algorithms.attention import naive_attention
+
+    q, k, v = make_qkv((1, 2, 24, 16))
+
+    def fails():
+        raise RuntimeError("out of resource: shared memory, Required: 262144")
+
+    assert tuning._exact("BM128,BN128,w8,s5", fails, q, k, v, True) is False
+    assert tuning._exact("wrong", lambda: naive_attention(q, k, v, True) * 1.01, q, k, v,
+                         True) is False
+    assert tuning._exact("right", lambda: naive_attention(q, k, v, True), q, k, v, True)
+    out = capsys.readouterr().out
+    assert "BM128,BN128,w8,s5 left out: RuntimeError: out of resource" in out
+    assert "wrong left out: inexact" in out and "right" not in out

@@ -40,7 +40,7 @@ SIZES = {"prefill": ("T",), "decode": ("cache_len", "programs")}
 
 def load(path: Path) -> list[dict]:
     """The winners in a tuning file, [] when there is none. A file that is not what
-    ``write`` makes is a ValueError naming it and the fix."""
+    ``cli_tune`` writes is a ValueError naming it and the fix."""
     if not path.is_file():
         return []
     try:
@@ -87,13 +87,27 @@ def _fastest(entry, q, k, v, causal: bool, launches: dict[str, tuple]) -> tuple[
     and checked first (which also compiles it), the exact ones then timed interleaved."""
     cases = {label: partial(entry.run, q, k, v, arg, config)
              for label, (arg, config) in launches.items()}
-    exact = {label: fn for label, fn in cases.items() if inexact(fn(), q, k, v, causal) is None}
+    exact = {label: fn for label, fn in cases.items() if _exact(label, fn, q, k, v, causal)}
     if not exact:
         return None, {}
     timings = time_interleaved(exact, threads=1, device="cuda", warmup=1, min_rounds=3,
                                max_rounds=5, target=0.02, time_cap_s=30.0, min_run_s=0.002)
     ms = {label: t.median_ms for label, t in timings.items() if t.status == "ok"}
     return (min(ms, key=ms.get) if ms else None), ms
+
+
+def _exact(label: str, fn, q, k, v, causal: bool) -> bool:
+    """Whether one launch runs and is exact here; one that fails to compile or launch on
+    this GPU (its Triton may refuse what the offline sm_90 compile accepted) is left out,
+    saying why, and the others are still tuned."""
+    try:
+        bad = inexact(fn(), q, k, v, causal)
+    except Exception as exc:  # noqa: BLE001 - any failure of one configuration
+        print(f"[tune] {label} left out: {type(exc).__name__}: {str(exc)[:200]}")
+        return False
+    if bad is not None:
+        print(f"[tune] {label} left out: inexact {bad}")
+    return bad is None
 
 
 def _inputs(shape: tuple[int, int, int, int], keys: int, dtype: str, seed: int):

@@ -18,6 +18,12 @@ processes and warm-up calls (the chapter's 8,192 tokens: one process, one warm-u
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
+The implementations are the config's names in ``algorithms.implementations``. Our Triton
+kernel runs on a CUDA machine in the configuration ``inferlab tune`` chose there for the
+nearest length alike (``measurement.tuning``; its default without a tuning file): the
+row's ``block_q`` and ``block_k`` are its tiles and its ``kernel`` names it whole,
+``triton_flash[BM128,BN64,w8,s3]``.
+
 FLOPs are the useful work, 4·B·H·T²·d (two matmuls of 2·T²·d each per head), halved when
 causal, since only the lower triangle is needed; an implementation that computes masked
 scores does more arithmetic than it is credited with.
