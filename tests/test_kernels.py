@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import math
 import os
 import subprocess
@@ -200,6 +201,45 @@ def test_large_scores_stay_finite_and_exact(draw_qkv, dtype, causal):
     _assert_as_exact_as_naive(out, q, k, v, causal)
 
 
+# One configuration of each tile shape of the list `inferlab tune` times (the interpreter
+# runs the tiles; warps and pipeline stages are the compiler's, checked below for sm_90).
+TILE_SHAPES = list({(c.block_m, c.block_n): c for c in kernels.prefill_configs()}.values())
+
+
+@pytest.mark.parametrize("config", TILE_SHAPES, ids=lambda c: c.name)
+@pytest.mark.parametrize("T", [1, 129])  # one query and key; past one 128 tile
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_tile_shape_tune_times_is_exact(draw_qkv, config, T, dtype, causal):
+    q, k, v = _draw(draw_qkv, (1, HEADS, T, 64), dtype, seed=T + config.block_n)
+    out = kernels.run_prefill(q, k, v, causal, config)
+    _assert_as_exact_as_naive(out, q, k, v, causal)
+
+
+def test_prefill_configurations_fit_sm90_by_their_estimates():
+    configs = kernels.prefill_configs(64, 2)
+    assert kernels.DEFAULT_PREFILL in configs
+    assert len({c.name for c in configs}) == len(configs) <= 48
+    assert all(c.shared_bytes(64, 2) <= kernels.SM90_SHARED_BYTES for c in configs)
+    assert all(c.registers_per_thread(64) <= kernels.MAX_REGISTERS_ESTIMATE for c in configs)
+    # a longer head dim needs more of both: fewer configurations fit
+    assert set(kernels.prefill_configs(128, 2)) < set(configs)
+
+
+def test_a_configuration_reads_back_from_its_name():
+    assert all(kernels.PrefillConfig.parse(c.name) == c for c in kernels.prefill_configs())
+    assert all(kernels.DecodeConfig.parse(c.full_name) == c for c in kernels.decode_configs())
+    # a row of a fixed split count names no split rule: read with the default's
+    assert kernels.DecodeConfig.parse("BN256,w8,s2") == kernels.DecodeConfig(256, 8, 2, 4)
+
+
+@pytest.mark.parametrize("name", ["BM128,BN64,w8", "bm128", "", "BN128,w4,s3,waves"])
+def test_a_bad_configuration_name_is_refused_naming_it(name):
+    for kind in (kernels.PrefillConfig, kernels.DecodeConfig):
+        with pytest.raises(ValueError, match=f"{name!r} is not a"):
+            kind.parse(name)
+
+
 # ---------------------------------------------------------------- causal tile skipping
 
 
@@ -253,7 +293,7 @@ def test_decode_splits_are_tensor_splits_chunks(draw_qkv, splits):
     chunks = zip(k.tensor_split(splits, dim=2), v.tensor_split(splits, dim=2), strict=True)
     for j, (k_j, v_j) in enumerate(chunks):
         ref = partial_attention(q.double(), k_j.double(), v_j.double())
-        mine = Partial(got.m[:, :, j:j + 1], got.l[:, :, j:j + 1], got.o[:, :, j:j + 1])
+        mine = Partial(got.m[:, :, j], got.l[:, :, j], got.o[:, :, j])
         assert _max_err(mine.lse, ref.lse) <= FP32_TOL, j
         assert _max_err(finalize(mine), finalize(ref)) <= FP32_TOL, j
 
@@ -264,6 +304,52 @@ def test_decode_larger_caches(draw_qkv, dtype, keys, splits, block_n):
     # 150 splits: the merge kernel takes them 64 at a time, three blocks, the last partial.
     q, k, v = _draw(draw_qkv, (1, HEADS, 1, 64), dtype, keys=keys, seed=splits)
     _assert_as_exact_as_naive(flash_decode(q, k, v, splits, block_n=block_n), q, k, v)
+
+
+@pytest.mark.parametrize("group", [2, 7])  # 7: the Q&A's 28 query heads over 4
+@pytest.mark.parametrize("splits", [1, 2, 5, 37])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_decode_of_grouped_query_heads_is_attention_with_shared_keys(draw_qkv, group,
+                                                                      splits, dtype):
+    """The G query heads of a key/value head are its G queries: the layout of
+    grouped-query attention (query head h reads key/value head h // G, as SDPA's
+    enable_gqa), each key read once for all G."""
+    _skip_if_dot_unsupported(dtype)  # more than one query: a tl.dot tile
+    B, kv_heads, D = 2, 2, 64
+    q, k, v = _draw(draw_qkv, (B, kv_heads * group, 1, D), dtype, keys=37, seed=group)
+    k, v = k[:, :kv_heads], v[:, :kv_heads]
+    out = flash_decode(q.view(B, kv_heads, group, D), k, v, splits, block_n=16)
+    out = out.reshape(B, kv_heads * group, 1, D)
+    wide = [t.repeat_interleave(group, dim=1) for t in (k, v)]  # one per query head
+    _assert_as_exact_as_naive(out, q, *wide)
+
+
+@pytest.mark.parametrize("block_n", sorted({c.block_n for c in kernels.decode_configs()}))
+@pytest.mark.parametrize("keys, queries", [(1, 1), (300, 1), (300, 7)])
+def test_every_decode_tile_tune_times_is_exact(draw_qkv, block_n, keys, queries):
+    # warps and stages are the compiler's (checked for sm_90 below), not the interpreter's
+    q, k, v = _draw(draw_qkv, (1, HEADS, queries, 64), torch.float16, keys=keys, seed=keys)
+    for splits in sorted({1, min(3, keys)}):
+        config = kernels.DecodeConfig(block_n, 4, 3)
+        _assert_as_exact_as_naive(kernels.run_decode(q, k, v, splits, config), q, k, v)
+
+
+# (cache_len, programs, multiprocessors, waves) -> splits, worked by hand on an H200 (132)
+SPLIT_CASES = [
+    ((65536, 12, 132, 4), 44),   # 12 x 44 = 528 programs: 4 waves exactly
+    ((16384, 12, 132, 4), 44),   # 64 splits of 256 keys allowed; 44 fill 4 waves
+    ((4096, 12, 132, 4), 11),    # at most 16 splits: 11 fill one wave, 12-16 under 85 %
+    ((65536, 96, 132, 4), 5),    # batch 8: 480 programs, the last wave 91 % full
+    ((65536, 96, 132, 2), 1),    # 2 waves: 1 or 2 splits, both 73 % full: the fewest
+    ((65536, 1000, 132, 4), 1),  # the programs alone fill the waves
+    ((300, 12, 132, 4), 1),      # under two splits of 256 keys
+    ((65536, 4, 132, 4), 132),   # 28:4 grouped, batch 1: 4 programs a split
+]
+
+
+@pytest.mark.parametrize("args, splits", SPLIT_CASES)
+def test_decode_splits_fill_whole_waves_with_at_least_256_keys_a_split(args, splits):
+    assert kernels.decode_splits(*args) == splits
 
 
 def test_decode_large_scores_stay_finite_and_exact(draw_qkv):
@@ -282,9 +368,9 @@ def test_decode_bad_split_counts_raise_naming_the_value(draw_qkv, splits):
         flash_decode(q, k, v, splits)
 
 
-def test_decode_refuses_more_than_one_query(draw_qkv):
-    q, k, v = _draw(draw_qkv, (1, 1, 2, 16), keys=37)
-    with pytest.raises(ValueError, match="one query"):
+def test_decode_refuses_more_queries_than_one_tile_holds(draw_qkv):
+    q, k, v = _draw(draw_qkv, (1, 1, kernels.MAX_DECODE_QUERIES + 1, 16), keys=37)
+    with pytest.raises(ValueError, match=f"1 to {kernels.MAX_DECODE_QUERIES} queries.*got"):
         flash_decode(q, k, v, 1)
 
 
@@ -384,18 +470,50 @@ def test_a_kernel_row_that_cannot_be_timed_here_says_why_as_data():
 # ---------------------------------------------------------------- the compiled path
 
 
-@pytest.mark.skipif(not kernels.INTERPRETED, reason="compiled and run on CUDA above")
-def test_kernels_compile_for_a_hopper_gpu():
-    # The interpreter runs the Python, never the compiler: type or layout errors of the
-    # compiled path would first show on a GPU. bf16 matters most, being the one dtype the
-    # interpreter cannot check. A fresh process: triton's own @jit helpers (tl.max,
-    # tl.sum) were made interpreted functions when this one imported triton.
+def _compiled(mode: str) -> str:
+    """tests/compile_kernels.py MODE's output, in a fresh process: triton's own @jit
+    helpers (tl.max, tl.sum) were made interpreted functions when this one imported
+    triton. The interpreter runs the Python, never the compiler: type, layout and
+    resource errors of the compiled path would first show on a GPU."""
     script = Path(__file__).with_name("compile_kernels.py")
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(script.parents[1])}
-    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["float16", "bfloat16", "float32"], done.stdout
+    return done.stdout
+
+
+COMPILED = pytest.mark.skipif(not kernels.INTERPRETED, reason="compiled and run on CUDA above")
+
+
+@COMPILED
+def test_kernels_compile_for_a_hopper_gpu_in_every_dtype():
+    # bf16 matters most, being the one dtype the interpreter cannot check
+    assert _compiled("dtypes").split() == ["float16", "bfloat16", "float32"]
+
+
+@COMPILED
+def test_prefill_configurations_fit_sm90_registers_and_shared_memory():
+    """At each tile shape the configuration nearest the limits (the most stages kept):
+    ptxas's registers within 255 a thread with nothing spilled, the shared memory the
+    launch asks within a block's 227 KiB and equal to the estimate the list is pruned by."""
+    rows = [json.loads(line) for line in _compiled("prefill").splitlines()]
+    assert {r["config"] for r in rows} >= {"BM64,BN32,w4,s5", "BM128,BN128,w8,s4"}
+    for r in rows:
+        assert r["registers"] <= kernels.SM90_REGISTERS and r["spill_bytes"] == 0, r
+        assert r["shared_bytes"] == r["shared_estimate"] <= kernels.SM90_SHARED_BYTES, r
+
+
+@COMPILED
+def test_decode_key_loop_is_pipelined_with_asynchronous_copies():
+    """The split kernel's key loop holds no tl.dot for one query: Triton pipelines its
+    loads only because the loop carries num_stages (tl.range), and only loads of 4 bytes
+    or more a thread (the head-dim mask is compiled out where there is no padding)."""
+    rows = [json.loads(line) for line in _compiled("decode").splitlines()]
+    assert {r["group"] for r in rows} == {1, 16} and len(rows) >= 7
+    for r in rows:
+        assert r["async_copy"] and r["cp_async"], r
+        assert r["spill_bytes"] == 0 and r["shared_bytes"] <= kernels.SM90_SHARED_BYTES, r
 
 
 # ---------------------------------------------------------------- the stage-size check

@@ -118,8 +118,8 @@ def prefill_run(tmp_path_factory):
 
 def test_prefill_rows_and_rates(prefill_run):
     params, ceilings, _, rows = prefill_run
-    # causal x (naive, tiled, tiled_fast, 3 backends, Triton at 2 tiles)
-    assert len(rows) == 2 * (1 + 2 + 3 + 2)
+    # causal x (naive, tiled, tiled_fast, 3 backends, our Triton kernel)
+    assert len(rows) == 2 * (1 + 2 + 3 + 1)
     ok = rows[rows["status"] == "ok"]
     flops = 4 * params.heads * 48 * 48 * params.d / ok["causal"].map({True: 2, False: 1})
     assert (ok["flops"] == flops).all()
@@ -155,7 +155,8 @@ def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
 def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
     _, _, _, rows = prefill_run
     ours = rows[rows["impl"] == "triton_flash"]
-    assert sorted(ours["block_q"]) == [64, 64, 128, 128] and ours["median_ms"].isna().all()
+    assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
+    assert ours["block_q"].isna().all() and ours["kernel"].isna().all()  # none chosen
     assert (ours["status"] == "unavailable").all()
     assert ours["reason"].str.startswith("not measured here: needs CUDA and Triton").all()
 
@@ -198,6 +199,47 @@ def test_decode_rows_bandwidth_and_floor(tmp_path):
     assert ((rows["floor_ms"] - floor_ms).abs() < 1e-9 * floor_ms).all()
     gbs = rows["cache_bytes"] / (rows["median_ms"] * 1e-3) / 1e9
     assert ((rows["achieved_gbs"] - gbs).abs() < 1e-9 * gbs).all()
+
+
+GROUPED = ("decode.cpu={heads: 2, cache_lens: [64], batches: [1], dtypes: [float32], "
+           "grouped: [{heads: 6, kv_heads: 2, cache_lens: [96], batches: [1, 2]}]}")
+
+
+def test_decode_times_a_grouped_layout_after_the_chapters(tmp_path):
+    probe = _probe(random.Random(SEED + 6))
+    params = _params("decode", [TIMING, "decode.d=8", "decode.splits=[1, 3]",
+                                "decode.backends=[flash, math]", GROUPED])
+    assert [p[3:] for p in params.points()] == [(2, 2, True), (6, 2, False), (6, 2, False)]
+    rows = _table("decode", decode.run(params, _ctx(tmp_path, "decode", probe=probe)))
+    chapter, grouped = rows[rows["cache_len"] == 64], rows[rows["cache_len"] == 96]
+    assert (chapter["kv_heads"] == chapter["heads"]).all()
+    assert set(grouped["heads"]) == {6} and set(grouped["kv_heads"]) == {2}
+    # the cache holds the key/value heads only: 2 x batch x 2 heads x 96 keys x d 8 x fp32
+    assert (grouped["cache_bytes"] == 2 * grouped["batch"] * 2 * 96 * 8 * 4).all()
+    ok = grouped[grouped["status"] == "ok"]
+    assert {"splitkv", "sdpa_flash", "sdpa_math"} <= set(ok["impl"])
+
+
+def test_a_grouped_points_queries_are_the_query_heads_of_each_key_value_head():
+    """The folded layout is grouped-query attention as PyTorch defines it (enable_gqa:
+    query head h reads key/value head h // G)."""
+    import torch
+
+    from inferlab.algorithms.partials import splitkv_decode
+
+    params = _params("decode", ["decode.d=8", GROUPED])
+    q, k, v = decode._inputs(params, 40, 2, "float32", 6, 2, "cpu", SEED)
+    assert q.shape == (2, 2, 3, 8) and k.shape == v.shape == (2, 2, 40, 8)
+    out = splitkv_decode(q, k, v, 3).reshape(2, 6, 1, 8)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.reshape(2, 6, 1, 8), k, v,
+                                                           enable_gqa=True)
+    assert (out - ref).abs().max() < 1e-5
+
+
+def test_a_grouped_layout_whose_heads_do_not_divide_is_named():
+    with pytest.raises(ValueError, match=r"decode\.cpu\.grouped\[0\]: kv_heads=4 does not "
+                                         "divide heads=6"):
+        _params("decode", [GROUPED.replace("kv_heads: 2", "kv_heads: 4")])
 
 
 # --------------------------------------------------------------------------- traffic
@@ -369,7 +411,7 @@ def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
     table = artifacts.read(old, stage)
     added = NEW_COLUMNS + RUN_LEVEL_COLUMNS
     assert len(table) == len(pd.read_csv(path)) and table.frame[added].isna().all().all()
-    assert artifacts.schema_version(stage) == 5
+    assert artifacts.schema_version(stage) == {"prefill": 5, "decode": 6}[stage]
     since = {c: artifacts.schema(stage)["properties"][c]["x-since-version"] for c in added}
     assert since == {**dict.fromkeys(NEW_COLUMNS, 2), **dict.fromkeys(RUN_LEVEL_COLUMNS, 3)}
     # the one-string status of versions 1-3 reads as today's enum and cause

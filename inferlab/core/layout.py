@@ -102,6 +102,12 @@ def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
     return results_dir(root, key) / declared.name / name
 
 
+def tuning_path(root: Path | str, key: str) -> Path:
+    """The launch configurations ``inferlab tune`` chose on this machine's GPU, which the
+    prefill and decode stages read there (``inferlab.measurement.tuning``)."""
+    return results_dir(root, key) / "tuning.json"
+
+
 def sidecar_path(artifact: Path | str) -> Path:
     artifact = Path(artifact)
     return artifact.with_name(artifact.name + SIDECAR_SUFFIX)

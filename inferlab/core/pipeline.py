@@ -137,13 +137,13 @@ STAGES: dict[str, Stage] = _declare(
                        "batch", "heads", "d")),
     Stage("decode", table=True, reads=("probe",), timed=True, cluster=Cluster(True, 30, 16000),
           key_columns=("impl", "fused_sdpa", "cache_len", "batch", "dtype", "splits", "heads",
-                       "d")),
+                       "kv_heads", "d")),
     # every timed point pooled over the machine's series of runs made alike: what traffic,
     # claims and manuscript judge (a point the latest run dropped is still measured)
     Stage("series", table=True, reads=("prefill", "decode"), reads_register=True,
           key_columns=("stage", "kind", "version", "impl", "fused_sdpa", "T", "cache_len",
-                       "batch", "heads", "d", "dtype", "causal", "splits", "block_q",
-                       "block_k")),
+                       "batch", "heads", "kv_heads", "d", "dtype", "causal", "splits",
+                       "block_q", "block_k")),
     # the probe's ceilings give naive attention's roofline beside each point (its balance)
     Stage("traffic", table=True, reads=("probe", "series"),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),

@@ -1,7 +1,8 @@
 """The figures' style and plumbing: matplotlib's settings, one colour and label per
-implementation (the same in every figure), line style and marker per dtype, log axes whose
-ticks are real numbers (1,024, never 2¹⁰), one series with its error bars and hollow noisy
-markers, the legend below the data, and the SVG a page can inline.
+implementation (the same in every figure, declared in ``algorithms.implementations``),
+line style and marker per dtype, log axes whose ticks are real numbers (1,024, never
+2¹⁰), one series with its error bars and hollow noisy markers, the legend below the
+data, and the SVG a page can inline.
 
 The SVG keeps text as text (``svg.fonttype: none``) and every id is prefixed with the
 figure's own name, so several figures share one page without sharing ids. The figures
@@ -23,14 +24,12 @@ from matplotlib.colors import to_hex, to_rgb  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
+from inferlab.algorithms.implementations import IMPLEMENTATIONS  # noqa: E402
+
 RC = {"svg.fonttype": "none", "font.family": "sans-serif", "font.size": 9,
       "axes.titlesize": 10, "legend.fontsize": 8.5, "axes.spines.top": False,
       "axes.spines.right": False, "axes.grid": True, "grid.color": "#e4e4e4",
       "lines.linewidth": 1.6, "lines.markersize": 5}
-BASE_COLOURS = {"naive": "#222222", "tiled": "#d62728", "tiled_fast": "#9467bd",
-                "sdpa_flash": "#1f77b4", "sdpa_efficient": "#2ca02c",
-                "sdpa_cudnn": "#17becf", "sdpa_math": "#8c564b", "splitkv": "#ff7f0e",
-                "triton_flash": "#e377c2", "triton_decode": "#bcbd22"}
 DTYPE_STYLE = {"float32": ("-", "o"), "bfloat16": ("--", "s"), "float16": (":", "^")}
 PANEL_IN = (4.6, 3.0)   # one axes, inches
 
@@ -46,9 +45,10 @@ def rc():
 def impl_label(row: dict) -> str:
     """'tiled B=128', 'splitkv, 4 splits', 'sdpa_flash': an implementation as drawn."""
     impl, block, splits = row["impl"], row.get("block_q"), row.get("splits")
-    if (impl.startswith("tiled") or impl == "triton_flash") and present(block):
+    sized_by = IMPLEMENTATIONS[impl].sized_by if impl in IMPLEMENTATIONS else None
+    if sized_by == "block" and present(block):
         return f"{impl} B={int(block)}"
-    if impl in ("splitkv", "triton_decode") and present(splits):
+    if sized_by == "splits" and present(splits):
         return f"{impl}, {int(splits)} split{'s' if int(splits) != 1 else ''}"
     return impl
 
@@ -57,7 +57,7 @@ def colour(label: str) -> str:
     """One colour per implementation label, the same in every figure: the base colour
     of the implementation, lighter for a larger tile or more splits, darker for fewer."""
     impl = label.split(" ")[0].rstrip(",")
-    base = BASE_COLOURS.get(impl, "#7f7f7f")
+    base = IMPLEMENTATIONS[impl].colour if impl in IMPLEMENTATIONS else "#7f7f7f"
     size = re.search(r"(\d+)", label[len(impl):])
     if size is None:
         return base

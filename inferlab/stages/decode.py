@@ -14,18 +14,28 @@ the point, after all that worker's timings.
 Points are timed in the order cache length, batch, dtype of the config (shortest cache
 first). Every one is a point the chapter measured ("every length and batch I tried"), so
 under the stage's ``budget_s`` the harness cuts rounds and processes, never points: each
-gets its first process whatever the budget.
+gets its first process whatever the budget. A ``grouped`` entry adds points of another
+layout of heads (grouped-query attention: ``heads`` query heads over ``kv_heads``
+key/value heads, each group's queries read as one sequence's queries), timed after the
+chapter's and dropped first; the rows' ``heads`` and ``kv_heads`` say the layout.
+
+Our Triton kernel runs at the grid's fixed split counts (the chapter's split-count
+claims compare them) and at the count it chooses for this device
+(``kernels.decode_splits``: whole waves of the multiprocessors, at least 256 keys a
+split), that row marked ``splits_chosen``; each in the configuration ``inferlab tune``
+chose here (``measurement.tuning``), named in the ``kernel`` column.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 
-from inferlab.algorithms import kernels
+from inferlab.algorithms import implementations, kernels
 from inferlab.algorithms.exactness import inexact
-from inferlab.algorithms.partials import splitkv_decode
 from inferlab.algorithms.traffic import decode_cache_bytes, decode_floor_time_us
-from inferlab.measurement.backends import FUSED_SDPA
+from inferlab.core import layout
+from inferlab.measurement import tuning
 from inferlab.measurement.kernel_names import kernel_that_ran
 from inferlab.measurement.status import status_fields
 from inferlab.measurement.workers import time_points
@@ -52,9 +62,11 @@ class Params:
     dtypes: tuple[str, ...]
     splits: tuple[int, ...]
     backends: tuple[str, ...]
-    triton: bool                  # also time our fused split-KV kernel (kernels.flash_decode)
+    implementations: tuple[str, ...]  # names in algorithms.implementations, and "sdpa"
     budget_s: float               # the stage's seconds of timing, all points, all workers
     timing: TimingParams
+    # other layouts of heads: (heads, kv_heads, cache_lens, batches), timed after the rest
+    grouped: tuple[tuple[int, int, tuple[int, ...], tuple[int, ...]], ...] = ()
 
     @classmethod
     def from_config(cls, cfg: dict) -> Params:
@@ -63,37 +75,66 @@ class Params:
         many short rounds: see config.yaml)."""
         section = {k: tuples(v) for k, v in cfg["decode"].items()}
         own = {k: section.pop(k) for k in HARNESS_OVERRIDES if k in section}
+        section["grouped"] = tuple(
+            (g["heads"], g["kv_heads"], tuple(g["cache_lens"]), tuple(g["batches"]))
+            for g in cfg["decode"].get("grouped", ()))
+        for i, (heads, kv_heads, *_) in enumerate(section["grouped"]):
+            if heads % kv_heads:
+                raise ValueError(f"decode.{cfg['device']}.grouped[{i}]: kv_heads={kv_heads} "
+                                 f"does not divide heads={heads}; each key/value head serves "
+                                 "a whole group of query heads")
         return cls(**section, timing=replace(TimingParams(**cfg["timing"]), **own))
 
+    def points(self) -> list[tuple[int, int, str, int, int, bool]]:
+        """(cache_len, batch, dtype, heads, kv_heads, required) in timing order: the
+        chapter's layout (one key/value head per query head), then each grouped one."""
+        points = [(n, b, dtype, self.heads, self.heads, True) for n in self.cache_lens
+                  for b in self.batches for dtype in self.dtypes]
+        return points + [(n, b, dtype, heads, kv_heads, False)
+                         for heads, kv_heads, lengths, batches in self.grouped
+                         for n in lengths for b in batches for dtype in self.dtypes]
 
-def _cases(params: Params, q, k, v, plan) -> tuple[dict, dict, list]:
-    """({label: fn}, {label: row fields}, [rows of backends that cannot run here]), the SDPA
-    backends as ``plan`` (common.sdpa_plan) found them."""
-    cases, meta = {}, {}
-    for splits in params.splits:
-        if splits <= k.shape[2]:  # a split needs at least one key
-            cases[f"splitkv splits={splits}"] = lambda s=splits: splitkv_decode(q, k, v, s)
-            meta[f"splitkv splits={splits}"] = {"impl": "splitkv", "fused_sdpa": False,
-                                                "splits": splits}
-    sdpa_items, refused = plan
-    sdpa = sdpa_timed(q, k, v, False, sdpa_items)
-    sdpa_meta = {label: dict(fields) for label, fields in sdpa_items}
-    refused = list(refused)
-    if params.triton:
-        why = kernels.not_timeable(q.device.type)
-        for splits in (s for s in params.splits if s <= k.shape[2]):
-            fields = {"impl": "triton_decode", "fused_sdpa": False, "splits": splits}
+
+def _cases(params: Params, q, k, v, plan, launches: dict, sm_count: int | None
+           ) -> tuple[dict, dict, list]:
+    """({label: fn}, {label: row fields}, [rows of implementations that cannot run here]),
+    the SDPA backends as ``plan`` (common.sdpa_plan) found them, each Triton kernel
+    launched as ``launches`` says (impl -> its configuration). q: (B, H_kv, G, D), the G
+    query heads of each key/value head as its queries."""
+    fixed = [s for s in params.splits if s <= k.shape[2]]  # a split needs at least one key
+    cases, meta, refused = {}, {}, []
+    for impl in params.implementations:
+        if impl == implementations.SDPA:
+            continue  # after the others, as ever
+        entry = implementations.get(impl)
+        if entry.launch is None:
+            for splits in fixed:
+                cases[f"{impl} splits={splits}"] = partial(entry.run, q, k, v, splits)
+                meta[f"{impl} splits={splits}"] = {"impl": impl, "fused_sdpa": False,
+                                                   "splits": splits}
+            continue
+        why = entry.unavailable(q.device.type)
+        config = launches[impl]
+        chosen = None if why is not None or sm_count is None else kernels.decode_splits(
+            k.shape[2], q.shape[0] * q.shape[1], sm_count, config.waves)
+        for splits in sorted({*fixed, chosen} - {None}):
+            fields = {"impl": impl, "fused_sdpa": False, "splits": splits,
+                      "splits_chosen": splits == chosen}
             if why is not None:
                 refused.append({**fields, "status": why})
                 continue
-            bad = inexact(kernels.flash_decode(q, k, v, splits), q, k, v)
+            fn = partial(entry.run, q, k, v, splits, config)
+            bad = inexact(fn(), q, k, v)
             if bad is not None:  # checked once at this point's sizes before it is timed
                 refused.append({**fields, "status": bad})
                 continue
-            label = f"triton_decode splits={splits}"
-            cases[label] = lambda s=splits: kernels.flash_decode(q, k, v, s)
-            meta[label] = {**fields, "kernel": "_decode_split + _decode_merge (Triton)"}
-    return {**cases, **sdpa}, {**meta, **sdpa_meta}, refused
+            name = config.full_name if splits == chosen else config.name
+            cases[f"{impl} splits={splits}"] = fn
+            meta[f"{impl} splits={splits}"] = {**fields, "kernel": f"{impl}[{name}]"}
+    sdpa_items, sdpa_refused = plan
+    sdpa = sdpa_timed(q, k, v, False, sdpa_items)
+    meta.update({label: dict(fields) for label, fields in sdpa_items})
+    return {**cases, **sdpa}, meta, refused + list(sdpa_refused)
 
 
 @dataclass(frozen=True)
@@ -104,28 +145,44 @@ class Point:
     cache_len: int
     batch: int
     dtype: str
+    heads: int
+    kv_heads: int
     device: str
     seed: int
     sdpa: tuple = ((), [])   # the SDPA backends that run (common.sdpa_plan)
+    launches: tuple = ()     # (impl, configuration) of each Triton kernel
+    sm_count: int | None = None  # the device's multiprocessors (None on a CPU)
 
 
-def _inputs(params: Params, cache_len: int, batch: int, dtype: str, device: str, seed: int):
-    return random_qkv((batch, params.heads, 1, params.d), dtype, device, seed, keys=cache_len)
+def _inputs(params: Params, cache_len: int, batch: int, dtype: str, heads: int,
+            kv_heads: int, device: str, seed: int):
+    """q (B, H_kv, G, D): the G = heads / kv_heads query heads of each key/value head as
+    its queries (one, in the chapter's layout); k, v (B, H_kv, cache_len, D)."""
+    return random_qkv((batch, kv_heads, heads // kv_heads, params.d), dtype, device, seed,
+                      keys=cache_len)
 
 
-def plan_point(params: Params, cache_len: int, batch: int, dtype: str, device: str,
-               seed: int) -> Point:
-    """The point, with its SDPA backends checked here, in the stage's process."""
-    q, k, v = _inputs(params, cache_len, batch, dtype, device, seed)
-    return Point(params, cache_len, batch, dtype, device, seed,
-                 sdpa_plan(q, k, v, False, params.backends))
+def plan_point(params: Params, cache_len: int, batch: int, dtype: str, heads: int,
+               kv_heads: int, device: str, seed: int, tuned: list[dict] = ()) -> Point:
+    """The point, with its SDPA backends checked here, in the stage's process, and the
+    configuration each Triton kernel runs: the one ``tuned`` (``tuning.load``) nearest."""
+    q, k, v = _inputs(params, cache_len, batch, dtype, heads, kv_heads, device, seed)
+    launches = tuple((impl, tuning.choose(list(tuned), impl, "decode", d=params.d,
+                                          dtype=dtype, queries=heads // kv_heads,
+                                          cache_len=cache_len, programs=batch * kv_heads))
+                     for impl in params.implementations if impl != implementations.SDPA
+                     and implementations.get(impl).launch is not None)
+    return Point(params, cache_len, batch, dtype, heads, kv_heads, device, seed,
+                 sdpa_plan(q, k, v, False, params.backends), launches,
+                 tuning.sm_count(device))
 
 
 def point_cases(point: Point) -> dict:
     """One point's cases for ``workers.time_points``, built in the worker that times them."""
-    q, k, v = _inputs(point.params, point.cache_len, point.batch, point.dtype, point.device,
-                      point.seed)
-    cases, meta, refused = _cases(point.params, q, k, v, point.sdpa)
+    q, k, v = _inputs(point.params, point.cache_len, point.batch, point.dtype, point.heads,
+                      point.kv_heads, point.device, point.seed)
+    cases, meta, refused = _cases(point.params, q, k, v, point.sdpa, dict(point.launches),
+                                  point.sm_count)
     fused = [label for label in cases if meta[label]["fused_sdpa"]]
 
     def read(label: str) -> dict:
@@ -136,21 +193,27 @@ def point_cases(point: Point) -> dict:
 
 
 def _planned(params: Params, cache_len: int) -> list[dict]:
-    """The rows a dropped point would have had."""
-    rows = [{"impl": "splitkv", "fused_sdpa": False, "splits": s} for s in params.splits
-            if s <= cache_len]
-    return rows + [{"impl": f"sdpa_{b}", "fused_sdpa": b in FUSED_SDPA}
-                   for b in params.backends]
+    """The rows a dropped point would have had (a Triton kernel's, its split count not
+    chosen, left out)."""
+    rows = []
+    for impl in params.implementations:
+        if impl == implementations.SDPA:
+            rows += [{"impl": f"sdpa_{b}", "fused_sdpa": implementations.get(f"sdpa_{b}")
+                      .fused_sdpa} for b in params.backends]
+        elif implementations.get(impl).launch is None:
+            rows += [{"impl": impl, "fused_sdpa": False, "splits": s} for s in params.splits
+                     if s <= cache_len]
+    return rows
 
 
-def point_rows(params: Params, cache_len: int, batch: int, dtype: str, result,
-               copy_gbs: float | None) -> list[dict]:
-    """All rows of one (cache length, batch, dtype) point from its ``PointResult``."""
-    cache_bytes = decode_cache_bytes(batch, params.heads, cache_len, params.d,
+def point_rows(params: Params, cache_len: int, batch: int, dtype: str, heads: int,
+               kv_heads: int, result, copy_gbs: float | None) -> list[dict]:
+    """All rows of one (cache length, batch, dtype, layout) point from its ``PointResult``."""
+    cache_bytes = decode_cache_bytes(batch, kv_heads, cache_len, params.d,
                                      torch_dtype(dtype).itemsize)
     floor_ms = None if not copy_gbs else decode_floor_time_us(cache_bytes, copy_gbs) / 1e3
-    base = {"cache_len": cache_len, "batch": batch, "heads": params.heads, "d": params.d,
-            "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}
+    base = {"cache_len": cache_len, "batch": batch, "heads": heads, "kv_heads": kv_heads,
+            "d": params.d, "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}
     if result.dropped:
         return [{**base, **row, **result.dropped} for row in _planned(params, cache_len)]
     rows = []
@@ -167,15 +230,17 @@ def point_rows(params: Params, cache_len: int, batch: int, dtype: str, result,
 
 def run(params: Params, ctx) -> list[dict]:
     copy_gbs = ctx.inputs["probe"]["ceilings"]["copy_gbs"]
-    points = [(n, b, dtype) for n in params.cache_lens for b in params.batches
-              for dtype in params.dtypes]
-    planned = [plan_point(params, n, b, dtype, ctx.device, ctx.seed) for n, b, dtype in points]
+    points = params.points()
+    tuned = tuning.load(layout.tuning_path(ctx.root, ctx.key)) if ctx.device == "cuda" else []
+    planned = [plan_point(params, n, b, dtype, heads, kv_heads, ctx.device, ctx.seed, tuned)
+               for n, b, dtype, heads, kv_heads, _ in points]
     results = time_points(
         "inferlab.stages.decode:point_cases", planned,
-        names=[f"cache={n} batch={b} {dtype}" for n, b, dtype in points],
+        names=[f"cache={n} batch={b} {dtype}" + ("" if h == kv else f" heads={h}:{kv}")
+               for n, b, dtype, h, kv, _ in points],
         budget_s=params.budget_s, progress=ctx.progress, stop_at=ctx.stop_at,
-        required=[True] * len(points), **params.timing.point_options(ctx))
+        required=[p[5] for p in points], **params.timing.point_options(ctx))
     rows = []
-    for (cache_len, batch, dtype), result in zip(points, results, strict=True):
-        rows += point_rows(params, cache_len, batch, dtype, result, copy_gbs)
+    for (n, b, dtype, heads, kv_heads, _), result in zip(points, results, strict=True):
+        rows += point_rows(params, n, b, dtype, heads, kv_heads, result, copy_gbs)
     return rows

@@ -18,6 +18,12 @@ processes and warm-up calls (the chapter's 8,192 tokens: one process, one warm-u
 A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
 runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
 
+The implementations are the config's names in ``algorithms.implementations``. Our Triton
+kernel runs on a CUDA machine in the configuration ``inferlab tune`` chose there for the
+nearest length alike (``measurement.tuning``; its default without a tuning file): the
+row's ``block_q`` and ``block_k`` are its tiles and its ``kernel`` names it whole,
+``triton_flash[BM128,BN64,w8,s3]``.
+
 FLOPs are the useful work, 4·B·H·T²·d (two matmuls of 2·T²·d each per head), halved when
 causal, since only the lower triangle is needed; an implementation that computes masked
 scores does more arithmetic than it is credited with.
@@ -27,11 +33,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
-from inferlab.algorithms import kernels
-from inferlab.algorithms.attention import TILED, naive_attention
+from inferlab.algorithms import implementations
 from inferlab.algorithms.exactness import inexact
-from inferlab.measurement.backends import FUSED_SDPA
+from inferlab.core import layout
+from inferlab.measurement import tuning
 from inferlab.measurement.kernel_names import kernel_in, kernel_that_ran
 from inferlab.measurement.memory import capped, is_oom, peak_extra_bytes
 from inferlab.measurement.process import release_freed_memory
@@ -48,7 +55,6 @@ from inferlab.stages.common import (
 )
 
 GIB = 1 << 30
-TRITON_BLOCK_N = 64
 
 
 @dataclass(frozen=True)
@@ -61,10 +67,9 @@ class Params:
     # whether the entry is an extra: timed after the chapter's points, dropped first)
     sizes: tuple[tuple[str, tuple[int, ...], tuple[bool, ...], int, int, bool], ...]
     causal: tuple[bool, ...]
-    implementations: tuple[str, ...]
+    implementations: tuple[str, ...]  # names in algorithms.implementations, and "sdpa"
     backends: tuple[str, ...]
-    blocks: tuple[int, ...]
-    triton_blocks: tuple[int, ...]   # block_m of our Triton kernel (block_n 64)
+    blocks: tuple[int, ...]           # square tiles of the implementations sized by block
     memory_cap_gib: float | None
     budget_s: float                  # the stage's seconds of timing, all points, all workers
     timing: TimingParams
@@ -91,46 +96,56 @@ def prefill_flops(batch: int, heads: int, T: int, d: int, causal: bool) -> int:
     return 4 * batch * heads * T * T * d // (2 if causal else 1)
 
 
-def _cases(params: Params, q, k, v, causal: bool, plan) -> tuple[dict, dict, list]:
-    """({label: fn}, {label: row fields}, [rows of backends that cannot run here]) for
-    one mask, the SDPA backends as ``plan`` found them; labels end in " causal" or " full"."""
+def _cases(params: Params, q, k, v, causal: bool, plan, launches: dict) -> tuple[dict, dict,
+                                                                                 list]:
+    """({label: fn}, {label: row fields}, [rows of implementations that cannot run here])
+    for one mask, the SDPA backends as ``plan`` found them, each Triton kernel launched as
+    ``launches`` says ((impl, causal) -> its configuration); labels end in " causal" or
+    " full"."""
     mask = "causal" if causal else "full"
     cases, meta, refused = {}, {}, []
-    if "naive" in params.implementations:
-        cases[f"naive {mask}"] = lambda: naive_attention(q, k, v, causal)
-        meta[f"naive {mask}"] = {"impl": "naive", "fused_sdpa": False}
-    for impl, fn in TILED.items():
-        if impl in params.implementations:
+    for impl in params.implementations:
+        if impl == implementations.SDPA:
+            sdpa_meta, sdpa_refused = plan
+            cases.update({f"{label} {mask}": fn
+                          for label, fn in sdpa_timed(q, k, v, causal, sdpa_meta).items()})
+            meta.update({f"{label} {mask}": dict(fields) for label, fields in sdpa_meta})
+            refused += sdpa_refused
+            continue
+        entry = implementations.get(impl)
+        if entry.launch is not None:
+            label = f"{impl} {mask}"
+            fields, fn, status = _kernel_case(entry, q, k, v, causal,
+                                              launches[(impl, causal)])
+            if status is None:
+                cases[label], meta[label] = fn, fields
+            else:
+                refused.append({**fields, "status": status})
+        elif entry.sized_by == "block":
             for b in params.blocks:
                 label = f"{impl} block={b} {mask}"
-                cases[label] = lambda fn=fn, b=b: fn(q, k, v, causal, b, b)
+                cases[label] = partial(entry.run, q, k, v, causal, b, b)
                 meta[label] = {"impl": impl, "fused_sdpa": False, "block_q": b, "block_k": b}
-    if "sdpa" in params.implementations:
-        sdpa_meta, refused = plan
-        cases.update({f"{label} {mask}": fn
-                      for label, fn in sdpa_timed(q, k, v, causal, sdpa_meta).items()})
-        meta.update({f"{label} {mask}": dict(fields) for label, fields in sdpa_meta})
-    if "triton" in params.implementations:
-        why = kernels.not_timeable(q.device.type)
-        for b in params.triton_blocks:
-            fields = {"impl": "triton_flash", "fused_sdpa": False, "block_q": b,
-                      "block_k": TRITON_BLOCK_N}
-            if why is not None:
-                refused.append({**fields, "status": why})
-                continue
-            # checked once at this point's sizes before it is timed (exactness.inexact)
-            bad = inexact(kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N),
-                                  q, k, v, causal)
-            if bad is not None:
-                refused.append({**fields, "status": bad})
-                continue
-            label = f"triton_flash block={b} {mask}"
-            cases[label] = lambda b=b: kernels.flash_attention(q, k, v, causal, b, TRITON_BLOCK_N)
-            meta[label] = {**fields, "kernel": f"_attn_fwd (Triton, BLOCK_M={b}, "
-                                              f"BLOCK_N={TRITON_BLOCK_N})"}
+        else:
+            cases[f"{impl} {mask}"] = partial(entry.run, q, k, v, causal)
+            meta[f"{impl} {mask}"] = {"impl": impl, "fused_sdpa": False}
     for fields in meta.values():
         fields["causal"] = causal
     return cases, meta, [{**row, "causal": causal} for row in refused]
+
+
+def _kernel_case(entry, q, k, v, causal: bool, config) -> tuple[dict, object, dict | None]:
+    """(row fields, the call, None) for a Triton kernel that runs here, exact at this
+    point's sizes (checked once, before it is timed: ``exactness.inexact``); else (row
+    fields, None, the row's status)."""
+    fields = {"impl": entry.name, "fused_sdpa": False}
+    why = entry.unavailable(q.device.type)
+    if why is not None:
+        return fields, None, why
+    fields.update(block_q=config.block_m, block_k=config.block_n,
+                  kernel=f"{entry.name}[{config.name}]")
+    fn = partial(entry.run, q, k, v, causal, config)
+    return fields, fn, inexact(fn(), q, k, v, causal)
 
 
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
@@ -158,7 +173,8 @@ class Point:
     masks: tuple[bool, ...]
     device: str
     seed: int
-    sdpa: tuple = ()   # per mask, the SDPA backends that run (common.sdpa_plan)
+    sdpa: tuple = ()      # per mask, the SDPA backends that run (common.sdpa_plan)
+    launches: tuple = ()  # ((impl, causal), configuration) of each Triton kernel
 
 
 def _inputs(params: Params, T: int, dtype: str, device: str, seed: int):
@@ -166,13 +182,22 @@ def _inputs(params: Params, T: int, dtype: str, device: str, seed: int):
 
 
 def plan_point(params: Params, T: int, dtype: str, masks: tuple[bool, ...], device: str,
-               seed: int) -> Point:
-    """The point, with its SDPA backends checked here, in the stage's process."""
+               seed: int, tuned: list[dict] = ()) -> Point:
+    """The point, with its SDPA backends checked here, in the stage's process, and the
+    configuration each Triton kernel runs: the one ``tuned`` (``tuning.load``) nearest."""
     plans = ()
-    if "sdpa" in params.implementations:
+    if implementations.SDPA in params.implementations:
         q, k, v = _inputs(params, T, dtype, device, seed)
         plans = tuple(sdpa_plan(q, k, v, causal, params.backends) for causal in masks)
-    return Point(params, T, dtype, masks, device, seed, plans)
+    launches = tuple(((impl, causal), tuning.choose(list(tuned), impl, "prefill", d=params.d,
+                                                    dtype=dtype, causal=causal, T=T))
+                     for impl in params.implementations if _is_kernel(impl)
+                     for causal in masks)
+    return Point(params, T, dtype, masks, device, seed, plans, launches)
+
+
+def _is_kernel(impl: str) -> bool:
+    return impl != implementations.SDPA and implementations.get(impl).launch is not None
 
 
 def point_cases(point: Point) -> dict:
@@ -185,7 +210,8 @@ def point_cases(point: Point) -> dict:
     cases, meta, refused = {}, {}, []
     for i, causal in enumerate(point.masks):
         plan = point.sdpa[i] if point.sdpa else ((), [])
-        more, more_meta, more_refused = _cases(params, q, k, v, causal, plan)
+        more, more_meta, more_refused = _cases(params, q, k, v, causal, plan,
+                                               dict(point.launches))
         cases.update({label: capped(fn, cap, point.device) for label, fn in more.items()})
         meta.update(more_meta)
         refused += more_refused
@@ -200,13 +226,16 @@ def point_cases(point: Point) -> dict:
 
 
 def _planned(params: Params, masks: tuple[bool, ...]) -> list[dict]:
-    """The rows a dropped point would have had (its backends not asked, so not known)."""
-    impls = [("naive", None)] if "naive" in params.implementations else []
-    impls += [(impl, b) for impl in TILED if impl in params.implementations
-              for b in params.blocks]
-    if "sdpa" in params.implementations:
-        impls += [(f"sdpa_{b}", None) for b in params.backends]
-    return [{"impl": impl, "fused_sdpa": impl.removeprefix("sdpa_") in FUSED_SDPA,
+    """The rows a dropped point would have had (its backends not asked, so not known; a
+    Triton kernel's configuration not chosen, so left out)."""
+    impls = []
+    for impl in params.implementations:
+        if impl == implementations.SDPA:
+            impls += [(f"sdpa_{b}", None) for b in params.backends]
+        elif implementations.get(impl).launch is None:
+            sized = implementations.get(impl).sized_by == "block"
+            impls += [(impl, b) for b in params.blocks] if sized else [(impl, None)]
+    return [{"impl": impl, "fused_sdpa": implementations.get(impl).fused_sdpa,
              "block_q": b, "block_k": b, "causal": causal}
             for causal in masks for impl, b in impls]
 
@@ -258,7 +287,8 @@ def run(params: Params, ctx) -> list[dict]:
     slow = slow_path_drops(ceilings)
     points = params.points()
     timed = [p for p in points if p[1] not in slow]
-    planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed)
+    tuned = tuning.load(layout.tuning_path(ctx.root, ctx.key)) if ctx.device == "cuda" else []
+    planned = [plan_point(params, T, dtype, masks, ctx.device, ctx.seed, tuned)
                for T, dtype, masks, *_ in timed]
     release_freed_memory()  # the backend checks' buffers, before a worker needs them
     options = params.timing.point_options(ctx)

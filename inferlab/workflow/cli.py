@@ -72,6 +72,17 @@ def _cmd_stage(args: argparse.Namespace) -> int:
                      configfiles=args.configfile, overrides=args.set, limit_s=args.limit_s)
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from inferlab.measurement.tuning import cli_tune
+    from inferlab.stages import decode, prefill
+
+    config = _config(args)
+    return cli_tune(Path(args.root), config.key, config.device,
+                    prefill.Params.from_config(config.effective("prefill")),
+                    decode.Params.from_config(config.effective("decode")), config.seed,
+                    args.limit_s)
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from inferlab.workflow.generate import cli_generate
 
@@ -190,6 +201,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a timing stage stops timing after SECONDS and writes what it "
                         "measured (the rest: status stopped); SIGTERM does the same")
     s.set_defaults(func=_cmd_stage)
+
+    s = sub.add_parser("tune", parents=[common],
+                       help="time our Triton kernels' launch configurations on this machine's "
+                            "GPU; the prefill and decode stages run the fastest "
+                            "(results/{key}/tuning.json)")
+    s.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, as for stage")
+    s.add_argument("--limit-s", type=_positive_seconds, default=None, metavar="SECONDS",
+                   help="start no point after SECONDS; the points tuned so far are written")
+    s.set_defaults(func=_cmd_tune)
 
     s = sub.add_parser("generate", parents=[common],
                        help="write the files that restate the stage declaration (schema "

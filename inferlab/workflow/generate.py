@@ -1,11 +1,12 @@
 """``inferlab generate [--check]``: the files that restate the stage declaration
-(``core.pipeline.STAGES`` and ``LAYERS``, and the row status contract,
-``measurement.status``), written from it, so that a new stage is declared once and appears
-everywhere: the stage enums of the schemas (and the GPU call's stages in the config's),
-the status and cause enums of the tables, the Slurm profile's resources, docs/contracts.md's
-package tree, stage table and results layout, and each stage's report caption
-(``captions/<stage>.rst``, from its module's docstring).
-With ``--check`` nothing is written: it says which file is not what the declaration makes
+(``core.pipeline.STAGES`` and ``LAYERS``, the row status contract, ``measurement.status``,
+and the implementations registry, ``algorithms.implementations``), written from it, so
+that a new stage or kernel is declared once and appears everywhere: the stage enums of the
+schemas (and the GPU call's stages in the config's), the status and cause enums of the
+tables, their ``impl`` enums and the config's ``implementations`` lists, the Slurm
+profile's resources, docs/contracts.md's package tree, stage table and results layout, and
+each stage's report caption (``captions/<stage>.rst``, from its module's docstring). With
+``--check`` nothing is written: it says which file is not what the declaration makes
 (the test suite runs it).
 """
 
@@ -17,6 +18,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from inferlab.algorithms import implementations
 from inferlab.core import layout
 from inferlab.core.pipeline import CLAIMS_STAGE, LAYERS, REPORT_CLUSTER, STAGES
 from inferlab.judging import causes, claims, verdicts
@@ -63,7 +65,6 @@ _STATUS = {("properties", "status", "enum"): lambda: list(STATUSES),
            ("properties", "cause", "enum"): _causes,
            ("properties", "cause", "description"): _causes_text}
 
-
 def _device_stages() -> list[str]:
     """The stages the GPU call runs (scripts/gpu-call.sh): those that need the device."""
     return [name for name, s in STAGES.items() if s.needs_device]
@@ -73,13 +74,33 @@ def _device_stages() -> list[str]:
 # user's pipeline)
 _CALL_STAGES = ("properties", "gpu_call", "properties", "stages")
 
+
+def _impls(stage: str | None = None) -> Callable[[], list[str]]:
+    """The rows' ``impl`` enum: the implementations ``stage`` runs, or every one."""
+    return lambda: [i.name for i in implementations.IMPLEMENTATIONS.values()
+                    if stage is None or stage in i.stages]
+
+
+def _config_impls(stage: str) -> dict[tuple, Callable[[], object]]:
+    """The config's ``<stage>.implementations`` list: its names and their number."""
+    path = ("properties", stage, "properties", "implementations")
+    return {(*path, "items", "enum"): lambda: implementations.config_names(stage),
+            (*path, "maxItems"): lambda: len(implementations.config_names(stage))}
+
+
+# the implementations registry (algorithms.implementations) in every table that has it
+_IMPL = {("properties", "impl", "enum"): _impls()}
+
 SCHEMAS = {
+    **{f"{table}.schema.json": {**_STATUS, ("properties", "impl", "enum"): _impls(table)}
+       for table in ("prefill", "decode")},
+    "series.schema.json": {**_STATUS, **_IMPL},
+    "correctness.schema.json": _STATUS,
     "config.schema.json": {
         (*_CALL_STAGES, "properties"): lambda: {name: {
             "description": f"seconds of the {name} step", "type": "integer", "minimum": 1,
-            "maximum": 600} for name in _device_stages()}},
-    **{f"{table}.schema.json": _STATUS for table in ("prefill", "decode", "series",
-                                                     "correctness")},
+            "maximum": 600} for name in _device_stages()},
+        **_config_impls("prefill"), **_config_impls("decode")},
     "sidecar.schema.json": {
         ("properties", "schema", "pattern"): lambda: f"^inferlab/({'|'.join(STAGES)})$",
         ("properties", "artifact", "enum"): lambda: [s.artifact for s in STAGES.values()],
