@@ -79,8 +79,6 @@ while read -r _ name limit args; do
   [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $name "* ]] || continue
   case $name in
     tune) if [ "$DEVICE" != cuda ]; then say "tune: not run on $DEVICE (it times Triton on a GPU)"
-          elif ! "$PY" -m inferlab tune --help > /dev/null 2>&1; then  # TODO(lead): drop this
-            say "tune: no 'inferlab tune' here (helper K's branch); the stages run untuned"
           else step tune "$limit" "$PY" -m inferlab tune --configfile "$PROFILE" --limit-s "$limit"
           fi ;;
     ncu) limit=$(( COMMAND_S - SECONDS - 2 * GRACE_S ))

@@ -5,7 +5,7 @@ figure label is cut off, every internal link resolves, no id is repeated, and th
 stays short with its details closed.
 
 Two reports: synthetic evidence for two machines at the book's sizes
-(tests/report_evidence.py), and the smoke pipeline's real evidence (slow). Without a
+(tests/report_evidence.py), and the session's pipeline run's real evidence. Without a
 browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs one.
 """
 
@@ -30,7 +30,9 @@ FIRST_FIGURE_PX = 2_700  # the chapter's comparison starts within the first 2,70
 MACHINE_PX = 6_000       # what one machine more may add (its column narrows the matrix)
 MIN_FONT_PX = 12         # body text on a phone
 MIN_TEXT_PX = 10         # any text, a figure's labels too (the decode figure's were 8.3 px)
-REPORTS = ["synthetic", "committed", "one_more", pytest.param("smoke", marks=pytest.mark.slow)]
+# the pipeline's own report: on the worker that builds the session's pipeline run
+REPORTS = ["synthetic", "committed", "one_more",
+           pytest.param("smoke", marks=pytest.mark.xdist_group("pipeline"))]
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +43,10 @@ def synthetic(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> Path:
-    """The report the smoke pipeline writes (every rule, in a copy of the repository)."""
-    from tests.pipeline_repo import smoke_repo
+    """The report the session's pipeline run wrote (tests/pipeline_repo.built)."""
+    from tests.pipeline_repo import built
 
-    return layout.report_path(smoke_repo(tmp_path_factory,
-                                         tmp_path_factory.mktemp("smoke") / "repo"))
+    return layout.report_path(built(tmp_path_factory))
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,6 @@ import pytest
 
 from inferlab.measurement.intervals import between_share, process_interval
 
-REPO = Path(__file__).resolve().parents[1]
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -98,11 +96,9 @@ def test_intervals_of_skips_a_case_with_no_process():
     assert _calibration().intervals_of({"p|c": [[], []]}) == {}
 
 
-def _calibration(monkeypatch):
-    path = REPO / "benchmarks" / "calibration.py"
-    spec = importlib.util.spec_from_file_location("calibration_r4", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def _refusing(monkeypatch):
+    """calibration.py whose measuring would fail the test: its arguments must be refused."""
+    module = _calibration()
 
     def measured(args):
         raise AssertionError(f"measured with {args}: the arguments should have been refused")
@@ -111,7 +107,7 @@ def _calibration(monkeypatch):
     return module
 
 
-GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
+TWO_GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -121,7 +117,7 @@ GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
     (["--min-run-ms", "nan"], "--min-run-ms nan: must be a number of milliseconds > 0"),
     (["--min-run-ms", "-5"], "--min-run-ms -5.0: must be a number of milliseconds > 0")])
 def test_calibration_refuses_bad_arguments_by_name(monkeypatch, capsys, argv, message):
-    module = _calibration(monkeypatch)
+    module = _refusing(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["calibration.py", *argv])
     with pytest.raises(SystemExit) as exc:
         module.main()
@@ -130,19 +126,19 @@ def test_calibration_refuses_bad_arguments_by_name(monkeypatch, capsys, argv, me
 
 
 @pytest.mark.parametrize(("saved", "message"), [
-    ({"runs": [{"p|c": GROUPS}, {"p|c": GROUPS}]}, "no 'args'"),
-    ({"args": {}, "runs": [{"p|c": [[1.0, "a"]]}, {"p|c": GROUPS}]},
+    ({"runs": [{"p|c": TWO_GROUPS}, {"p|c": TWO_GROUPS}]}, "no 'args'"),
+    ({"args": {}, "runs": [{"p|c": [[1.0, "a"]]}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c', process 1: 'a' is not a ratio"),
-    ({"args": {}, "runs": [{"p|c": [[-1.0, 2.0]]}, {"p|c": GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": [[-1.0, 2.0]]}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c', process 1: -1.0 is not a ratio"),
-    ({"args": {}, "runs": [{"p|c": 5}, {"p|c": GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": 5}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c': 5 is not a list of processes"),
-    ({"args": {}, "runs": [{"p|c": [[math.inf]]}, {"p|c": GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": [[math.inf]]}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c', process 1: inf is not a ratio"),
     ([1, 2], "not a file --save wrote")])
 def test_calibration_load_of_a_malformed_file_is_named(monkeypatch, capsys, tmp_path,
                                                              saved, message):
-    module = _calibration(monkeypatch)
+    module = _refusing(monkeypatch)
     path = tmp_path / "raw.json"
     path.write_text(json.dumps(saved))
     monkeypatch.setattr(sys, "argv", ["calibration.py", "--load", str(path)])

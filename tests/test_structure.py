@@ -464,10 +464,11 @@ def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
-def test_every_module_says_its_job_and_stays_small(path):
+def test_every_module_says_its_job(path):
+    """A module is one idea a reader can hold, and its docstring says which (no size cap:
+    a cap split classes into fragments; cohesion is the reviewer's to judge)."""
     tree = ast.parse(path.read_text())
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
-    assert len(path.read_text().splitlines()) <= 400, f"{path.name} is over 400 lines"
 
 
 def test_the_texts_that_list_the_stages_list_them_all():
