@@ -82,7 +82,7 @@ test-isa: $(STAMP)
 	    || exit 1; \
 	done
 
-# Mutation testing (README, "Mutation testing"): slow, a periodic check, not part of CI.
+# Mutation testing (docs/testing.md): slow, a periodic check, not part of CI.
 # MUTATE names the modules of inferlab/ to mutate (layer.module); [tool.mutmut] in pyproject.toml the tests.
 MUTATE ?= judging.claims judging.selection judging.verdicts judging.numtext presentation.formats \
           measurement.measure algorithms.traffic evidence.register evidence.provenance core.files \

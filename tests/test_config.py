@@ -198,7 +198,7 @@ def test_every_schema_field_has_description_type_and_bounds(path_and_field):
         assert {"enum", "pattern", "const"} & set(field), f"{path} accepts any string"
 
 
-# ------------------------------------------------------------ round eight (docs/attacks.md)
+# ------------------------------------------------------- values a user meant otherwise
 
 
 @pytest.mark.parametrize(("override", "key"), [

@@ -291,7 +291,7 @@ def test_the_check_speaks_json(tmp_path, capsys):
         [("sixteen", "C13-06", "16.0"), ("eighteen", "C13-06", "18.0")]
 
 
-# ------------------------------------------------------------ round eight (docs/attacks.md)
+# ------------------------------------------- wrong numbers that read as another kind
 
 R8_WRONG = [  # (old, new, the number that must fail)
     # R8-1: a figure replaced by a setting of its claim (128: a block; 8,192: a length)
