@@ -86,7 +86,7 @@ test-isa: $(STAMP)
 # MUTATE names the modules of inferlab/ to mutate (layer.module); [tool.mutmut] in pyproject.toml the tests.
 MUTATE ?= judging.claims judging.selection judging.verdicts judging.numtext presentation.formats \
           measurement.measure algorithms.traffic evidence.register evidence.provenance core.files \
-          evidence.trust evidence.verify
+          evidence.loading evidence.verify
 MUTMUT_JOBS ?= 2
 mutation: $(STAMP)
 	$(VPY) -m pip install -q 'mutmut>=3.8,<4'

@@ -25,7 +25,6 @@ from inferlab.measurement.backend_map import cell, map_cases, map_rows
 from inferlab.presentation import formats, plotting
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
 from inferlab.presentation.report import (
-    MODEL_WORDS,
     NOT_MEASURED,
     SECTIONS,
     figure_of,
@@ -34,6 +33,7 @@ from inferlab.presentation.report import (
     value_words,
 )
 from inferlab.presentation.views import prefill as prefill_view
+from inferlab.presentation.views.model import MODEL_WORDS
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
         "use", "rect", "circle", "line", "polyline", "polygon", "stop", "ellipse"}

@@ -148,7 +148,7 @@ STAGES: dict[str, Stage] = _declare(
     Stage("traffic", table=True, reads=("probe", "series"),
           key_columns=("T", "d", "causal", "dtype", "tile", "block_q_model")),
     # times a launch floor and a multiply-add: timed, with the timing section's settings
-    Stage("model", table=True, reads=("probe",), timed=True,
+    Stage("model", table=True, reads=("probe",), timed=True, cluster=Cluster(True, 10, 8000),
           key_columns=("quantity", "source", "dtype")),
     # configured by claims.yaml (one of its code files), not by a config section
     Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),

@@ -1,5 +1,5 @@
-"""The evidence register and provenance: artifacts typed from their schemas, the hash-chained
-register with its retained copies, the one provenance writer, what may be trusted, and the
-history read back from it. Records what a stage computed, never what it computes. May import
-the layers below it.
+"""The evidence register and provenance: artifacts typed from their schemas, the register
+of measured versions with their kept files, the one provenance writer, the check made
+before an artifact is read, and the versions read back for the series. Records what a
+stage computed, never what it computes. May import the layers below it.
 """

@@ -55,8 +55,9 @@ def problems(root: Path, key: str) -> list[str]:
         if STAGES[name].measured or not layout.artifact_path(root, key, name).is_file():
             continue
         why = doubt(root, key, name)
-        if why:
-            found.append(why)
+        if why:  # doubt names the file where the file is at fault; a stale input, not
+            rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
+            found.append(why if why.startswith(rel) else f"{rel}: {why}")
         found += derived_faults(root, key, name)
     found += [f"{p.relative_to(root).as_posix()}: left by an interrupted write; `inferlab "
               "verify --repair` removes it" for p in _debris(root, key)]

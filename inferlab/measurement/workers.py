@@ -6,7 +6,7 @@ of the variance between runs is between processes (memory layout, where the allo
 and the kernel put things, the other tenant of a shared VM), so each point is measured in
 ``workers`` short worker processes, one after another, each timing every point in turn
 (so drift between processes hits all points alike), each steadied like the stage's own
-process (``runner.steady_process`` before torch loads). The interval is then a
+process (``process.steady_process`` before torch loads). The interval is then a
 random-effects one over processes: each process gives the log of its median (or of its
 median paired ratio), and the 95 % interval, the prediction interval of another run of
 as many processes, is their mean ± t(W-1) · s · sqrt(2/W), back on the linear scale

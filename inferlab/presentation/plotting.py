@@ -6,7 +6,7 @@ data, and the SVG a page can inline.
 
 The SVG keeps text as text (``svg.fonttype: none``) and every id is prefixed with the
 figure's own name, so several figures share one page without sharing ids. The figures
-themselves are in ``figures`` and ``roofline``.
+themselves are drawn by each stage's view (``presentation.views``).
 """
 
 from __future__ import annotations

@@ -55,21 +55,8 @@ SECTIONS = (("summary", "Summary"),
             ("provenance", "Provenance"))
 __all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
 JUDGED = ("reproduced", "within noise here", "not reproduced")  # what a claim can be judged
-# A value with no unit of its own, in words: a model.csv quantity (its unit first), or the
-# column a check reads (a statistic of it said as such).
-MODEL_WORDS = {
-    "ops_per_block_pair": "operations per block pair", "launches": "launches",
-    "launch_time_s": "s of launches",
-    "kv_traffic_ratio_half_tile": "× as much K and V traffic at half the query tile",
-    "decode_cache_mib": "MiB of cache", "decode_floor_us": "µs to read the cache (the decode "
-    "floor)", "decode_intensity": "FLOP per byte of cache read (a decode step)",
-    "decode_intensity_over_balance": "× the machine's balance (a decode step's FLOP per "
-    "byte over matmul rate ÷ copy bandwidth)",
-    "flops_tiled_over_naive": "× naive attention's FLOPs (tiled's count)",
-    "naive_score_round_trips_full": "round trips over the score matrix (full mask)",
-    "naive_score_round_trips_causal": "round trips over the score matrix (causal mask)",
-    "splitkv_ops_per_call": "operations per split-KV call",
-    "fma_two_kernels_over_fused": "× the fused multiply-add's time (two kernels ÷ one)"}
+# A value with no unit of its own, in words: the column a check reads (a statistic of it
+# said as such), or what the stage's view says (a model.csv quantity: views/model.py).
 COLUMN_WORDS = {
     "computed_pairs": "block pairs computed", "pair_fraction": "of the block pairs computed",
     "max_abs_err": "largest error vs float64", "nonfinite_fraction": "of outputs not finite",
@@ -180,9 +167,9 @@ def quantity_words(claim: Claim, result: dict) -> str:
     if check is None:
         return ""
     m = check.measure
-    if check.stage == "model":
-        quantity = next((r.get("quantity") for r in result.get("rows") or []), None)
-        return MODEL_WORDS.get(quantity, (quantity or "").replace("_", " "))
+    view = VIEWS.get(check.stage)
+    if view is not None and hasattr(view, "quantity_words"):  # a row names its quantity
+        return view.quantity_words(result)
     words = COLUMN_WORDS.get(m.column, m.column.replace("_", " "))
     if m.stat == "loglog_slope":
         return f"(log-log slope of {words} against {COLUMN_WORDS.get(m.x, m.x)})"
