@@ -109,15 +109,18 @@ SLURM_FILES = {"test_slurm_toy.py", "test_slurm_pipeline.py"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test file is one xdist group (its module's fixtures, a rendered report, a
+    browser, are made once), unless a test names its own: the session's pipeline run
+    (tests/pipeline_repo.PIPELINE) and the Slurm files. The pipeline's group goes first:
+    started last it would leave the other worker idle at the end."""
     for item in items:
         if item.path.name in SERIAL_FILES or item.originalname in SERIAL_TESTS:
             item.add_marker(pytest.mark.serial)
         if item.path.name in SLURM_FILES:
             item.add_marker(pytest.mark.xdist_group("slurm"))
-    # The groups (the session's pipeline, Slurm) first: each runs on one worker, and
-    # started last it would leave the other worker idle at the end. A stable sort keeps
-    # the order within each.
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
+        elif item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "pipeline")
 
 
 # ---------------------------------------------------------------- the checkout as found

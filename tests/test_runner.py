@@ -117,9 +117,9 @@ def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
 
 
 def test_the_hold_point_holds_only_the_stage_it_names(tmp_path):
-    """tests/test_pipeline.py interrupts a stage held here (workflow.hold); unset, or
+    """tests/test_pipeline.py interrupts a stage held here (runner.hold_before_write); unset, or
     naming another stage, it returns at once."""
-    from inferlab.workflow.hold import hold_before_write
+    from inferlab.workflow.runner import hold_before_write
 
     hold_before_write("prefill", {})
     hold_before_write("prefill", {"INFERLAB_HOLD": f"decode:{tmp_path / 'held'}"})

@@ -4,20 +4,16 @@ code closures agree with; no import cycle; small modules that say what they do."
 from __future__ import annotations
 
 import ast
-import functools
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from inferlab.core import layout, pipeline
 from inferlab.core.pipeline import STAGES
-from tests.pipeline_repo import copy_repo, jobs, run
 
 PACKAGE = layout.REPO_ROOT / "inferlab"
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -26,21 +22,6 @@ MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
 def _module_name(path: Path) -> str:
     parts = path.relative_to(layout.REPO_ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-@pytest.fixture(scope="module")
-def snakemake(tmp_path_factory):
-    """snakemake(*args) -> stdout, run once per argument list in one temporary copy of the
-    repository (Snakemake writes .snakemake/ where it runs; the checkout stays as it was)."""
-    repo = copy_repo(tmp_path_factory.mktemp("structure"))
-
-    @functools.cache
-    def run_once(*args: str) -> str:
-        out = run(repo, *args, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        return out.stdout
-
-    return run_once
 
 
 # --------------------------------------------------------------------------- registry
@@ -89,24 +70,6 @@ def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration
                    "properties")
     assert call == {name for name, s in STAGES.items() if s.needs_device}
     assert sections <= config
-
-
-def test_the_snakefile_has_one_rule_per_stage_wired_as_declared(snakemake):
-    rules = set(snakemake("--list-rules").split())
-    assert rules == {*STAGES, "report", "all"}
-    graph = snakemake("--rulegraph", "--forceall")
-    edges = set(re.findall(r"(\d+) -> (\d+)", graph))
-    names = dict(re.findall(r'(\d+)\[label = "(\w+)"', graph))
-    wired = {(names[a], names[b]) for a, b in edges}
-    declared = {(up, name) for name, s in STAGES.items() for up in s.reads}
-    assert {e for e in wired if e[1] in STAGES} == declared
-    assert ("claims", "report") in wired and ("report", "all") in wired
-
-
-def test_stage_rules_hand_the_effective_config_and_threads(snakemake):
-    out = snakemake("--dry-run", "--forceall", "--cores", "2", "--printshellcmds", "prefill")
-    block = out.split("rule prefill:", 1)[1].split("\n\n", 1)[0]
-    assert "threads: 2" in block and "machine=2" in block  # a timing stage runs alone
 
 
 # --------------------------------------------------------------------------- code
@@ -331,101 +294,6 @@ def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, n
     assert set(loaded.values()) <= code | bookkeeping, set(loaded.values()) - code - bookkeeping
     assert all(pipeline.computes(m) for m, f in loaded.items() if f in code)
     assert all((layout.REPO_ROOT / f).is_file() for f in code | bookkeeping)
-
-
-# Which stages compute with a module, as its users see it (written out here, not read
-# from code_files, so that a closure gone wrong fails); downstream stages and the report
-# follow from the declaration.
-DIRECT_USERS = {
-    "inferlab/algorithms/kernels.py": {"prefill", "decode"},
-    "inferlab/measurement/measure.py": {"probe", "prefill", "decode", "model"},  # the harness
-    "inferlab/algorithms/attention.py": {"correctness", "prefill", "decode", "model"},
-    "inferlab/measurement/process.py": set(STAGES),
-    "inferlab/stages/common.py": set(STAGES) - {"claims", "series", "manuscript"},
-    "inferlab/judging/claims.py": {"claims", "manuscript"},  # the manuscript reads claims.yaml too
-    # claims.yaml is compared by content (test_triggers): its time alone reruns the report
-    "claims.yaml": set(),
-    "inferlab/presentation/plotting.py": set(),  # presentation: the report only
-    # presentation whose text is stored in the manuscript's artifact: its code too
-    "inferlab/presentation/formats.py": {"manuscript"},
-    "inferlab/presentation/views/prefill.py": set(),  # a stage's view: the report only
-    "inferlab/judging/numtext.py": {"claims", "manuscript"},  # claims.json's reasons, the tables
-    "scripts/run_stage.py": set(STAGES),  # Snakemake reruns a rule whose script is newer
-}
-# Everything a stage's run loads besides its computing code, from the issue's list.
-BOOKKEEPING_FILES = [
-    "inferlab/evidence/register.py", "inferlab/evidence/provenance.py",
-    "inferlab/evidence/history.py", "inferlab/core/files.py", "inferlab/evidence/artifacts.py",
-    "inferlab/evidence/loading.py", "inferlab/core/layout.py", "inferlab/workflow/config.py",
-    "inferlab/core/pipeline.py", "inferlab/workflow/runner.py",
-    "inferlab/core/logs.py", "inferlab/__init__.py", "inferlab/stages/__init__.py",
-    "inferlab/measurement/__init__.py", "inferlab/presentation/__init__.py",
-]
-
-
-def _rerun_by(direct: set[str]) -> set[str]:
-    """``direct``, every stage downstream of them, and the report."""
-    hit = set(direct)
-    for name in STAGES:  # declaration order is DAG order
-        if hit & set(STAGES[name].reads):
-            hit.add(name)
-    return hit | {"report"}
-
-
-def test_bookkeeping_reruns_nothing_and_computing_code_exactly_its_stages(tmp_path):
-    """One repository copy with every output present and newer than every file, then
-    dry runs: an edit of every bookkeeping module at once leaves nothing to do; an edit
-    of one computing module reruns exactly the stages that compute with it."""
-    repo = copy_repo(tmp_path / "repo")
-    args = ["--dry-run", "--cores", "2", "--config", "machine=test-bookkeeping"]
-    old, made = time.time() - 3000, time.time() - 2000
-    for path in repo.rglob("*"):
-        if path.is_file():
-            os.utime(path, (old, old))
-    key = "test-bookkeeping"
-    outputs = [layout.report_path(repo)]
-    for name in STAGES:
-        artifact = layout.artifact_path(repo, key, name)
-        outputs += [artifact, layout.sidecar_path(artifact)]
-    for path in outputs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("made\n")
-        os.utime(path, (made, made))
-    assert jobs(run(repo, *args)) == set()
-
-    for rel in BOOKKEEPING_FILES:
-        with open(repo / rel, "a", encoding="utf-8") as f:
-            f.write("\n# an edited message\n")
-    assert jobs(run(repo, *args)) == set()
-
-    # Which rules list each file as an input, as Snakemake itself prints every job of a
-    # forced dry run; a file's rerun is then the rules that list it and what reads them.
-    listed = _inputs_by_rule(run(repo, *args, "--forceall"))
-    listed.pop("all", None)  # the target rule
-    assert set(listed) == {*STAGES, "report"}
-    for rel, direct in DIRECT_USERS.items():
-        users = {name for name, files in listed.items() if rel in files}
-        assert users - {"report"} == direct, rel
-        assert "report" in users or direct, f"{rel}: its change would rerun nothing"
-    # and Snakemake reruns what reads them: a deep closure, and the report alone
-    for rel in ("inferlab/algorithms/kernels.py", "inferlab/presentation/plotting.py"):
-        os.utime(repo / rel)  # now: newer than the outputs
-        assert jobs(run(repo, *args)) == _rerun_by(DIRECT_USERS[rel]), rel
-        os.utime(repo / rel, (old, old))
-
-
-def _inputs_by_rule(dry_run: subprocess.CompletedProcess) -> dict[str, set[str]]:
-    """rule -> the input files of its job, from a dry run's job listing."""
-    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
-    found: dict[str, set[str]] = {}
-    rule = None
-    for line in (dry_run.stdout + dry_run.stderr).splitlines():
-        if m := re.match(r"^(?:local)?rule (\w+):$", line):
-            rule = m.group(1)
-        elif rule and line.strip().startswith("input:"):
-            found[rule] = set(line.split(":", 1)[1].strip().split(", "))
-            rule = None
-    return found
 
 
 def test_every_stage_view_has_the_hook_the_report_calls():

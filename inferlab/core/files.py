@@ -217,89 +217,65 @@ def git_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
 
 
-def _git(root: Path | str, *args: str) -> subprocess.CompletedProcess | None:
+def _ask(root: Path | str, *args: str) -> subprocess.CompletedProcess:
+    """``git -C root ARGS`` (bytes out); ``CannotCheck`` when git cannot start."""
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              text=True, errors="replace", timeout=30, check=False,
-                              env=git_env())
-    except (OSError, subprocess.SubprocessError):
-        return None
+                              timeout=30, check=False, env=git_env())
+    except FileNotFoundError:
+        raise CannotCheck("git is not on the PATH") from None
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CannotCheck(f"git did not run ({exc})") from None
+
+
+def _said(out: subprocess.CompletedProcess) -> str:
+    """git's first line of complaint."""
+    text = out.stderr.decode(errors="replace").strip()
+    return (text.splitlines() or [f"exit status {out.returncode}"])[0][:300]
+
+
+class CannotCheck(Exception):
+    """A check that needs git could not run it; ``str()`` says why (e.g. "git is not on
+    the PATH"). Callers that vouch for something (verify, adopt) fail on it."""
 
 
 def git_state(root: Path | str) -> dict:
     """{"commit": HEAD or None, "dirty": uncommitted code changes or None}; never raises.
-
-    None means unknown: not a git repository, git missing, or (commit) no commit yet.
-    """
-    head = _git(root, "rev-parse", "--verify", "HEAD")
+    None means unknown: not a repository, git missing, or (commit) no commit yet."""
     # results, evidence and the report are outputs, not code: they do not make a tree dirty
     not_code = [f":(exclude){folder}" for folder in layout.OUTPUT_DIRS]
-    status = _git(root, "status", "--porcelain", "--", ".", *not_code)
-    commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
-    dirty = bool(status.stdout.strip()) if status is not None and status.returncode == 0 \
-        else None
-    return {"commit": commit or None, "dirty": dirty}
-
-
-class CannotCheck(Exception):
-    """A check that needs a tool could not run; ``str()`` says why (e.g. "git is not on
-    the PATH"). Callers that vouch for something (verify, adopt) fail on it."""
+    try:
+        head = _ask(root, "rev-parse", "--verify", "HEAD")
+        status = _ask(root, "status", "--porcelain", "--", ".", *not_code)
+    except CannotCheck:
+        return {"commit": None, "dirty": None}
+    return {"commit": head.stdout.decode().strip() or None if head.returncode == 0 else None,
+            "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None}
 
 
 def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
-    """The bytes of ``path`` at ``rev``; None when git answers that there is no such file
-    (not a repository, no commit yet, not tracked at ``rev``); ``CannotCheck`` saying why
-    when git cannot answer (missing, refusing a repository of another owner, broken)."""
-    def ask(*args: str) -> subprocess.CompletedProcess:
-        try:
-            return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                                  timeout=30, check=False, env=git_env())
-        except FileNotFoundError:
-            raise CannotCheck("git is not on the PATH") from None
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise CannotCheck(f"git did not run ({exc})") from None
-
-    def said(out: subprocess.CompletedProcess) -> str:  # git's first line, whole
-        text = out.stderr.decode(errors="replace").strip()
-        return (text.splitlines() or [f"exit status {out.returncode}"])[0]
-
-    where = ask("rev-parse", "--git-dir")
-    if where.returncode != 0:
-        if "not a git repository" in said(where):
-            return None
-        raise CannotCheck(f"git refuses the repository: {said(where)[:300]}")
-    if ask("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0:
-        return None  # no commit yet
-    out = ask("show", f"{rev}:{path}")
+    """The bytes of ``path`` (relative to ``root``) at ``rev``; None when git answers that
+    there is none (not a repository, no commit yet, not tracked); ``CannotCheck`` saying
+    why when git cannot answer (missing, refusing a repository of another owner)."""
+    out = _ask(root, "show", f"{rev}:./{path}")
     if out.returncode == 0:
         return out.stdout
-    if "does not exist in" in said(out) or "exists on disk, but not in" in said(out):
+    if any(words in _said(out) for words in ("not a git repository", "does not exist",
+                                             "exists on disk, but not in", "invalid object",
+                                             "bad revision", "unknown revision")):
         return None
-    raise CannotCheck(f"git show {rev}:{path} failed: {said(out)[:300]}")
+    raise CannotCheck(f"git show {rev}:{path} failed: {_said(out)}")
 
 
 def git_changed(root: Path | str, paths: list[str]) -> set[str]:
     """The files under ``paths`` (relative to ``root``) that differ from HEAD: modified,
     staged, deleted or untracked (``git status``); ``CannotCheck`` saying why when git
     cannot answer, or ``root`` is in no repository (then nothing is committed)."""
-    try:
-        out = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "-z",
-                              "--untracked-files=all", "--no-renames", "--", *paths],
-                             capture_output=True, timeout=30, check=False, env=git_env())
-    except FileNotFoundError:
-        raise CannotCheck("git is not on the PATH") from None
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise CannotCheck(f"git did not run ({exc})") from None
+    out = _ask(root, "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames",
+               "--", *paths)
     if out.returncode != 0:
-        said = out.stderr.decode(errors="replace").strip().splitlines() or ["no reason"]
-        raise CannotCheck(f"git status failed: {said[0][:300]}")
-    # -z: "XY path\0" per file, paths relative to the repository's top, not to root
-    top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-prefix"],
-                         capture_output=True, text=True, check=False, env=git_env())
-    prefix = top.stdout.strip()
-    found = set()
-    for record in out.stdout.decode(errors="replace").split("\0"):
-        if len(record) > 3:
-            path = record[3:]
-            found.add(path[len(prefix):] if prefix and path.startswith(prefix) else path)
-    return found
+        raise CannotCheck(f"git status failed: {_said(out)}")
+    # "XY path\0" per file, the path relative to the repository's top, not to root
+    prefix = _ask(root, "rev-parse", "--show-prefix").stdout.decode().strip()
+    return {record[3:].removeprefix(prefix)
+            for record in out.stdout.decode(errors="replace").split("\0") if len(record) > 3}

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import shlex
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -23,17 +25,63 @@ from pathlib import Path
 
 from inferlab.core import layout
 from inferlab.core.files import relative
-from inferlab.core.logs import Log
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
 from inferlab.evidence.loading import Evidence, nonfinite_cells, read_input
 from inferlab.measurement import machine_load
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
-from inferlab.workflow.hold import hold_before_write
 
 __all__ = ["Job", "StageContext", "cli_stage", "from_snakemake", "read_input", "run_job",
            "steady_process"]
+
+
+class Log:
+    """A stage's log: each line to stderr and to the rule's log file, there after the
+    seconds since it opened (a log brought back from another machine says where a stage's
+    time went). A log file that cannot be written stops being written: it never hides the
+    stage's own error."""
+
+    def __init__(self, path: Path | None):
+        self._file, self._opened = None, time.monotonic()
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def __call__(self, line: str, echo: bool = True) -> None:
+        if echo:
+            print(line, file=sys.stderr, flush=True)
+        if self._file:
+            try:
+                self._file.write(f"[{time.monotonic() - self._opened:7.1f}s] {line}\n")
+                self._file.flush()
+            except OSError as exc:  # a full disk must not hide the stage's own error
+                print(f"(log file {self._file.name} not written further: {exc})",
+                      file=sys.stderr, flush=True)
+                self.close()
+
+    def close(self) -> None:
+        file, self._file = self._file, None
+        if file:
+            with contextlib.suppress(OSError):
+                file.close()
+
+
+def hold_before_write(stage: str, environ: dict | None = None) -> None:
+    """A defined point at which the tests of interruption stop a stage: with
+    ``INFERLAB_HOLD=<stage>:<file>`` set, stage ``<stage>`` creates ``<file>`` once it has
+    computed its artifact, before anything is written, and sleeps until a signal ends it (a
+    signal sent at a random moment raced the stage's end). Unset, it does nothing."""
+    value = (os.environ if environ is None else environ).get("INFERLAB_HOLD", "")
+    name, sep, marker = value.partition(":")
+    if not sep or name != stage:
+        return
+    if not marker:
+        raise ValueError(f"INFERLAB_HOLD={value!r}: give <stage>:<file>, the file to create "
+                         "once the stage is held")
+    Path(marker).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    while True:  # a signal ends it: Ctrl-C raises KeyboardInterrupt, SIGKILL kills
+        time.sleep(60)
 
 
 @dataclass(frozen=True)
@@ -152,7 +200,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
             raise
         raise ValueError(f"stage {job.stage} failed: {exc}; its inputs hold values that are "
                          f"not finite, the likely cause: {'; '.join(cells)}") from exc
-    hold_before_write(job.stage)  # a test's defined point to interrupt (workflow.hold)
+    hold_before_write(job.stage)  # a test's defined point to interrupt
     entry = write_artifact(
         job.root, job.key, job.stage, content, config=job.config,
         code_files=[job.root / f for f in code_files(job.stage)],
