@@ -92,6 +92,10 @@ class Stage:
         return self.schema_file or f"{self.name}.schema.json"
 
     @property
+    def is_table(self) -> bool:
+        return self.table
+
+    @property
     def needs_device(self) -> bool:
         """Whether it must run where its machine's device is: it times, or runs code on
         the device. A stage that does neither (series, traffic, claims, manuscript) can be
