@@ -46,12 +46,14 @@ def evidence(stage: str, rows: list[dict] | None, **more) -> dict:
     return found
 
 
-def judged(spec: dict, found: dict, stage: str = "prefill", kind: str = "measured") -> dict:
-    claim = Claim("C13-99", "A sentence.", "v", kind, claims._check({"stage": stage, **spec}))
-    result = verdicts.evaluate(claim, found, KEY, ROOT)
+def judged(spec: dict, found: dict, stage: str = "prefill", kind: str = "measured",
+           premises: dict | None = None, key: str = KEY) -> dict:
+    claim = Claim("C13-99", "A sentence.", "v", kind, claims._check({"stage": stage, **spec},
+                                                                    premises))
+    result = verdicts.evaluate(claim, found, key, ROOT)
     artifacts.encode("claims", {"schema_version": 3, "machine": KEY, "grid": None,
                                 "claims": [result]})  # claims.json's schema takes it
-    return result | {"text": reason_text(result, claim, KEY)}
+    return result | {"text": reason_text(result, claim, key)}
 
 
 SPEED = {"scope": LENGTHS, "where": {"impl": "naive"},
@@ -270,3 +272,83 @@ def test_claims_json_holds_no_prose():
     assert all(not isinstance(v, str) or k in ("id", "kind", "verdict", "unit", "answer",
                                                "device")
                for k, v in stored.items())
+
+
+# ---------------------------------------------------------------- a premise that fails here
+
+
+def intensity_row(T: int, intensity: float, **cells) -> dict:
+    return {**traffic_row(T, 2.0), "fastest_fused": True, "naive_intensity": intensity,
+            "machine_balance": 10.0, **cells}
+
+
+BYTES_BOUND = claims.Premise("bytes_bound", "naive attention is bound by its bytes",
+                             check=claims._check({
+                                 "stage": "traffic", "dtype": "any",
+                                 "value": {"column": "naive_intensity",
+                                           "over": "machine_balance", "stat": "range"},
+                                 "expect": {"direction": "<1"}}))
+REREAD = claims.Premise("reread", "K and V are re-read per query tile",
+                        refuted_on=("cuda-h200-box",), measured="19 MB, not 415 MB",
+                        to_judge="the byte count as a stage artifact")
+RESTS = {"dtype": "any", "premises": ["bytes_bound", "reread"],
+         "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}
+PREMISES = {"bytes_bound": BYTES_BOUND, "reread": REREAD}
+
+
+def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
+    """Issue 51: C13-21 compared a CPU's speed-up with the traffic model's byte ratio, and
+    C13-49 answered "no" there, although on a CPU naive attention is not bound by its
+    bytes (its intensity above the machine's balance): the premise under which a ratio of
+    times stands for one of bytes fails, so nothing is judged, nor shown beside."""
+    found = evidence("traffic", [intensity_row(1024, 30.0), intensity_row(2048, 25.0)])
+    for kind in ("measured", "device-specific", "question"):
+        result = judged({**RESTS, "device": "cuda"} if kind == "device-specific" else RESTS,
+                        found, stage="traffic", kind=kind, premises=PREMISES)
+        assert result["verdict"] == "not measurable here", kind
+        assert result["value"] is None and result["answer"] is None
+        assert result["cause"] == {"kind": "premise_fails", "premise": "bytes_bound",
+                                   "verdict": "not reproduced", "value": [2.5, 3.0],
+                                   "interval": [2.5, 3.0]}
+    assert result["text"] == ("its premise bytes_bound does not hold here: naive attention "
+                              "is bound by its bytes; its value here is 2.50–3, needs "
+                              "below 1")
+    holds = evidence("traffic", [intensity_row(1024, 3.0), intensity_row(2048, 2.5)])
+    assert judged(RESTS, holds, stage="traffic", premises=PREMISES)["verdict"] == "reproduced"
+
+
+def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured():
+    """Issue 51: on the H200 Nsight Compute found the fused kernels reading K and V once,
+    where the traffic model counts them re-read per query tile; C13-21, C13-49 and Q13-02
+    were judged or shown on the model's bytes there. The cause names the premise and the
+    machine; the words give the measurement and what would make it a check."""
+    found = evidence("traffic", [intensity_row(1024, 3.0)])
+    result = judged(RESTS, found, stage="traffic", premises=PREMISES, key="cuda-h200-box")
+    assert result["verdict"] == "not measurable here"
+    assert result["cause"] == {"kind": "premise_fails", "premise": "reread",
+                               "machine": "cuda-h200-box"}
+    assert result["text"] == ("its premise reread was refuted by a measurement on "
+                              "cuda-h200-box: K and V are re-read per query tile; measured: "
+                              "19 MB, not 415 MB; what would judge it: the byte count as a "
+                              "stage artifact")
+    elsewhere = judged(RESTS, found, stage="traffic", premises=PREMISES, key="cuda-other-box")
+    assert elsewhere["verdict"] == "reproduced"  # refuted on one machine, not on every one
+
+
+def test_a_premise_within_noise_is_not_established_and_one_not_measurable_says_why():
+    faster = claims.Premise("faster", "the fused kernel is faster", check=claims._check({
+        "stage": "traffic", "dtype": "any",
+        "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}))
+    spec = {**RESTS, "premises": ["faster"], "value": {"column": "model_ratio", "stat": "max"}}
+    noisy = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
+                                               measured_ratio_ci_low=0.9,
+                                               measured_ratio_ci_high=1.5)])
+    result = judged(spec, noisy, stage="traffic", premises={"faster": faster})
+    assert result["cause"]["verdict"] == "within noise here"
+    assert result["text"].startswith("its premise faster is not established here (within "
+                                     "noise): the fused kernel is faster; its value here is "
+                                     "1.20 (95 % interval 0.900–1.50), needs above 1")
+    none = evidence("traffic", [intensity_row(1024, None)])
+    result = judged(RESTS, none, stage="traffic", premises=PREMISES)
+    assert result["cause"] == {"kind": "not_applicable", "column": "naive_intensity",
+                               "rows": 1}

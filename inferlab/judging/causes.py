@@ -23,7 +23,14 @@ too_few_runs       a between-run check with one run
 not_physical       a value above its physical limit (a probe error)
 not_applicable     every selected row has no value of the column (e.g. a refusal
                    kind where the backend ran)
+premise_fails      a premise the check rests on (claims.yaml's ``premises``) does not
+                   hold here: its own check is not reproduced here (its verdict,
+                   value and interval), or a measurement refuted it on this machine
 =================  ==============================================================
+
+``premise_fails`` is not about a row: the rows may be all there. It says that the
+quantity the check computes stands for the sentence only under a premise that this
+machine's evidence (or a measurement made on it) contradicts, so no verdict is given.
 """
 
 from __future__ import annotations
@@ -32,9 +39,11 @@ from __future__ import annotations
 # the kernel under the profiler, after the timings); empty in an ok row: not taken
 READINGS = ("peak_extra_bytes", "memory_method", "kernel")
 CAUSES = ("not_in_grid", "dropped_by_budget", "stopped_at_limit", "device_cannot",
-          "upstream_failed", "too_few_runs", "not_physical", "not_applicable")
+          "upstream_failed", "too_few_runs", "not_physical", "not_applicable",
+          "premise_fails")
 # several values missing for different causes: the one named first is the most useful to
-# the reader (a point a rerun with more budget would measure before one no grid has)
+# the reader (a point a rerun with more budget would measure before one no grid has); a
+# premise is no row's cause, so it is never among them
 PRIORITY = ("dropped_by_budget", "stopped_at_limit", "upstream_failed", "device_cannot",
             "not_in_grid", "not_applicable", "too_few_runs", "not_physical")
 # a row's status (and the cause column beside it) -> the kind of cause it is for a claim

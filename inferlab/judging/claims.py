@@ -11,6 +11,10 @@ Each sentence is stored once, in ``docs/chapter/sentences.yaml`` beside it (ever
 of both seeds, in order); a claim's sentence is the text of the sentences whose ``claims:``
 name it, which the loader attaches (``Claim.sentence``).
 
+A model's premises are stated once, in the file's ``premises`` (``Premise``); a check names
+those it rests on, and is judged only on a machine where they hold: where this project
+measured what a model predicts, the measurement decides, not the model.
+
 ``inferlab.judging.verdicts`` judges a ``Claim`` on a machine's artifacts;
 ``inferlab.presentation.audit`` traces a verdict to the evidence behind it.
 """
@@ -135,6 +139,23 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class Premise:
+    """A premise of a model that checks rest on (claims.yaml's ``premises``, named by a
+    check's ``premises``). It holds on a machine unless its ``check``, judged there as a
+    claim's is, is not reproduced, or a measurement that no stage keeps refuted it there
+    (``refuted_on``: the machines; ``measured``: what was measured, with its figures and
+    where it is kept; ``to_judge``: what would make it a check). A claim that rests on a
+    premise which does not hold is not measurable there (causes: premise_fails)."""
+
+    name: str
+    says: str
+    check: Check | None = None
+    refuted_on: tuple[str, ...] = ()
+    measured: str | None = None
+    to_judge: str | None = None
+
+
+@dataclass(frozen=True)
 class Check:
     stage: str
     rows: Rows
@@ -147,6 +168,7 @@ class Check:
     #                                                 the chapter's, or on "any" GPU
     between_runs: bool = False
     table: str = "availability"                     # probe.json's list: or backend_map
+    premises: tuple[Premise, ...] = ()              # judged only where these hold
 
 
 @dataclass(frozen=True)
@@ -385,10 +407,21 @@ def printed_rounding(x: float) -> float:
 
 
 CHECK_KEYS = ("stage", "device", "gpu", "dtype", "scope", "where", "best", "table",
-              "between_runs", "value", "ratio", "expect")
+              "between_runs", "value", "ratio", "expect", "premises")
 
 
-def _check(spec: Any) -> Check:
+def _premises_named(names: Any, premises: dict[str, Premise]) -> tuple[Premise, ...]:
+    if not isinstance(names, list) or not names:
+        raise Bad("check.premises", f"expected a list of premise names, got {names!r}")
+    for name in names:
+        if name not in premises:
+            declared = ", ".join(premises) or "none"
+            raise Bad("check.premises", f"{name!r} is not a premise of the file's premises: "
+                      f"(declared: {declared})")
+    return tuple(premises[n] for n in names)
+
+
+def _check(spec: Any, premises: dict[str, Premise] | None = None) -> Check:
     _mapping(spec, "check", CHECK_KEYS, ("stage",))
     scope = spec.get("scope") or {}
     if not isinstance(scope, dict):
@@ -408,13 +441,55 @@ def _check(spec: Any) -> Check:
                  if "device" in spec else None,
                  gpu=_word(spec.get("gpu", "chapter"), "check.gpu", GPUS),
                  between_runs=_flag(spec.get("between_runs", False), "check.between_runs"),
-                 table=_word(spec.get("table", "availability"), "check.table", TABLES))
+                 table=_word(spec.get("table", "availability"), "check.table", TABLES),
+                 premises=_premises_named(spec["premises"], premises or {})
+                 if "premises" in spec else ())
+
+
+PREMISE_KEYS = ("says", "check", "refuted_on", "measured", "to_judge")
+
+
+def _premise(name: str, raw: Any) -> Premise:
+    """One premise of the file's ``premises``: what it says, and either the check that
+    judges it on each machine or the machines a measurement kept outside the artifacts
+    refuted it on, with that measurement and what would make it a check."""
+    field = f"premises.{name}"
+    _mapping(raw, field, PREMISE_KEYS, ("says",))
+    if ("check" in raw) == ("refuted_on" in raw):
+        raise Bad(field, "give exactly one of check (the premise judged on each machine's "
+                  "artifacts) and refuted_on (the machines a measurement refuted it on)")
+    if "refuted_on" in raw:
+        machines = raw["refuted_on"]
+        if not isinstance(machines, list) or not machines or not all(
+                isinstance(m, str) and m for m in machines):
+            raise Bad(f"{field}.refuted_on", f"expected a list of machine ids, got {machines!r}")
+        for key in ("measured", "to_judge"):
+            if key not in raw:
+                raise Bad(field, f"{key!r} is required beside refuted_on: what was measured "
+                          "(its figures, where it is kept) and what would make it a check")
+        return Premise(name, _text(raw["says"], f"{field}.says"), refuted_on=tuple(machines),
+                       measured=_text(raw["measured"], f"{field}.measured"),
+                       to_judge=_text(raw["to_judge"], f"{field}.to_judge"))
+    try:
+        check = _check(raw["check"])
+    except Bad as bad:
+        raise Bad(f"{field}.{bad.field}", str(bad)) from None
+    if check.expect is None:
+        raise Bad(f"{field}.check", "a premise's check needs an expect: where it holds")
+    return Premise(name, _text(raw["says"], f"{field}.says"), check=check)
+
+
+def _premises(data: dict) -> dict[str, Premise]:
+    raw = data.get("premises") or {}
+    if not isinstance(raw, dict):
+        raise Bad("premises", f"expected a mapping of name to premise, got {raw!r}")
+    return {name: _premise(name, spec) for name, spec in raw.items()}
 
 
 CLAIM_KEYS = ("id", "chapter_value", "figures", "kind", "reading", "note", "source", "check")
 
 
-def _claim(raw: dict, sentence: str) -> Claim:
+def _claim(raw: dict, sentence: str, premises: dict[str, Premise] | None = None) -> Claim:
     """One claim, its fields checked as they are typed (the id is checked by the caller)."""
     _mapping(raw, "(claim)", CLAIM_KEYS, ("id", "chapter_value", "kind", "reading"))
     kind = _word(raw["kind"], "kind", KINDS)
@@ -428,7 +503,7 @@ def _claim(raw: dict, sentence: str) -> Claim:
     figures = raw.get("figures", [])
     if not isinstance(figures, list) or ("figures" in raw and not figures):
         raise Bad("figures", f"expected a list of the figures as printed, got {figures!r}")
-    check = _check(raw["check"]) if "check" in raw else None
+    check = _check(raw["check"], premises) if "check" in raw else None
     return Claim(id=raw["id"], sentence=sentence,
                  chapter_value=_text(raw["chapter_value"], "chapter_value"), kind=kind,
                  check=check, source=_text(raw["source"], "source") if "source" in raw else None,
@@ -505,7 +580,7 @@ def artifact_columns(check: Check) -> set[str]:
 
 
 def _check_claim(claim: Claim, name: str) -> None:
-    """Every column a check names exists in its artifact; a unit fits its column."""
+    """A check fits its claim's kind, and every column it names exists (``_check_columns``)."""
     check = claim.check
     if check is None:
         return
@@ -524,19 +599,25 @@ def _check_claim(claim: Claim, name: str) -> None:
     if check.table != "availability" and check.stage != "probe":
         raise ValueError(f"{name}: claim {claim.id}, field check.table: table="
                          f"{check.table!r} names a list of probe.json; stage is {check.stage!r}")
+    _check_columns(check, f"{name}: claim {claim.id}")
+
+
+def _check_columns(check: Check, where: str) -> None:
+    """Every column a check names exists in its artifact; a unit fits its column (``where``
+    names the claim or premise in the error)."""
     known = artifact_columns(check)
     for column in sorted(columns_named(check) - known):
         close = difflib.get_close_matches(column, sorted(known), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"{name}: claim {claim.id} names column {column!r}, which "
+        raise ValueError(f"{where} names column {column!r}, which "
                          f"{STAGES[check.stage].artifact} does not have{hint}")
     unit, column = check.measure.unit, check.measure.column
     if check.measure.per and not (column.endswith("_bytes") and unit is None):
-        raise ValueError(f"{name}: claim {claim.id}, field check.value.per: "
+        raise ValueError(f"{where}, field check.value.per: "
                          f"per={check.measure.per!r} counts a *_bytes column in tensors "
                          f"(no unit), not {column!r} with unit {unit!r}")
     if unit and not column.endswith(UNITS[unit][0]):
-        raise ValueError(f"{name}: claim {claim.id}, field check.value.unit: unit={unit!r} "
+        raise ValueError(f"{where}, field check.value.unit: unit={unit!r} "
                          f"converts from a *{UNITS[unit][0]} column, not {column!r}")
 
 
@@ -544,7 +625,7 @@ def _check_claim(claim: Claim, name: str) -> None:
 
 
 FILE_KEYS = ("version", "chapter_hardware", "chapter_gpu", "fp16_stand_in", "rules",
-             "anchors", "claims")
+             "anchors", "premises", "claims")
 
 
 def _file(data: Any) -> None:
@@ -615,12 +696,16 @@ def _parse(text: str, sentences_text: str | None, name: str, sentences_name: str
         raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
     try:
         _file(data)
+        premises = _premises(data)
     except Bad as bad:
         raise ValueError(f"{name}, field {bad.field}: {bad}") from None
+    for premise in premises.values():
+        if premise.check is not None:
+            _check_columns(premise.check, f"{name}: premise {premise.name}")
     claims = []
     for cid, raw in zip(_ids(data, name), data["claims"], strict=True):
         try:
-            claims.append(_claim(raw, ""))
+            claims.append(_claim(raw, "", premises))
         except Bad as bad:
             raise ValueError(f"{name}: claim {cid}, field {bad.field}: {bad}") from None
     for claim in claims:

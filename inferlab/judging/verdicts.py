@@ -13,7 +13,9 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
   its evidence (``answer``: yes, no or undecided), never "reproduced";
 - ``not measurable here``: with its ``cause`` as data (``inferlab.judging.causes``: not
   in the grid, dropped by the budget, stopped at the limit, the device cannot, an
-  upstream stage or row failed, ...);
+  upstream stage or row failed, a premise the check rests on does not hold here, ...);
+  a premise that fails is decided first, so a sentence about another device shows no
+  value computed under it (``premises_hold``);
 - ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
   the chapter's GPU) on another device class, or on a GPU other than the chapter's (its
   multiprocessors: claims.yaml's ``chapter_gpu``); the value here is shown beside it;
@@ -317,6 +319,34 @@ def integrity_of(found: Evidence) -> dict | None:
     return None
 
 
+def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, root: Path,
+                  device: str, stand_in: dict) -> None:
+    """Raise NotMeasurable (premise_fails) at the first premise of ``check`` that does not
+    hold on ``key``: one a measurement refuted on this machine, or one whose own check is
+    not reproduced here (its verdict, value and interval go in the cause). A premise whose
+    own check cannot be made here leaves the claim not measurable for that check's cause."""
+    machine = layout.split_key(key)[0]
+    for premise in check.premises:
+        if machine in premise.refuted_on:
+            raise NotMeasurable("premise_fails", premise=premise.name, machine=machine)
+        if premise.check is None:
+            continue
+        found = evidence[premise.check.stage]
+        if found.data is None:
+            raise NotMeasurable("upstream_failed", stage=premise.check.stage,
+                                state="unreadable" if found.error else "missing",
+                                **({"error": found.error} if found.error else {}))
+        table, _ = _frame(premise.check, found, root, key)
+        judged = _judge_selections(premise.check, table, device, stand_in,
+                                   Upstream(premise.check, evidence))
+        if judged["verdict"] != INSIDE:
+            raise NotMeasurable("premise_fails", premise=premise.name,
+                                verdict=judged["verdict"],
+                                value=value_of(judged["estimates"], premise.check.measure)
+                                if judged["estimates"] else None,
+                                interval=interval(judged["estimates"]))
+
+
 def _shown_elsewhere(claim: Claim, device: str, gpu: dict | None = None) -> str | None:
     """The verdict of a sentence that is not about this machine's evidence: another
     device's figure (another device class, or a GPU other than the chapter's: ``gpu`` says
@@ -364,6 +394,10 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         if found.data is None:
             raise NotMeasurable("upstream_failed", stage=check.stage, state="missing")
         device = result["device"] = device_of(found, key)
+        stand_in = stand_in or {"cpu": "float32", "cuda": "float16"}
+        # before what the sentence is about: a premise that fails here leaves no value to
+        # show beside another device's figure either
+        premises_hold(check, evidence, key, root, device, stand_in)
         gpu = _gpu(evidence, device, chapter_gpu)
         shown = _shown_elsewhere(claim, device, gpu)
         if shown == AUTHOR_CODE and check.device is not None and device != check.device:
@@ -372,8 +406,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         if shown and gpu is not None and device == check.device:
             result["gpu"] = gpu  # why a CUDA key shows a CUDA figure: another GPU
         table, result["compared_with"] = _frame(check, found, root, key)
-        judged = _judge_selections(check, table, device, stand_in or {"cpu": "float32",
-                                                                         "cuda": "float16"},
+        judged = _judge_selections(check, table, device, stand_in,
                                    Upstream(check, evidence))
         verdict = judged["verdict"]
         if claim.kind == "question":

@@ -5,7 +5,7 @@ this module is the one place that says them, for the report, the audit and the C
 
 from __future__ import annotations
 
-from inferlab.judging.claims import Claim, Expect
+from inferlab.judging.claims import Check, Claim, Expect, Premise
 from inferlab.judging.numtext import format_value
 from inferlab.judging.rule import region
 from inferlab.judging.selection import describe
@@ -33,7 +33,8 @@ KIND_WORDS = {"not_in_grid": "not in this grid",
               "device_cannot": "this device cannot run it",
               "upstream_failed": "an upstream stage or row failed",
               "too_few_runs": "too few runs", "not_physical": "not physical",
-              "not_applicable": "not applicable"}
+              "not_applicable": "not applicable",
+              "premise_fails": "a premise it rests on does not hold here"}
 DEVICE = {"cuda": "CUDA", "cpu": "CPU"}
 
 
@@ -67,9 +68,48 @@ def missing_text(entry: dict) -> str:
     return head + (stage + detail if detail else KIND_WORDS[entry["kind"]])
 
 
-def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None) -> str:
+def premise_text(cause: dict, claim: Claim | None = None) -> str:
+    """A premise_fails cause in words: what the premise says, and why it does not hold here
+    (its check's value against what it needs, or the measurement that refuted it and what
+    would make that a check), from the claim's premises (claims.yaml)."""
+    premise = next((p for p in (claim.check.premises if claim is not None and claim.check
+                                else ()) if p.name == cause["premise"]), None)
+    says = f": {premise.says}" if premise else ""
+    if cause.get("machine"):
+        text = f"its premise {cause['premise']} was refuted by a measurement on " \
+               f"{cause['machine']}{says}"
+        if premise is not None:
+            text += f"; measured: {premise.measured}; what would judge it: {premise.to_judge}"
+        return text
+    state = {"not reproduced": "does not hold here",
+             "within noise here": "is not established here (within noise)"}.get(
+        cause.get("verdict"), "does not hold here")
+    ci, value = cause.get("interval"), cause.get("value")
+    ci_text = f" (95 % interval {format_value(ci)})" if ci and ci[0] != ci[1] \
+        and ci != value else ""
+    needs = f", needs {describe_expect(premise.check.expect)}" if premise else ""
+    return (f"its premise {cause['premise']} {state}{says}; its value here is "
+            f"{format_value(value)}{ci_text}{needs}")
+
+
+def premises_text(check: Check) -> str:
+    """'judged only where its premises hold: NAME (its check: ...), NAME (refuted on M)'."""
+    def one(p: Premise) -> str:
+        if p.check is None:
+            return f"{p.name} (refuted on {', '.join(p.refuted_on)})"
+        m = p.check.measure
+        quantity = m.column + (f" over {m.over}" if m.over else "")
+        return f"{p.name} ({quantity} {describe_expect(p.check.expect)})"
+    return ("judged only where its premises hold: " + ", ".join(map(one, check.premises))
+            if check.premises else "")
+
+
+def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None,
+               claim: Claim | None = None) -> str:
     """Why a claim is not measurable here, from its cause (inferlab.judging.causes)."""
     kind, path = cause["kind"], (artifact or {}).get("path", "its artifact")
+    if kind == "premise_fails":
+        return premise_text(cause, claim)
     if cause.get("missing") and cause.get("column"):
         return (f"needs {cause['column']} = {_values(m['value'] for m in cause['missing'])} "
                 f"({'; '.join(map(missing_text, cause['missing']))}; this grid has "
@@ -247,7 +287,7 @@ def reason_text(result: dict, claim: Claim | None = None, key: str = "this key",
         return f"reported by {who}; this pipeline's data cannot test it"
     text = integrity_text(result.get("integrity"))
     if result.get("cause"):
-        text += cause_text(result["cause"], key, result.get("artifact"))
+        text += cause_text(result["cause"], key, result.get("artifact"), claim)
     else:
         parts = result.get("judged") or []
         several = len(parts) > 1 or (claim is not None and claim.check is not None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from inferlab.judging.claims import Check, ClaimsFile, Condition, load
 from inferlab.judging.selection import describe
-from inferlab.presentation.claim_text import describe_expect
+from inferlab.presentation.claim_text import describe_expect, premises_text
 from inferlab.presentation.formats import plain_text
 
 REVIEW_FILE = Path("docs") / "claims-review.md"
@@ -36,7 +36,9 @@ Kinds: measured, model and arithmetic are judged on every machine; device-specif
 judged on a GPU like the chapter's (claims.yaml's `chapter_gpu`; `gpu: any`, a statement
 about GPUs in general: on any GPU) and shown elsewhere ("not comparable on this device");
 author-code is shown, never judged ("about the author's code"); reported is not checkable;
-a question is answered, never "reproduced".
+a question is answered, never "reproduced". A check that rests on a model's premises
+(claims.yaml's `premises`) is judged only where they hold, and is "not measurable here"
+elsewhere, whatever its kind.
 
 | id | kind | sentence | quantity | scope | region | why |
 |---|---|---|---|---|---|---|
@@ -94,7 +96,8 @@ def scope_text(kind: str, check: Check) -> str:
         rows.append(f"fastest per {', '.join(check.rows.best.by)}")
     per = f"; per {', '.join(m.by)}" if m.by else ""
     parts = [_device(kind, check), DTYPES.get(check.dtype, f"{check.dtype} only"),
-             _mask(check), "; ".join(sizes) or "every length", *rows]
+             _mask(check), "; ".join(sizes) or "every length", *rows,
+             *filter(None, [premises_text(check)])]
     return f"{check.stage}: " + "; ".join(parts) + per
 
 
