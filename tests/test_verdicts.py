@@ -1298,3 +1298,32 @@ def test_c13_70_merge_partials_is_associative_to_within_float32_rounding(fp32_er
     result = judged_on("C13-70", "correctness", rows)
     assert result["verdict"] == verdict
     assert result["judged_on"]["dtype"] == ["float32"]
+
+
+@pytest.mark.parametrize("cid", ["C13-27", "C13-29"])
+def test_a_grouped_query_decode_row_is_not_the_chapters_layout(cid):
+    """The GPU grid times a grouped-query layout (28 query heads over 4 key/value heads)
+    beside the chapter's 12:12: every decode claim reads the chapter's 12 heads only, so a
+    grouped row, however fast, moves no value."""
+    check, kind = _claims_yaml(cid)
+    claim = Claim(cid, "A sentence.", "v", kind, claims._check(check))
+    rows = [decode_row(cache_len=16384, impl="splitkv", splits=1, median_ms=0.1),
+            decode_row(cache_len=16384, impl="sdpa_efficient", fused_sdpa=True, splits=None,
+                       median_ms=0.65)]
+    grouped = [{**r, "heads": 28, "kv_heads": 4, "median_ms": r["median_ms"] / 50}
+               for r in rows]
+    values = []
+    for found in (rows, rows + grouped):
+        on_gpu = on_a_gpu(132)
+        fp16 = [{**r, "dtype": "float16"} for r in found]
+        on_gpu["decode"] = Evidence("decode", on_gpu["decode"].path, table("decode", fp16),
+                                    on_gpu["decode"].entry, None)
+        values.append(verdicts.evaluate(claim, on_gpu, GPU_KEY, ROOT)["value"])
+    assert values[0] == values[1] == 6.5  # the fused time over split-KV's, 12 heads only
+    import yaml
+
+    from inferlab.core import layout
+
+    listed = yaml.safe_load(layout.CLAIMS_FILE.read_text(encoding="utf-8"))["claims"]
+    assert all("heads" in ((c.get("check") or {}).get("scope") or {}) for c in listed
+               if (c.get("check") or {}).get("stage") == "decode")
