@@ -50,16 +50,6 @@ class Evidence:
         return {"stage": self.stage, "path": relative(self.path, root),
                 "version": entry.get("version"), "sha256": entry.get("sha256")}
 
-    def hash_warning(self) -> str:
-        if self.sha256_now is None:
-            return ""
-        if self.entry is None:
-            return "WARNING: this artifact has no record (sidecar or register line). "
-        if self.sha256_now != self.entry.get("sha256"):
-            return (f"WARNING: the results file's sha256 {self.sha256_now} is not the one "
-                    f"its record gives ({self.entry.get('sha256')}). ")
-        return ""
-
 
 def sidecar_record(path: Path) -> dict | None:
     """The sidecar beside ``path`` as an entry ({stage, version None, sha256, provenance}),
