@@ -60,10 +60,10 @@ def _causes_text() -> str:
         + "; empty for ok (inferlab.measurement.status)")
 
 
-# the row status contract (measurement.status) in every table that has it
-_STATUS = {("properties", "status", "enum"): lambda: list(STATUSES),
-           ("properties", "cause", "enum"): _causes,
-           ("properties", "cause", "description"): _causes_text}
+# the row status contract (measurement.status), defined once for every table that has it
+_STATUS = {("$defs", "status", "enum"): lambda: list(STATUSES),
+           ("$defs", "cause", "enum"): _causes,
+           ("$defs", "cause", "description"): _causes_text}
 
 def _device_stages() -> list[str]:
     """The stages the GPU call runs (scripts/gpu-call.sh): those that need the device."""
@@ -88,14 +88,11 @@ def _config_impls(stage: str) -> dict[tuple, Callable[[], object]]:
             (*path, "maxItems"): lambda: len(implementations.config_names(stage))}
 
 
-# the implementations registry (algorithms.implementations) in every table that has it
-_IMPL = {("properties", "impl", "enum"): _impls()}
-
 SCHEMAS = {
-    **{f"{table}.schema.json": {**_STATUS, ("properties", "impl", "enum"): _impls(table)}
+    **{f"{table}.schema.json": {("properties", "impl", "enum"): _impls(table)}
        for table in ("prefill", "decode")},
-    "series.schema.json": {**_STATUS, **_IMPL},
-    "correctness.schema.json": _STATUS,
+    "series.schema.json": {("properties", "impl", "enum"): _impls()},
+    "defs.schema.json": _STATUS,
     "config.schema.json": {
         (*_CALL_STAGES, "properties"): lambda: {name: {
             "description": f"seconds of the {name} step", "type": "integer", "minimum": 1,
