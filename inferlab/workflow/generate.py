@@ -95,8 +95,8 @@ SCHEMAS = {
     "defs.schema.json": _STATUS,
     "config.schema.json": {
         (*_CALL_STAGES, "properties"): lambda: {name: {
-            "description": f"seconds of the {name} step", "type": "integer", "minimum": 1,
-            "maximum": 600} for name in _device_stages()},
+            "description": f"seconds of the {name} step", "$ref": "#/$defs/step_s"}
+            for name in _device_stages()},
         **_config_impls("prefill"), **_config_impls("decode")},
     "sidecar.schema.json": {
         ("properties", "schema", "pattern"): lambda: f"^inferlab/({'|'.join(STAGES)})$",
