@@ -48,8 +48,9 @@ def _inlined(node: Any, name: str) -> Any:
 def load(name: str) -> dict:
     """``schemas/<name>`` with every ``$ref`` (``#/$defs/x`` in the same file, or
     ``defs.schema.json#/$defs/x``) replaced by its target, so a property's type and
-    bounds are read where the property is. The keywords beside a ``$ref`` only narrow its
-    target (a description, a column's ``x-since-version``), so they take its place."""
+    bounds are read where the property is. A keyword beside a ``$ref`` (a description, a
+    column's ``x-since-version``, a narrower type) replaces the target's: the schemas set
+    none that would widen it, where JSON Schema, which applies both, would disagree."""
     return _inlined(_file(name), name)
 
 
