@@ -71,11 +71,15 @@ def test_unknown_column_is_refused():
         artifacts.encode("traffic", [_traffic_row(random.Random(SEED), bogus=1)])
 
 
-def test_schema_violation_names_row_and_column():
+# out of range and off the enum: in the table's own schema (tile) and in the definitions
+# it refers to (T, dtype_or_empty in defs.schema.json)
+@pytest.mark.parametrize(("column", "value"), [("T", -5), ("dtype", "float8"),
+                                               ("tile", "guessed")])
+def test_schema_violation_names_row_and_column(column, value):
     rng = random.Random(SEED + 4)
     rows = [_traffic_row(rng) for _ in range(4)]
-    rows[3]["T"] = -5
-    with pytest.raises(ValueError, match=r"row 3.*T"):
+    rows[3][column] = value
+    with pytest.raises(ValueError, match=rf"row 3 \(schemas/traffic.schema.json\), {column}:"):
         artifacts.encode("traffic", rows)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 import random
 import re
@@ -18,7 +17,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inferlab.core import layout
+from inferlab.core import layout, validation
 from inferlab.core.pipeline import STAGES
 from inferlab.workflow import config as cfg
 from inferlab.workflow.config import load_config, resolve_grid
@@ -38,7 +37,8 @@ BAD_OVERRIDES = [
 
 
 def _schema() -> dict:
-    return json.loads(cfg.SCHEMA_PATH.read_text())
+    """The config schema with its ``$ref``s read in (each field's own description kept)."""
+    return validation.load("config.schema.json")
 
 
 def test_default_config_is_valid():
@@ -160,21 +160,9 @@ def test_params_are_frozen_and_built_from_the_effective_config(stage):
             setattr(params, fields[0].name, None)
 
 
-def _resolved(sub: dict) -> dict:
-    """A property schema with its local ``$ref`` (one ``$defs`` block shared by cpu and
-    cuda) read in, its own keywords (the description) kept over the definition's."""
-    if "$ref" not in sub:
-        return sub
-    target = _schema()
-    for part in sub["$ref"].removeprefix("#/").split("/"):
-        target = target[part]
-    return {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
-
-
 def _leaves(schema: dict, path: str = ""):
     """Every property schema under ``schema`` (and each oneOf alternative), with its path."""
     for name, sub in schema.get("properties", {}).items():
-        sub = _resolved(sub)
         alternatives = sub.get("oneOf", [sub])
         for i, alt in enumerate(alternatives):
             yield f"{path}{name}" + (f"|{i}" if len(alternatives) > 1 else ""), alt

@@ -1,4 +1,5 @@
-"""The one place that imports ``jsonschema``: lazily, so the library loads without it.
+"""Schemas: loaded with their references read in, and the one place that imports
+``jsonschema``, lazily, so the library loads without it.
 
 Config, artifacts and claims are checked against their JSON schemas (``schemas/``) with
 a Draft 2020-12 validator made here. ``jsonschema`` is imported on the first check, not
@@ -10,13 +11,47 @@ error that says how to install it.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 from typing import Any
+
+from inferlab.core import layout
 
 MISSING = ("jsonschema is not importable, and every config, artifact and claims file is "
            "checked against its schema: pip install 'jsonschema>=4.18' (make setup); on the "
            "lent GPU machine, carry gpu-wheels/ and let scripts/gpu-call.sh install it "
            "(docs/gpu-run.md)")
+
+
+@functools.cache
+def _file(name: str) -> dict:
+    return json.loads(layout.schema_path(name).read_text(encoding="utf-8"))
+
+
+def _inlined(node: Any, name: str) -> Any:
+    if isinstance(node, list):
+        return [_inlined(item, name) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" not in node:
+        return {key: _inlined(value, name) for key, value in node.items()}
+    target_name, _, pointer = node["$ref"].partition("#")
+    target_name = target_name or name
+    target = _file(target_name)
+    for part in filter(None, pointer.split("/")):
+        target = target[part]
+    beside = {key: value for key, value in node.items() if key != "$ref"}
+    return {**_inlined(target, target_name), **_inlined(beside, name)}
+
+
+def load(name: str) -> dict:
+    """``schemas/<name>`` with every ``$ref`` (``#/$defs/x`` in the same file, or
+    ``defs.schema.json#/$defs/x``) replaced by its target, so a property's type and
+    bounds are read where the property is. A keyword beside a ``$ref`` (a description, a
+    column's ``x-since-version``, a narrower type) replaces the target's: the schemas set
+    none that would widen it, where JSON Schema, which applies both, would disagree."""
+    return _inlined(_file(name), name)
 
 
 def _jsonschema():

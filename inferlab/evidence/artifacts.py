@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from inferlab.core import layout, validation
+from inferlab.core import validation
 from inferlab.core.pipeline import stage as declared
 from inferlab.measurement.status import from_legacy
 
@@ -49,13 +49,14 @@ class Table:
 
 @functools.cache
 def schema(stage: str) -> dict:
-    """The JSON schema of ``stage``'s artifact (a table's schema describes one row)."""
-    return json.loads(layout.schema_path(declared(stage).schema).read_text(encoding="utf-8"))
+    """The JSON schema of ``stage``'s artifact, its references read in (a table's schema
+    describes one row)."""
+    return validation.load(declared(stage).schema)
 
 
 def columns(stage: str) -> list[str]:
-    """A table's columns in contract order (the schema's ``required`` list)."""
-    return list(schema(stage)["required"])
+    """A table's columns in contract order: its schema's properties, in order."""
+    return list(schema(stage)["properties"])
 
 
 def schema_version(stage: str) -> int:

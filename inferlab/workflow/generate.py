@@ -41,12 +41,29 @@ def _set(node: dict, path: tuple, value) -> None:
     node[path[-1]] = value
 
 
-def _schema(file: str, edits: dict[tuple, Callable[[], object]]) -> Callable[[str], str]:
+def json_text(value, room: int = 100, indent: str = "") -> str:
+    """``value`` as JSON: a list or an object on one line where it fits in ``room``
+    columns, else one item a line, indented by two spaces a level (every schema's layout)."""
+    flat = json.dumps(value, ensure_ascii=False)
+    if not isinstance(value, list | dict) or len(flat) <= room:
+        return flat
+    inner = indent + "  "
+    if isinstance(value, list):
+        items = [inner + json_text(v, 100 - len(inner) - 1, inner) for v in value]
+    else:
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: "
+                 + json_text(v, 100 - len(inner) - len(json.dumps(k, ensure_ascii=False)) - 3,
+                             inner) for k, v in value.items()]
+    brackets = "[]" if isinstance(value, list) else "{}"
+    return brackets[0] + "\n" + ",\n".join(items) + "\n" + indent + brackets[1]
+
+
+def _schema(edits: dict[tuple, Callable[[], object]]) -> Callable[[str], str]:
     def make(text: str) -> str:
         data = json.loads(text)
         for path, value in edits.items():
             _set(data, path, value())
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return json_text(data) + "\n"
     return make
 
 
@@ -60,10 +77,10 @@ def _causes_text() -> str:
         + "; empty for ok (inferlab.measurement.status)")
 
 
-# the row status contract (measurement.status) in every table that has it
-_STATUS = {("properties", "status", "enum"): lambda: list(STATUSES),
-           ("properties", "cause", "enum"): _causes,
-           ("properties", "cause", "description"): _causes_text}
+# the row status contract (measurement.status), defined once for every table that has it
+_STATUS = {("$defs", "status", "enum"): lambda: list(STATUSES),
+           ("$defs", "cause", "enum"): _causes,
+           ("$defs", "cause", "description"): _causes_text}
 
 def _device_stages() -> list[str]:
     """The stages the GPU call runs (scripts/gpu-call.sh): those that need the device."""
@@ -88,18 +105,15 @@ def _config_impls(stage: str) -> dict[tuple, Callable[[], object]]:
             (*path, "maxItems"): lambda: len(implementations.config_names(stage))}
 
 
-# the implementations registry (algorithms.implementations) in every table that has it
-_IMPL = {("properties", "impl", "enum"): _impls()}
-
 SCHEMAS = {
-    **{f"{table}.schema.json": {**_STATUS, ("properties", "impl", "enum"): _impls(table)}
+    **{f"{table}.schema.json": {("properties", "impl", "enum"): _impls(table)}
        for table in ("prefill", "decode")},
-    "series.schema.json": {**_STATUS, **_IMPL},
-    "correctness.schema.json": _STATUS,
+    "series.schema.json": {("properties", "impl", "enum"): _impls()},
+    "defs.schema.json": _STATUS,
     "config.schema.json": {
         (*_CALL_STAGES, "properties"): lambda: {name: {
-            "description": f"seconds of the {name} step", "type": "integer", "minimum": 1,
-            "maximum": 600} for name in _device_stages()},
+            "description": f"seconds of the {name} step", "$ref": "#/$defs/step_s"}
+            for name in _device_stages()},
         **_config_impls("prefill"), **_config_impls("decode")},
     "sidecar.schema.json": {
         ("properties", "schema", "pattern"): lambda: f"^inferlab/({'|'.join(STAGES)})$",
@@ -219,8 +233,9 @@ def _caption(root: Path, name: str) -> Callable[[str], str]:
 
 def targets(root: Path) -> dict[Path, Callable[[str], str]]:
     """file -> the function that makes its generated text from its current text."""
-    found = {layout.SCHEMA_DIR.relative_to(layout.REPO_ROOT) / f: _schema(f, edits)
-             for f, edits in SCHEMAS.items()}
+    folder = layout.SCHEMA_DIR.relative_to(layout.REPO_ROOT)
+    names = sorted({p.name for p in (root / folder).glob("*.schema.json")} | set(SCHEMAS))
+    found = {folder / name: _schema(SCHEMAS.get(name, {})) for name in names}
     captions = {Path("captions") / f"{name}.rst": _caption(root, name) for name in STAGES}
     return {**found, **captions, SLURM_PROFILE: _slurm, CONTRACTS: _contracts(root)}
 
