@@ -181,7 +181,7 @@ def test_numbers_tex_has_one_macro_per_claim_with_its_provenance(two_keys):
         body, comment = macros[n["macro"]]
         assert comment.startswith(f"% {n['claim']} ") and n["verdict"] in comment
         if n["artifact"]:
-            assert (n["sha256"] or "not in the register") in comment
+            assert (n["sha256"] or "sha256 not recorded") in comment
             assert n["artifact"] in comment
             assert n["commit"] is None or n["commit"] in comment
         assert body.startswith(r"\ILcheck{") == (n["verdict"] != "reproduced")

@@ -283,7 +283,7 @@ def numbers_tex(numbers: list[dict], key: str) -> str:
             raise ValueError(f"claims {seen[n['macro']]!r} and {n['claim']!r} both define "
                              f"\\{n['macro']}: claim ids must be unique C13-NN or Q13-NN")
         seen[n["macro"]] = n["claim"]
-        version = "" if n["version"] is None else f" version {n['version']}"
+        version = "" if n.get("version") is None else f" version {n['version']}"
         source = (f"{n['artifact']}{version} sha256 {n['sha256'] or 'not recorded'} "
                   f"commit {n['commit'] or 'not recorded'}") if n["artifact"] else "no artifact"
         text = latex_text(n["text"])
