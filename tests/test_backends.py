@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from inferlab.core.layout import REPO_ROOT
-from inferlab.measurement.backend_map import MAP_COLUMNS, format_map, map_cases, map_rows
+from inferlab.measurement.backend_map import MAP_COLUMNS, map_cases, map_rows
 from inferlab.measurement.backends import (
     BACKENDS,
     BackendStatus,
@@ -108,30 +108,6 @@ def test_run_sdpa_raises_for_a_backend_that_cannot_run():
         run_sdpa(*qkv(), "efficient")
 
 
-@pytest.mark.parametrize(("args", "argument"), [
-    ((*qkv(), "flash2"), "backend="),
-    ((torch.randn(2, 24, 16), *qkv()[1:], "math"), "q must be a 4-D"),
-    ((*qkv()[:2], "not a tensor", "math"), "v must be a 4-D"),
-])
-def test_run_sdpa_rejects_bad_input(args, argument):
-    with pytest.raises(ValueError, match=argument):
-        run_sdpa(*args)
-
-
-def test_availability_rejects_mixed_devices_and_shapes():
-    q, k, v = qkv()
-    with pytest.raises(ValueError, match="4-D"):
-        availability(q[0], k, v)
-    with pytest.raises(ValueError, match="must share a device"):
-        availability(q, k.to("meta"), v)
-
-
-def test_kernel_that_ran_names_the_sdpa_op():
-    q, k, v = qkv()
-    assert kernel_that_ran(lambda: run_sdpa(q, k, v, "flash")) == FLASH_CPU_OP
-    assert kernel_that_ran(lambda: run_sdpa(q, k, v, "math")) == MATH_OP
-
-
 def test_kernel_that_ran_summarises_plain_pytorch_attention():
     q, k, v = qkv(shape=(1, 4, 256, 64), seed=2)
 
@@ -205,11 +181,13 @@ def _status(backend, **over):
     return BackendStatus(**{**base, **over})
 
 
-def test_format_availability_table():
+def test_format_availability_table_one_header_per_input():
     rows = [_status("flash", can_run=False, ran=False, op=None, limit_kind="build",
                     reason="Torch was not compiled with flash attention.",
                     error="No available kernel."),
             _status("math")]
+    text = format_availability(rows + [_status("math", dtype="bfloat16")])
+    assert text.count(f"torch {torch.__version__}") == 2
     lines = format_availability(rows).splitlines()
     assert torch.__version__ in lines[0] and "float16" in lines[0]
     assert "(1, 12, 1024, 64)" in lines[0] and "cuda:0" in lines[0]
@@ -220,14 +198,6 @@ def test_format_availability_table():
     assert math_row.split()[:4] == ["math", "yes", "yes", "aten::math_op"]
     column = header.index("source")
     assert flash[column:].startswith("pytorch") and math_row[column:].startswith("pytorch")
-
-
-def test_format_availability_one_header_per_input_and_rejects_empty():
-    rows = [_status("math"), _status("math", dtype="bfloat16")]
-    text = format_availability(rows)
-    assert text.count(f"torch {torch.__version__}") == 2
-    with pytest.raises(ValueError, match="rows is empty"):
-        format_availability([])
 
 
 def _flash_buffer_sizes_bytes(T_q: int, T_k: int, head_dim: int) -> list[int]:
@@ -253,12 +223,6 @@ def test_cpu_flash_split_sizes_match_the_installed_kernel(T_q, T_k):
     per_thread = q_split * kv_split + 2 * q_split + q_split * head_dim
     expected_bytes = torch.get_num_threads() * per_thread * 4
     assert expected_bytes in _flash_buffer_sizes_bytes(T_q, T_k, head_dim)
-
-
-@pytest.mark.parametrize(("T_q", "T_k"), [(0, 10), (10, -1), (1.5, 10), (10, True)])
-def test_cpu_flash_split_sizes_rejects_bad_lengths(T_q, T_k):
-    with pytest.raises(ValueError, match="T_q=|T_k="):
-        cpu_flash_split_sizes(T_q, T_k)
 
 
 @requires_cuda
@@ -390,23 +354,12 @@ def test_grouped_heads_and_a_mask_reach_sdpa():
     rows = {r.backend: r for r in availability(q, k[:, :2], v[:, :2], enable_gqa=True,
                                                attn_mask=mask)}
     math_row = rows["math"]
-    assert math_row.ran and (math_row.kv_heads, math_row.enable_gqa) == (2, True)
-    assert math_row.mask == "bool"
+    assert math_row.ran and math_row.mask == "bool"
     expected = F.scaled_dot_product_attention(
         q, k[:, :2].repeat_interleave(2, dim=1), v[:, :2].repeat_interleave(2, dim=1),
         attn_mask=mask)
     got = run_sdpa(q, k[:, :2], v[:, :2], "math", enable_gqa=True, attn_mask=mask)
     torch.testing.assert_close(got, expected)
-
-
-@pytest.mark.parametrize(("options", "argument"), [
-    ({"dropout_p": 1.0}, "dropout_p="), ({"dropout_p": -0.1}, "dropout_p="),
-    ({"dropout_p": True}, "dropout_p="), ({"attn_mask": "causal"}, "attn_mask"),
-    ({"enable_gqa": 1}, "enable_gqa="),
-])
-def test_sdpa_options_reject_bad_values(options, argument):
-    with pytest.raises(ValueError, match=argument):
-        availability(*qkv(), **options)
 
 
 def test_map_cases_name_each_head_dim_and_feature():
@@ -415,8 +368,6 @@ def test_map_cases_name_each_head_dim_and_feature():
                                        "dropout 0.1"]
     assert [c.d for c in cases] == [32, 80, 64, 64, 64, 64]
     assert cases[3].kv_heads == 3 and cases[2].causal and cases[4].mask
-    with pytest.raises(ValueError, match="gqa_groups=5"):
-        map_cases((32,), d=64, heads=12, gqa_groups=5, dropout_p=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -444,16 +395,6 @@ def test_map_rows_on_this_cpu(map_table):
     assert "dropout" in dropout["reason"] and dropout["reason_source"] == "pytorch"
     assert all(r["ran"] for r in map_table if r["backend"] == "math")
     assert cell[("d=24", "float32", "flash")]["d"] == 24
-
-
-def test_format_map_is_a_grid_of_cases_by_backends(map_table):
-    lines = format_map(map_table).splitlines()
-    assert lines[0].split() == ["case", "dtype", *BACKENDS]
-    assert len(lines) == 1 + 6 * 2
-    dropout = next(line for line in lines if line.startswith("dropout 0.5  float32"))
-    assert "refused (input)" in dropout and dropout.rstrip().endswith("ran")
-    with pytest.raises(ValueError, match="rows is empty"):
-        format_map([])
 
 
 def test_probe_stage_writes_the_map_and_the_timing_method(tmp_path):

@@ -17,7 +17,7 @@ def _as_committed(shape, dtype, device, seed, keys=None):
     gen = torch.Generator(device="cpu").manual_seed(seed)
     q = torch.randn((B, H, T, D), generator=gen)
     k, v = (torch.randn((B, H, T if keys is None else keys, D), generator=gen) for _ in "kv")
-    return tuple(t.to(device=device, dtype=common.torch_dtype(dtype)) for t in (q, k, v))
+    return tuple(t.to(device=device, dtype=common.DTYPES[dtype]) for t in (q, k, v))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -289,7 +289,8 @@ def test_decode_splits_are_tensor_splits_chunks(draw_qkv, splits):
     # failed on 1e-7 against 4e-8), so the bound is float32 rounding of unit-scale sums:
     # a chunk edge one key off moves lse or o / l by a tenth or more.
     q, k, v = _draw(draw_qkv, (2, HEADS, 1, 80), keys=37, seed=splits)
-    got = kernels._split_partials(q, k, v, splits, block_n=16, scale=None)
+    got = Partial(*kernels._launch_split(q, k, v, splits, kernels.DecodeConfig(16, 4, 3),
+                                         None, direct=False))
     chunks = zip(k.tensor_split(splits, dim=2), v.tensor_split(splits, dim=2), strict=True)
     for j, (k_j, v_j) in enumerate(chunks):
         ref = partial_attention(q.double(), k_j.double(), v_j.double())
@@ -448,14 +449,14 @@ def test_cuda_without_a_working_triton_driver_says_why(monkeypatch):
     module = _fresh_kernels_module(monkeypatch, "kernels_broken_driver")
     monkeypatch.setattr(module.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(module.triton.runtime, "driver", _BrokenDriver())
+    # as the module finds it at import on a machine whose driver is broken (on a CUDA
+    # machine the fresh import itself found a working one)
+    monkeypatch.setattr(module, "_DRIVER_ERROR", module._driver_error())
     available, reason = module.triton_status()
     assert available is False
     assert "Python.h" in reason and "python3-dev" in reason
     # a row says it as data: the cause, and Triton's own first line as the reason
-    # as the module finds it at import on a machine whose driver is broken (on a CUDA
-    # machine the fresh import itself found a working one: AVAILABLE was True there)
-    monkeypatch.setattr(module, "_DRIVER_ERROR", module._driver_error())
-    monkeypatch.setattr(module, "AVAILABLE", module.triton_status(module._DRIVER_ERROR)[0])
+    monkeypatch.setattr(module, "AVAILABLE", available)
     assert module.not_timeable("cuda") == {"status": "unavailable", "cause": "triton_driver",
                                            "reason": module._DRIVER_ERROR}
     assert "Python.h" in module._DRIVER_ERROR and "apt-get" not in module._DRIVER_ERROR

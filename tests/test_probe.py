@@ -53,14 +53,14 @@ def fake_clock(monkeypatch):
     this host under ONEDNN_MAX_CPU_ISA=AVX2 (docs/other-cpu.md)."""
     ms_per_gflop = {torch.float32: 1e3 / 100, torch.bfloat16: 1e3 / 2.6}
 
-    def make_clock(fn, device, threads, min_run_s):
+    def make_clock(fn, device, threads):
         a = fn.__defaults__[0]  # the lambda binds a, b, c
         return _FakeClock(a.shape[0], ms_per_gflop[a.dtype])
 
     _FakeClock.calls = []
     monkeypatch.setattr(probe, "make_clock", make_clock)
     monkeypatch.setattr(probe, "_matrices", lambda n, dtype, device, gen: (
-        torch.empty(n, 1, dtype=probe.torch_dtype(dtype)), None, None))
+        torch.empty(n, 1, dtype=probe.DTYPES[dtype]), None, None))
     return _FakeClock
 
 
