@@ -1,10 +1,13 @@
-"""Tests for inferlab.measurement.backends: the availability probe, the kernel that ran, the CPU
-flash kernel's block sizes."""
+"""Tests for inferlab.measurement.backends: the availability probe, the kernel that ran (and
+the profiler's quiet output), the backend map, the CPU flash kernel's block sizes."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -477,3 +480,32 @@ def test_a_refused_backends_row_holds_a_cause_and_only_pytorchs_words(reason, so
                         "CUDA out of memory. Tried to allocate 2.00 GiB", "float16", False,
                         (1, 2, 8, 16), "cuda")
     assert refusal(oom) == {"status": "oom", "cause": "memory"}
+
+
+# Every profiled region of the library: the kernel name, the CPU memory peak, the model
+# stage's operation count and FLOPs.
+PROFILED = """
+import torch
+from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.memory import peak_extra_bytes
+from inferlab.stages import model
+q = torch.randn(1, 2, 64, 16)
+print(kernel_that_ran(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)))
+print(peak_extra_bytes(lambda: q @ q.transpose(-1, -2)).peak_extra_bytes)
+print(model._kernel_ops(lambda: q @ q.transpose(-1, -2)))
+"""
+
+
+def test_profiled_regions_print_no_usdt_lines():
+    """Kineto wrote ``USDT:... profiler_start`` / ``profiler_stop`` to stderr around every
+    profiled region; the stage logs were mostly those lines. In a fresh interpreter:
+    Kineto reads its log level once, when a process first profiles."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run([sys.executable, "-c", PROFILED], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "aten::" in done.stdout  # the regions did run under the profiler
+    usdt = [line for line in output.splitlines() if "USDT" in line]
+    assert usdt == [], f"{len(usdt)} profiler lines, e.g. {usdt[0]!r}"

@@ -9,7 +9,9 @@ sleeps carry the tests; the statistics are checked on known data.
 from __future__ import annotations
 
 import math
+import os
 import random
+import signal
 import statistics
 import time
 
@@ -95,14 +97,25 @@ def test_calls_per_timing_follow_the_fastest_warm_up_call_not_a_disturbed_last_o
     assert result["tiny"].calls_per_timing >= 10
 
 
-@pytest.mark.parametrize(("values", "expected"), [
-    ([5.0, 1.0, 4.0, 2.0, 3.0, 6.0], (1.0, 6.0)),          # n = 6: min and max (96.9 %)
-    (list(range(10, 0, -1)), (2, 9)),                        # n = 10: x(2), x(9) (97.9 %)
-    ([1.0, 2.0, 3.0, 4.0, 5.0], (math.nan, math.nan)),       # n = 5: no 95 % interval
+@pytest.mark.parametrize(("values", "level", "expected"), [
+    ([5.0, 1.0, 4.0, 2.0, 3.0, 6.0], 0.95, (1.0, 6.0)),     # n = 6: min and max (96.9 %)
+    (list(range(10, 0, -1)), 0.95, (2, 9)),                  # n = 10: x(2), x(9) (97.9 %)
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 0.95, None),                 # n = 5: no 95 % interval
+    ([], 0.95, None),
+    # n = 6: (x(2), x(5)) covers exactly 78.125 %: at that level it is the interval, and
+    # just above it (x(1), x(6)), which covers 96.875 %, and nothing above that
+    ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 0.78125, (2.0, 5.0)),
+    ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 0.78126, (1.0, 6.0)),
+    ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 0.96875, (1.0, 6.0)),
+    ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 0.97, None),
+    (list(range(1, 12)), 0.5, (4, 8)),                       # n = 11: k = 4 covers 77 %
 ])
-def test_median_ci_is_the_order_statistics_interval(values, expected):
-    low, high = median_ci(values)
-    assert (low, high) == expected or (math.isnan(low) and math.isnan(expected[0]))
+def test_median_ci_is_the_order_statistics_interval(values, level, expected):
+    low, high = median_ci(values, level=level)
+    if expected is None:
+        assert math.isnan(low) and math.isnan(high)
+    else:
+        assert (low, high) == expected
 
 
 def test_the_coverage_of_the_order_statistics_interval_is_at_least_95_percent():
@@ -225,6 +238,8 @@ def test_the_median_not_the_mean_and_its_interval_on_known_samples():
     assert t.median_ms == 3.5  # the mean would be 19.2
     assert t.ci_ms == (1.0, 100.0)  # n = 6: the extremes
     assert t.rounds == 6
+    row = Timing((1.0, 2.0, 3.0), "m", "ok").as_row()  # three rounds: no 95 % interval
+    assert row["ci_low_ms"] is None and row["ci_high_ms"] is None and row["median_ms"] == 2.0
 
 
 @pytest.mark.parametrize(("samples", "iqr"), [
@@ -259,19 +274,6 @@ def test_the_row_of_a_paired_timing():
                           "ratio_ci_low": 0.25, "ratio_ci_high": 0.75}
 
 
-def test_median_ci_at_its_level_boundary():
-    """n = 6: (x(1), x(6)) covers 1 - 2/64 = 96.9 %; (x(2), x(5)) covers exactly 78.125 %,
-    so at that level it is the interval, and just above it is not."""
-    xs = [6.0, 1.0, 5.0, 2.0, 4.0, 3.0]
-    assert median_ci(xs) == (1.0, 6.0)
-    assert median_ci(xs, level=0.78125) == (2.0, 5.0)
-    assert median_ci(xs, level=0.78126) == (1.0, 6.0)
-    assert median_ci(xs, level=0.96875) == (1.0, 6.0)
-    assert all(math.isnan(x) for x in median_ci(xs, level=0.97))
-    assert all(math.isnan(x) for x in median_ci([]))
-    assert median_ci(list(range(1, 12)), level=0.5) == (4, 8)  # n=11: k=4 covers 77 %
-
-
 @pytest.mark.parametrize(("low", "high", "centre", "width"), [
     (9.0, 11.0, 10.0, 0.1), (10.0, 10.0, 10.0, 0.0), (1.0, 3.0, 4.0, 0.25),
     (math.nan, 1.0, 1.0, math.inf), (1.0, math.inf, 1.0, math.inf),
@@ -295,15 +297,17 @@ def _widths_of(timing: Timing) -> float:
 
 def test_noisy_and_converged_at_their_thresholds(monkeypatch):
     """The interval's half-width equal to the threshold is not noisy (noisy is wider than
-    it), and equal to the target is converged (converged is within it)."""
+    it), and equal to the target is converged (converged is within it) and ends the
+    rounds."""
     schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1]
     cases = _scheduled(monkeypatch, {"a": schedule}, base_ms=10.0)
     first = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6)["a"]
     width = _widths_of(first)
     assert width == pytest.approx(0.1)
-    at = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
-                          min_run_s=0.0, max_rounds=6, noisy_threshold=width, target=width)["a"]
-    assert not at.noisy and at.converged
+    longer = schedule + [3.0, 0.2] * 5  # rounds that would widen it, were they taken
+    at = time_interleaved(_scheduled(monkeypatch, {"a": longer}, base_ms=10.0), threads=1,
+                          min_run_s=0.0, max_rounds=12, noisy_threshold=width, target=width)["a"]
+    assert not at.noisy and at.converged and at.rounds == 6
     under = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0),
                              threads=1, min_run_s=0.0, max_rounds=6,
                              noisy_threshold=width * (1 - 1e-9),
@@ -358,16 +362,6 @@ def test_the_defaults(monkeypatch):
     assert not mild.converged and not mild.noisy
 
 
-def test_rounds_stop_when_the_interval_is_exactly_the_target(monkeypatch):
-    schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1] + [3.0, 0.2] * 5
-    first = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
-                             min_run_s=0.0, max_rounds=6)["a"]
-    width = _widths_of(first)
-    again = time_interleaved(_scheduled(monkeypatch, {"a": schedule}, base_ms=10.0), threads=1,
-                             min_run_s=0.0, max_rounds=12, target=width)["a"]
-    assert again.rounds == 6 and again.converged
-
-
 def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
     """Virtual time: a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8
     26.5 s are spent and the last round took 3.5: 30 s, exactly the cap, so round 9 runs
@@ -376,16 +370,6 @@ def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
     timing = time_interleaved({"w": lambda: None}, threads=1, warmup=1, min_run_s=0.0,
                               max_rounds=20, target=1e-9, time_cap_s=30.0)["w"]
     assert timing.rounds == 9 and not timing.converged and not timing.over_budget
-
-
-def test_a_failed_case_keeps_its_clocks_method():
-    def fails():
-        raise RuntimeError("no")
-
-    result = time_interleaved({"bad": fails}, threads=1, min_run_s=0.0, max_rounds=6)
-    assert result["bad"].method == "torch.utils.benchmark.Timer"
-    assert result["bad"].as_row()["timing_method"] == "torch.utils.benchmark.Timer"
-    assert result["bad"].status == "error: RuntimeError: no"
 
 
 def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
@@ -545,7 +529,12 @@ def test_the_between_process_share_on_known_groups():
 
 def test_a_timing_over_processes_takes_its_interval_from_them():
     groups = ((10.0, 11.0, 10.0), (12.0, 12.0, 13.0), (11.0, 11.0, 11.0))
-    t = Timing(tuple(x for g in groups for x in g), "m", "ok", groups=groups)
+    samples = tuple(x for g in groups for x in g)
+    # the between-process share: the paired ratio's where it has one, else the time's
+    paired = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1, 0.42))
+    assert paired.process_row()["between_share"] == 0.42
+    t = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1))
+    assert t.process_row()["between_share"] == intervals.between_share(groups) != 0.42
     assert t.workers == 3 and t.rounds == 9
     assert (t.median_ms, *t.ci_ms) == intervals.process_interval(groups)
     row = t.process_row()
@@ -742,43 +731,24 @@ def test_every_warm_up_round_runs_in_a_worker_short_of_time(monkeypatch):
     assert not any(result[x].over_budget for x in "ab")
 
 
-def test_a_case_failing_in_its_second_warm_up_call_is_a_status_and_the_others_go_on(
-        monkeypatch):
-    """b's first warm-up call runs, its second fails (the calls after it would not): b is
-    a failed timing (no samples, its clock's method) and is not called again; a is timed
-    as if b had never been there."""
+def test_a_case_failing_in_a_warm_up_call_is_a_status_and_the_others_go_on(monkeypatch):
+    """z fails its first warm-up call, b its second (the calls after it would not): each is
+    a failed timing (no samples, its clock's method), not called again; the others still
+    get their warm-up calls in those rounds, which size their calls per timing (50 ms of
+    10 and 20 ms calls: 5 and 3), and are timed as if the failed ones had not been there."""
     calls: list = []
-    _virtual(monkeypatch, {"a": 0.01, "b": [0.01, RuntimeError("boom\nmore"), 0.01]}, calls)
-    result = time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
+    _virtual(monkeypatch, {"z": [RuntimeError("no")], "a": 0.01, "c": 0.02,
+                           "b": [0.01, RuntimeError("boom\nmore"), 0.01]}, calls)
+    result = time_interleaved(dict.fromkeys("zacb", lambda: None), threads=1, warmup=2,
                               min_run_s=0.05, min_rounds=6, max_rounds=6, time_cap_s=100.0,
                               pair_with={"a": ["b"]})
-    a, b = result["a"], result["b"]
+    assert calls[:4] == [("z", 1), ("a", 1), ("c", 1), ("b", 1)]
+    assert (result["z"].samples_ms, result["z"].status) == ((), "error: RuntimeError: no")
+    b = result["b"]
     assert (b.samples_ms, b.method, b.status) == ((), "virtual", "error: RuntimeError: boom")
-    assert [c[0] for c in calls].count("b") == 2
-    assert a.status == "ok" and a.rounds == 6 and a.ratio is None and a.calls_per_timing == 5
-
-
-def test_a_case_failing_in_its_warm_up_leaves_the_next_cases_warmed_up_and_timed(monkeypatch):
-    """a fails its one warm-up call: b and c still get theirs in that warm-up round, which
-    sizes their calls per timing (50 ms of 10 and 20 ms calls: 5 and 3)."""
-    calls: list = []
-    _virtual(monkeypatch, {"a": [RuntimeError("no")], "b": 0.01, "c": 0.02}, calls)
-    result = time_interleaved({"a": lambda: None, "b": lambda: None, "c": lambda: None},
-                              threads=1, min_run_s=0.05, min_rounds=6, max_rounds=6,
-                              time_cap_s=100.0)
-    assert result["a"].status == "error: RuntimeError: no" and result["a"].samples_ms == ()
-    assert calls[:3] == [("a", 1), ("b", 1), ("c", 1)] and calls[3] == ("b", 5)
-    assert [result[x].rounds for x in "bc"] == [6, 6]
-    assert [result[x].calls_per_timing for x in "bc"] == [5, 3]
-
-
-def test_the_row_takes_the_paired_ratios_between_process_share_where_there_is_one():
-    groups = ((10.0, 11.0, 10.0), (12.0, 12.0, 13.0), (11.0, 11.0, 11.0))
-    samples = tuple(x for g in groups for x in g)
-    paired = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1, 0.42))
-    assert paired.process_row()["between_share"] == 0.42
-    unshared = Timing(samples, "m", "ok", groups=groups, ratio=Ratio("ref", 1.0, 0.9, 1.1))
-    assert unshared.process_row()["between_share"] == intervals.between_share(groups) != 0.42
+    assert [c[0] for c in calls].count("b") == 2 and [c[0] for c in calls].count("z") == 1
+    assert [result[x].rounds for x in "ac"] == [6, 6] and result["a"].ratio is None
+    assert [result[x].calls_per_timing for x in "ac"] == [5, 3]
 
 
 def test_ratio_groups_pair_process_by_process_and_round_by_round():
@@ -800,6 +770,17 @@ def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
     assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget
 
 
-def test_a_row_gives_no_interval_where_too_few_rounds_make_none():
-    row = Timing((1.0, 2.0, 3.0), "m", "ok").as_row()  # three rounds: no 95 % interval
-    assert row["ci_low_ms"] is None and row["ci_high_ms"] is None and row["median_ms"] == 2.0
+
+
+def killed_while_building(point):
+    """A factory that dies the way an out-of-memory kill does."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_worker_drops_its_points_with_the_reason():
+    """The out-of-memory killer's SIGKILL: the stage keeps the rest instead of crashing (a
+    worker of the 8,192-token point was killed at 13.5 GB, and the whole stage lost)."""
+    results = workers.time_points("tests.test_measure:killed_while_building", [1, 2],
+                                  workers=1, rounds=2, budget_s=60, time_cap_s=10, threads=1)
+    assert [r.dropped for r in results] == [{"status": "dropped", "cause": "killed",
+                                             "budget_left_s": None}] * 2
