@@ -206,6 +206,8 @@ def decode_splits(cache_len: int, programs: int, sm_count: int, waves: int = 4) 
 
     full = [s for s in range(most, 0, -1) if fill(s) >= WAVE_FILL]
     return full[0] if full else max(range(1, most + 1), key=fill)
+
+
 def _driver_error() -> str | None:
     """The first line of Triton's exception when its CUDA driver cannot start (a CUDA
     device present), else None."""
