@@ -30,7 +30,6 @@ import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from itertools import groupby
 from typing import Any
 
 import torch
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.memory import is_oom
 
 # Our names, in the order the table prints them -> PyTorch's enum.
 BACKENDS: dict[str, SDPBackend] = {
@@ -250,8 +250,6 @@ def refusal(status: BackendStatus) -> dict:
     forcing it ran out of memory; else unavailable, with PyTorch's own words as the reason
     (its check's, or the exception of the forced run), or where the reason is ours the
     cause it states (a CUDA-only kernel here) and no words."""
-    from inferlab.measurement.memory import is_oom
-
     if status.error and is_oom(RuntimeError(status.error)):
         return {"status": "oom", "cause": "memory"}
     if status.reason_source == "inferlab" and status.limit_kind in _CUDA_ONLY_CAUSE:
@@ -260,29 +258,21 @@ def refusal(status: BackendStatus) -> dict:
     return {"status": "unavailable", "cause": "backend_refused", "reason": said or None}
 
 
-def _yes_no(flag: bool | None) -> str:
-    return "?" if flag is None else "yes" if flag else "no"
-
-
 def format_availability(rows: list[BackendStatus]) -> str:
-    """A fixed-width table of ``availability`` rows, headed by the facts they rest on."""
-    cuda_build = torch.version.cuda or "no"
-    columns = ("backend", "can run", "ran", "op", "limit", "source", "reason")
-    lines: list[str] = []
-    for (device, dtype, shape, causal), group in groupby(
-            rows, key=lambda r: (r.device, r.dtype, r.shape, r.causal)):
-        group = list(group)
-        lines.append(f"torch {torch.__version__} | CUDA build: {cuda_build} | device {device} | "
-                     f"dtype {dtype} | (B, H, T, D) = {shape} | causal {causal}")
-        table = [columns] + [(r.backend, _yes_no(r.can_run), _yes_no(r.ran), r.op or "-",
-                              r.limit_kind or "-", r.reason_source, r.reason or "-")
-                             for r in group]
-        widths = [max(len(row[i]) for row in table) for i in range(len(columns) - 1)]
-        for row, status in zip(table, [None, *group], strict=True):
-            cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
-            lines.append("  ".join([*cells, row[-1]]).rstrip())
-            if status is not None and status.error:
-                lines.append(f"    error: {status.error}")
+    """A fixed-width table of the ``availability`` rows of one input, headed by the facts
+    they rest on."""
+    r0 = rows[0]
+    lines = [f"torch {torch.__version__} | CUDA build: {torch.version.cuda or 'no'} | device "
+             f"{r0.device} | dtype {r0.dtype} | (B, H, T, D) = {r0.shape} | causal {r0.causal}"]
+    table = [("backend", "can run", "ran", "op", "limit", "source", "reason")] + [
+        (r.backend, "yes" if r.can_run else "no", "yes" if r.ran else "no", r.op or "-",
+         r.limit_kind or "-", r.reason_source, r.reason or "-") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(6)]
+    for row, status in zip(table, [None, *rows], strict=True):
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+        if status is not None and status.error:
+            lines.append(f"    error: {status.error}")
     return "\n".join(lines)
 
 

@@ -107,12 +107,17 @@ def _cases(params: Params, q, k, v, causal: bool, plan, launches: dict) -> tuple
             refused += sdpa_refused
             continue
         entry = implementations.get(impl)
-        if entry.launch is not None:
-            label = f"{impl} {mask}"
-            fields, fn, status = _kernel_case(entry, q, k, v, causal,
-                                              launches[(impl, causal)])
+        if entry.launch is not None:  # our kernel, checked once at this point's sizes
+            fields = {"impl": impl, "fused_sdpa": False}
+            status = entry.unavailable(q.device.type)
             if status is None:
-                cases[label], meta[label] = fn, fields
+                config = launches[(impl, causal)]
+                fields.update(block_q=config.block_m, block_k=config.block_n,
+                              kernel=f"{impl}[{config.name}]")
+                fn = partial(entry.run, q, k, v, causal, config)
+                status = inexact(fn(), q, k, v, causal)
+            if status is None:
+                cases[f"{impl} {mask}"], meta[f"{impl} {mask}"] = fn, fields
             else:
                 refused.append({**fields, "status": status})
         elif entry.sized_by == "block":
@@ -126,20 +131,6 @@ def _cases(params: Params, q, k, v, causal: bool, plan, launches: dict) -> tuple
     for fields in meta.values():
         fields["causal"] = causal
     return cases, meta, [{**row, "causal": causal} for row in refused]
-
-
-def _kernel_case(entry, q, k, v, causal: bool, config) -> tuple[dict, object, dict | None]:
-    """(row fields, the call, None) for a Triton kernel that runs here, exact at this
-    point's sizes (checked once, before it is timed: ``exactness.inexact``); else (row
-    fields, None, the row's status)."""
-    fields = {"impl": entry.name, "fused_sdpa": False}
-    why = entry.unavailable(q.device.type)
-    if why is not None:
-        return fields, None, why
-    fields.update(block_q=config.block_m, block_k=config.block_n,
-                  kernel=f"{entry.name}[{config.name}]")
-    fn = partial(entry.run, q, k, v, causal, config)
-    return fields, fn, inexact(fn(), q, k, v, causal)
 
 
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
