@@ -64,12 +64,17 @@ def fake_clock(monkeypatch):
     return _FakeClock
 
 
-def test_the_growth_stops_at_the_first_size_whose_call_is_long_enough(tmp_path, fake_clock):
-    params = _params(matmul_min_n=256, matmul_max_n=4096, matmul_call_ms=25)
-    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
+@pytest.mark.parametrize(("max_n", "call_ms", "sizes"), [
     # 2 n^3 / 100 GFLOP/s: 0.34, 2.7, 21.5 ms (< 25), then 172 ms at 2,048
-    assert [s["n"] for s in steps] == [256, 512, 1024, 2048]
-    assert steps[-2]["call_ms"] < 25 <= steps[-1]["call_ms"]
+    (4096, 25, [256, 512, 1024, 2048]),
+    (1024, 1e4, [256, 512, 1024]),  # never past max_n
+])
+def test_the_growth_stops_at_the_first_size_long_enough_or_at_max_n(tmp_path, fake_clock,
+                                                                    max_n, call_ms, sizes):
+    params = _params(matmul_min_n=256, matmul_max_n=max_n, matmul_call_ms=call_ms)
+    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
+    assert [s["n"] for s in steps] == sizes
+    assert all(s["call_ms"] < call_ms for s in steps[:-1])
 
 
 def test_a_slow_path_dtype_stops_growing_after_one_long_call(tmp_path, fake_clock):
@@ -80,12 +85,6 @@ def test_a_slow_path_dtype_stops_growing_after_one_long_call(tmp_path, fake_cloc
     assert [s["n"] for s in steps] == [256, 512]
     assert fake_clock.calls == [256, 256, 512, 512]
     assert sum(2 * s["call_ms"] for s in steps) < 1e3
-
-
-def test_the_growth_never_passes_max_n(tmp_path, fake_clock):
-    params = _params(matmul_min_n=256, matmul_max_n=1024, matmul_call_ms=1e4)
-    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
-    assert [s["n"] for s in steps] == [256, 512, 1024]
 
 
 @pytest.mark.parametrize(("rates", "expected"), [
