@@ -1,10 +1,13 @@
-"""Tests for inferlab.measurement.backends: the availability probe, the kernel that ran, the CPU
-flash kernel's block sizes."""
+"""Tests for inferlab.measurement.backends: the availability probe, the kernel that ran (and
+the profiler's quiet output), the backend map, the CPU flash kernel's block sizes."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,7 +15,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from inferlab.core.layout import REPO_ROOT
-from inferlab.measurement.backend_map import MAP_COLUMNS, format_map, map_cases, map_rows
+from inferlab.measurement.backend_map import MAP_COLUMNS, map_cases, map_rows
 from inferlab.measurement.backends import (
     BACKENDS,
     BackendStatus,
@@ -108,30 +111,6 @@ def test_run_sdpa_raises_for_a_backend_that_cannot_run():
         run_sdpa(*qkv(), "efficient")
 
 
-@pytest.mark.parametrize(("args", "argument"), [
-    ((*qkv(), "flash2"), "backend="),
-    ((torch.randn(2, 24, 16), *qkv()[1:], "math"), "q must be a 4-D"),
-    ((*qkv()[:2], "not a tensor", "math"), "v must be a 4-D"),
-])
-def test_run_sdpa_rejects_bad_input(args, argument):
-    with pytest.raises(ValueError, match=argument):
-        run_sdpa(*args)
-
-
-def test_availability_rejects_mixed_devices_and_shapes():
-    q, k, v = qkv()
-    with pytest.raises(ValueError, match="4-D"):
-        availability(q[0], k, v)
-    with pytest.raises(ValueError, match="must share a device"):
-        availability(q, k.to("meta"), v)
-
-
-def test_kernel_that_ran_names_the_sdpa_op():
-    q, k, v = qkv()
-    assert kernel_that_ran(lambda: run_sdpa(q, k, v, "flash")) == FLASH_CPU_OP
-    assert kernel_that_ran(lambda: run_sdpa(q, k, v, "math")) == MATH_OP
-
-
 def test_kernel_that_ran_summarises_plain_pytorch_attention():
     q, k, v = qkv(shape=(1, 4, 256, 64), seed=2)
 
@@ -222,14 +201,6 @@ def test_format_availability_table():
     assert flash[column:].startswith("pytorch") and math_row[column:].startswith("pytorch")
 
 
-def test_format_availability_one_header_per_input_and_rejects_empty():
-    rows = [_status("math"), _status("math", dtype="bfloat16")]
-    text = format_availability(rows)
-    assert text.count(f"torch {torch.__version__}") == 2
-    with pytest.raises(ValueError, match="rows is empty"):
-        format_availability([])
-
-
 def _flash_buffer_sizes_bytes(T_q: int, T_k: int, head_dim: int) -> list[int]:
     """Bytes of each aten::empty the CPU flash kernel allocated, from the profiler."""
     q, k, v = qkv(shape=(1, 1, T_q, head_dim))
@@ -253,12 +224,6 @@ def test_cpu_flash_split_sizes_match_the_installed_kernel(T_q, T_k):
     per_thread = q_split * kv_split + 2 * q_split + q_split * head_dim
     expected_bytes = torch.get_num_threads() * per_thread * 4
     assert expected_bytes in _flash_buffer_sizes_bytes(T_q, T_k, head_dim)
-
-
-@pytest.mark.parametrize(("T_q", "T_k"), [(0, 10), (10, -1), (1.5, 10), (10, True)])
-def test_cpu_flash_split_sizes_rejects_bad_lengths(T_q, T_k):
-    with pytest.raises(ValueError, match="T_q=|T_k="):
-        cpu_flash_split_sizes(T_q, T_k)
 
 
 @requires_cuda
@@ -390,23 +355,12 @@ def test_grouped_heads_and_a_mask_reach_sdpa():
     rows = {r.backend: r for r in availability(q, k[:, :2], v[:, :2], enable_gqa=True,
                                                attn_mask=mask)}
     math_row = rows["math"]
-    assert math_row.ran and (math_row.kv_heads, math_row.enable_gqa) == (2, True)
-    assert math_row.mask == "bool"
+    assert math_row.ran and math_row.mask == "bool"
     expected = F.scaled_dot_product_attention(
         q, k[:, :2].repeat_interleave(2, dim=1), v[:, :2].repeat_interleave(2, dim=1),
         attn_mask=mask)
     got = run_sdpa(q, k[:, :2], v[:, :2], "math", enable_gqa=True, attn_mask=mask)
     torch.testing.assert_close(got, expected)
-
-
-@pytest.mark.parametrize(("options", "argument"), [
-    ({"dropout_p": 1.0}, "dropout_p="), ({"dropout_p": -0.1}, "dropout_p="),
-    ({"dropout_p": True}, "dropout_p="), ({"attn_mask": "causal"}, "attn_mask"),
-    ({"enable_gqa": 1}, "enable_gqa="),
-])
-def test_sdpa_options_reject_bad_values(options, argument):
-    with pytest.raises(ValueError, match=argument):
-        availability(*qkv(), **options)
 
 
 def test_map_cases_name_each_head_dim_and_feature():
@@ -415,8 +369,6 @@ def test_map_cases_name_each_head_dim_and_feature():
                                        "dropout 0.1"]
     assert [c.d for c in cases] == [32, 80, 64, 64, 64, 64]
     assert cases[3].kv_heads == 3 and cases[2].causal and cases[4].mask
-    with pytest.raises(ValueError, match="gqa_groups=5"):
-        map_cases((32,), d=64, heads=12, gqa_groups=5, dropout_p=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -444,16 +396,6 @@ def test_map_rows_on_this_cpu(map_table):
     assert "dropout" in dropout["reason"] and dropout["reason_source"] == "pytorch"
     assert all(r["ran"] for r in map_table if r["backend"] == "math")
     assert cell[("d=24", "float32", "flash")]["d"] == 24
-
-
-def test_format_map_is_a_grid_of_cases_by_backends(map_table):
-    lines = format_map(map_table).splitlines()
-    assert lines[0].split() == ["case", "dtype", *BACKENDS]
-    assert len(lines) == 1 + 6 * 2
-    dropout = next(line for line in lines if line.startswith("dropout 0.5  float32"))
-    assert "refused (input)" in dropout and dropout.rstrip().endswith("ran")
-    with pytest.raises(ValueError, match="rows is empty"):
-        format_map([])
 
 
 def test_probe_stage_writes_the_map_and_the_timing_method(tmp_path):
@@ -536,3 +478,32 @@ def test_a_refused_backends_row_holds_a_cause_and_only_pytorchs_words(reason, so
                         "CUDA out of memory. Tried to allocate 2.00 GiB", "float16", False,
                         (1, 2, 8, 16), "cuda")
     assert refusal(oom) == {"status": "oom", "cause": "memory"}
+
+
+# Every profiled region of the library: the kernel name, the CPU memory peak, the model
+# stage's operation count and FLOPs.
+PROFILED = """
+import torch
+from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.memory import peak_extra_bytes
+from inferlab.stages import model
+q = torch.randn(1, 2, 64, 16)
+print(kernel_that_ran(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)))
+print(peak_extra_bytes(lambda: q @ q.transpose(-1, -2)).peak_extra_bytes)
+print(model._kernel_ops(lambda: q @ q.transpose(-1, -2)))
+"""
+
+
+def test_profiled_regions_print_no_usdt_lines():
+    """Kineto wrote ``USDT:... profiler_start`` / ``profiler_stop`` to stderr around every
+    profiled region; the stage logs were mostly those lines. In a fresh interpreter:
+    Kineto reads its log level once, when a process first profiles."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run([sys.executable, "-c", PROFILED], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert "aten::" in done.stdout  # the regions did run under the profiler
+    usdt = [line for line in output.splitlines() if "USDT" in line]
+    assert usdt == [], f"{len(usdt)} profiler lines, e.g. {usdt[0]!r}"

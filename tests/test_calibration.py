@@ -63,35 +63,6 @@ def test_load_reports_the_coverage_of_saved_runs(monkeypatch, tmp_path, capsys):
     assert "median |diff| 1.0%" in out
 
 
-@pytest.mark.parametrize(("argv", "says"), [
-    (["--runs", "1"], "--runs 1: coverage needs at least 2 runs"),
-    (["--runs", "0"], "--runs 0: must be at least 1"),
-    (["--load", "x.json", "--workers", "0"], "--workers 0: must be at least 1"),
-])
-def test_a_bad_count_is_refused_before_anything_is_timed(monkeypatch, capsys, argv, says):
-    with pytest.raises(SystemExit) as exit_:
-        _main(monkeypatch, *argv)
-    assert exit_.value.code == 2 and says in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("text", [None, "not json", '{"runs": 3}', '{"other": []}'])
-def test_a_file_save_did_not_write_is_named_in_the_refusal(monkeypatch, tmp_path, capsys, text):
-    path = tmp_path / "raw.json"
-    if text is not None:
-        path.write_text(text)
-    with pytest.raises(SystemExit) as exit_:
-        _main(monkeypatch, "--load", str(path))
-    assert exit_.value.code == 2
-    assert f"--load {path}: not a file --save wrote" in capsys.readouterr().err
-
-
-def test_one_saved_run_cannot_give_a_coverage(monkeypatch, tmp_path):
-    path = tmp_path / "raw.json"
-    path.write_text(json.dumps({"args": {}, "runs": [{"p|c": GROUPS}]}))
-    with pytest.raises(SystemExit, match="1 run\\(s\\): coverage needs at least 2 runs"):
-        _main(monkeypatch, "--load", str(path))
-
-
 def test_intervals_of_skips_a_case_with_no_process():
     assert _calibration().intervals_of({"p|c": [[], []]}) == {}
 
@@ -107,25 +78,35 @@ def _refusing(monkeypatch):
     return module
 
 
-TWO_GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--heads", "0"], "--heads 0: must be at least 1"),
-    (["--threads", "0"], "--threads 0: must be at least 1"),
-    (["--threads", "-1"], "--threads -1: must be at least 1"),
-    (["--min-run-ms", "nan"], "--min-run-ms nan: must be a number of milliseconds > 0"),
-    (["--min-run-ms", "-5"], "--min-run-ms -5.0: must be a number of milliseconds > 0")])
-def test_calibration_refuses_bad_arguments_by_name(monkeypatch, capsys, argv, message):
+def _refused(monkeypatch, capsys, *argv) -> str:
     module = _refusing(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["calibration.py", *argv])
     with pytest.raises(SystemExit) as exc:
         module.main()
     assert exc.value.code == 2
-    assert message in capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+TWO_GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--runs", "1"], "--runs 1: coverage needs at least 2 runs"),
+    (["--runs", "0"], "--runs 0: must be at least 1"),
+    (["--load", "x.json", "--workers", "0"], "--workers 0: must be at least 1"),
+    (["--heads", "0"], "--heads 0: must be at least 1"),
+    (["--threads", "-1"], "--threads -1: must be at least 1"),
+    (["--min-run-ms", "nan"], "--min-run-ms nan: must be a number of milliseconds > 0"),
+    (["--min-run-ms", "-5"], "--min-run-ms -5.0: must be a number of milliseconds > 0")])
+def test_calibration_refuses_bad_arguments_by_name_before_anything_is_timed(
+        monkeypatch, capsys, argv, message):
+    assert message in _refused(monkeypatch, capsys, *argv)
 
 
 @pytest.mark.parametrize(("saved", "message"), [
+    (None, "not a file --save wrote"), ("not json", "not a file --save wrote"),
+    ({"runs": 3}, "not a file --save wrote"), ({"other": []}, "not a file --save wrote"),
+    ([1, 2], "not a file --save wrote"),
     ({"runs": [{"p|c": TWO_GROUPS}, {"p|c": TWO_GROUPS}]}, "no 'args'"),
     ({"args": {}, "runs": [{"p|c": [[1.0, "a"]]}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c', process 1: 'a' is not a ratio"),
@@ -134,17 +115,18 @@ def test_calibration_refuses_bad_arguments_by_name(monkeypatch, capsys, argv, me
     ({"args": {}, "runs": [{"p|c": 5}, {"p|c": TWO_GROUPS}]},
      "run 1, 'p|c': 5 is not a list of processes"),
     ({"args": {}, "runs": [{"p|c": [[math.inf]]}, {"p|c": TWO_GROUPS}]},
-     "run 1, 'p|c', process 1: inf is not a ratio"),
-    ([1, 2], "not a file --save wrote")])
+     "run 1, 'p|c', process 1: inf is not a ratio")])
 def test_calibration_load_of_a_malformed_file_is_named(monkeypatch, capsys, tmp_path,
-                                                             saved, message):
-    module = _refusing(monkeypatch)
+                                                       saved, message):
     path = tmp_path / "raw.json"
-    path.write_text(json.dumps(saved))
-    monkeypatch.setattr(sys, "argv", ["calibration.py", "--load", str(path)])
-    with pytest.raises(SystemExit) as exc:
-        module.main()
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    if saved is not None:
+        path.write_text(saved if isinstance(saved, str) else json.dumps(saved))
+    err = _refused(monkeypatch, capsys, "--load", str(path))
     assert f"--load {path}: " in err and message in err, err
 
+
+def test_one_saved_run_cannot_give_a_coverage(monkeypatch, tmp_path):
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps({"args": {}, "runs": [{"p|c": GROUPS}]}))
+    with pytest.raises(SystemExit, match="1 run\\(s\\): coverage needs at least 2 runs"):
+        _main(monkeypatch, "--load", str(path))

@@ -59,16 +59,10 @@ def test_slug_machine_long_name_stays_a_valid_id(count):
     assert check_machine(slug) == slug
 
 
-@pytest.mark.parametrize(("args", "argument"), [
-    (("gpu", "NVIDIA H200", 1), "kind="),
-    (("cpu", "AMD EPYC", 0), "count="),
-    (("cpu", "AMD EPYC", True), "count="),
-    (("cpu", "(R) (TM)", 2), "name="),
-    (("cuda", "", 1), "name="),
-])
-def test_slug_machine_rejects_bad_input_naming_the_argument(args, argument):
-    with pytest.raises(ValueError, match=argument):
-        slug_machine(*args)
+@pytest.mark.parametrize("name", ["(R) (TM)", ""])
+def test_a_hardware_name_with_nothing_to_slug_is_named(name):
+    with pytest.raises(ValueError, match="name="):
+        slug_machine("cpu", name, 2)
 
 
 @pytest.mark.parametrize(("flags", "level"), [
@@ -91,7 +85,8 @@ def test_machine_id_cpu_names_this_cpu_and_its_available_cpus():
     assert check_machine(mid) == mid
 
 
-@pytest.mark.parametrize("device", ["tpu", "CPU", "cuda:x", ""])
+@pytest.mark.parametrize("device", ["tpu", "CPU", "cuda:x", "", *(
+    [] if torch.cuda.is_available() else ["cuda"])])  # cuda where torch has none: refused
 def test_device_argument_is_checked(device):
     with pytest.raises(ValueError, match="device="):
         machine_id(device)
@@ -113,7 +108,13 @@ def test_fingerprint_is_json_and_has_documented_keys(cpu_facts):
 
 
 def test_fingerprint_reports_this_torch(cpu_facts):
+    from importlib import metadata
+
     build = cpu_facts["build"]
+    try:
+        assert build["triton"] == metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        assert build["triton"] is None
     assert build["torch"] == torch.__version__
     assert build["torch_cuda"] == torch.version.cuda
     assert build["cuda_built"] == torch.backends.cuda.is_built()
@@ -178,13 +179,6 @@ def test_cuda_fingerprint_and_machine_id():
     assert facts["cuda"]["device_name"] == torch.cuda.get_device_name(0)
     mid = machine_id("cuda")
     assert mid.startswith("cuda-") and check_machine(mid) == mid
-
-
-@pytest.mark.skipif(torch.cuda.is_available(),
-                    reason="checks the refusal on a machine without CUDA")
-def test_cuda_fingerprint_refused_without_cuda():
-    with pytest.raises(ValueError, match="device='cuda'"):
-        fingerprint("cuda")
 
 
 # --------------------------------------------------------------------------- GPU, on CPU
@@ -268,16 +262,6 @@ def test_makefile_pins_torch_on_a_gpu_machine_too(fake_nvidia_smi):
                if "pip install" in line and "torch" in line]
     assert install and all("torch==2.13.0" in line for line in install), out.stdout
     assert "inferlab.measurement.environment" in out.stdout, "setup checks that torch sees the GPU"
-
-
-def test_fingerprint_records_triton(cpu_facts):
-    from importlib import metadata
-
-    try:
-        expected = metadata.version("triton")
-    except metadata.PackageNotFoundError:
-        expected = None
-    assert cpu_facts["build"]["triton"] == expected
 
 
 def test_book_profile_forces_cuda_and_keeps_the_book_grid():

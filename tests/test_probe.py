@@ -53,23 +53,28 @@ def fake_clock(monkeypatch):
     this host under ONEDNN_MAX_CPU_ISA=AVX2 (docs/other-cpu.md)."""
     ms_per_gflop = {torch.float32: 1e3 / 100, torch.bfloat16: 1e3 / 2.6}
 
-    def make_clock(fn, device, threads, min_run_s):
+    def make_clock(fn, device, threads):
         a = fn.__defaults__[0]  # the lambda binds a, b, c
         return _FakeClock(a.shape[0], ms_per_gflop[a.dtype])
 
     _FakeClock.calls = []
     monkeypatch.setattr(probe, "make_clock", make_clock)
     monkeypatch.setattr(probe, "_matrices", lambda n, dtype, device, gen: (
-        torch.empty(n, 1, dtype=probe.torch_dtype(dtype)), None, None))
+        torch.empty(n, 1, dtype=probe.DTYPES[dtype]), None, None))
     return _FakeClock
 
 
-def test_the_growth_stops_at_the_first_size_whose_call_is_long_enough(tmp_path, fake_clock):
-    params = _params(matmul_min_n=256, matmul_max_n=4096, matmul_call_ms=25)
-    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
+@pytest.mark.parametrize(("max_n", "call_ms", "sizes"), [
     # 2 n^3 / 100 GFLOP/s: 0.34, 2.7, 21.5 ms (< 25), then 172 ms at 2,048
-    assert [s["n"] for s in steps] == [256, 512, 1024, 2048]
-    assert steps[-2]["call_ms"] < 25 <= steps[-1]["call_ms"]
+    (4096, 25, [256, 512, 1024, 2048]),
+    (1024, 1e4, [256, 512, 1024]),  # never past max_n
+])
+def test_the_growth_stops_at_the_first_size_long_enough_or_at_max_n(tmp_path, fake_clock,
+                                                                    max_n, call_ms, sizes):
+    params = _params(matmul_min_n=256, matmul_max_n=max_n, matmul_call_ms=call_ms)
+    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
+    assert [s["n"] for s in steps] == sizes
+    assert all(s["call_ms"] < call_ms for s in steps[:-1])
 
 
 def test_a_slow_path_dtype_stops_growing_after_one_long_call(tmp_path, fake_clock):
@@ -80,12 +85,6 @@ def test_a_slow_path_dtype_stops_growing_after_one_long_call(tmp_path, fake_cloc
     assert [s["n"] for s in steps] == [256, 512]
     assert fake_clock.calls == [256, 256, 512, 512]
     assert sum(2 * s["call_ms"] for s in steps) < 1e3
-
-
-def test_the_growth_never_passes_max_n(tmp_path, fake_clock):
-    params = _params(matmul_min_n=256, matmul_max_n=1024, matmul_call_ms=1e4)
-    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
-    assert [s["n"] for s in steps] == [256, 512, 1024]
 
 
 @pytest.mark.parametrize(("rates", "expected"), [

@@ -38,11 +38,6 @@ from torch import Tensor
 
 from inferlab.algorithms.shapes import check_inputs, check_positive_int
 
-__all__ = ["TILED", "TileStats", "accumulation_dtype", "naive_attention", "tiled_attention",
-           "tiled_attention_fast"]
-
-# --------------------------------------------------------------------------- helpers
-
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype partial sums are kept in for inputs of ``dtype``."""
@@ -55,9 +50,6 @@ def _future_keys(q_start: int, n_q: int, k_start: int, n_k: int, device) -> Tens
     q_idx = torch.arange(q_start, q_start + n_q, device=device)
     k_idx = torch.arange(k_start, k_start + n_k, device=device)
     return k_idx[None, :] > q_idx[:, None]
-
-
-# --------------------------------------------------------------------------- ordinary
 
 
 def naive_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
@@ -79,9 +71,6 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
         scores.masked_fill_(_future_keys(0, T_q, 0, T_k, q.device), float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.bmm(probs, v3).reshape(B, H, T_q, D)
-
-
-# --------------------------------------------------------------------------- tiled
 
 
 @dataclass(frozen=True)
@@ -160,15 +149,9 @@ def tiled_attention_fast(q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
       (``mul_``, ``add_``, ``baddbmm_`` for acc += p @ v): no new tensor per elementwise op;
     * ``amax``/``maximum`` write into buffers reused across key tiles.
 
-    In a rough ad-hoc timing on a shared 2-core CPU (fp32, 12 heads, d=64,
-    T=1024-4096) these took 10-30% off ``tiled_attention``'s time, the in-place ops
-    being the largest single step. The prefill stage's measurement is the one to quote.
-
-    Tried and dropped: folding log2(e) into q to use ``exp2`` (a little faster per
-    element here, but rounding q * log2(e) adds error to the scores: with queries x40 one
-    seeded fp32 case erred 8.9e-5 against naive's 3.1e-5, beyond the 2x rule); caching
-    the diagonal-tile causal mask, and appending a column of ones to v so that p @ v
-    also yields l (neither gained anything measurable here).
+    The prefill stage's measurement is the one to quote for what they save. Not done:
+    folding log2(e) into q for ``exp2`` (rounding q * log2(e) put one seeded fp32 case with
+    queries x40 at 8.9e-5 against naive's 3.1e-5, beyond the 2x rule).
     """
     scale = check_inputs(q, k, v, causal=causal, scale=scale)
     BLOCK_Q = check_positive_int("block_q", block_q)

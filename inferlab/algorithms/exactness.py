@@ -21,13 +21,12 @@ def inexact(out: Tensor, q: Tensor, k: Tensor, v: Tensor, causal: bool = False,
     in q's dtype; else the row's status as data: error, cause ``inexact``, ``max_error``
     (infinite for a non-finite output) and the ``error_bound`` it is over.
 
-    Every configuration a stage times is checked once, at the stage's own sizes, before
-    it is timed: the interpreter tests small sizes, and on NVIDIA fp32 ``tl.exp`` and
-    ``/`` compile to approximate instructions the interpreter does not have. The rule is
-    flash-attention's: the largest error against float64 attention at most twice that of
-    ``naive_attention`` in q's dtype (on q's device), with an absolute floor of
-    ``ULP_FLOOR`` units in the last place of the reference's largest value. A non-finite
-    output always fails. q: (B, H, T_q, D); out: (B, H, T_q, D).
+    Checked once per configuration at the stage's own sizes before it is timed: the
+    interpreter tests small sizes, and on NVIDIA fp32 ``tl.exp`` and ``/`` compile to
+    approximate instructions. The rule is flash-attention's: the largest error against
+    float64 attention at most twice that of ``naive_attention`` in q's dtype, with a floor
+    of ``ULP_FLOOR`` units in the last place of the reference's largest value; a
+    non-finite output fails. q, out: (B, H, T_q, D).
     """
     ref = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
     if not torch.isfinite(out).all():

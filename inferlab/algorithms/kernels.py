@@ -60,7 +60,6 @@ import torch
 from torch import Tensor
 
 from inferlab.algorithms.attention import TileStats
-from inferlab.algorithms.partials import Partial
 from inferlab.algorithms.shapes import check_inputs as _check_inputs
 from inferlab.algorithms.shapes import check_positive_int as _check_positive_int
 
@@ -70,18 +69,11 @@ try:
 except ImportError:  # the kernels are an optional extra: pip install 'inferlab[kernels]'
     triton = None
 
-__all__ = ["AVAILABLE", "DecodeConfig", "PrefillConfig", "decode_configs", "decode_splits",
-           "flash_attention", "flash_attention_tiles", "flash_decode", "prefill_configs",
-           "triton_status"]
-
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # powers of two: tl.arange lengths, tl.dot >= 16
 MAX_HEAD_DIM = 256
 MAX_DECODE_QUERIES = 64  # queries per sequence flash_decode holds in one tile
 LOG2E = 1.4426950408889634
-
-
-# --------------------------------------------------------------------------- configurations
 
 
 @dataclass(frozen=True)
@@ -214,6 +206,8 @@ def decode_splits(cache_len: int, programs: int, sm_count: int, waves: int = 4) 
 
     full = [s for s in range(most, 0, -1) if fill(s) >= WAVE_FILL]
     return full[0] if full else max(range(1, most + 1), key=fill)
+
+
 def _driver_error() -> str | None:
     """The first line of Triton's exception when its CUDA driver cannot start (a CUDA
     device present), else None."""
@@ -226,14 +220,10 @@ def _driver_error() -> str | None:
     return None
 
 
-def triton_status(driver_error: str | None | bool = True) -> tuple[bool, str]:
-    """(can the kernels run here, why or why not), for a row such as "not measured here".
-
-    Whether the interpreter is on is read from the jitted kernels (``INTERPRETED``,
-    below), not from today's environment: Triton decided it when this module loaded.
-    ``driver_error``: the driver's error as already asked (``_driver_error``), or True to
-    ask now.
-    """
+def triton_status() -> tuple[bool, str]:
+    """(can the kernels run here, why or why not). Whether the interpreter is on is read
+    from the jitted kernels (``INTERPRETED``): Triton decided it when this module loaded;
+    the driver's error was asked then too (``_DRIVER_ERROR``)."""
     if triton is None:
         return False, "triton is not installed (pip install 'inferlab[kernels]')"
     if INTERPRETED:
@@ -241,15 +231,12 @@ def triton_status(driver_error: str | None | bool = True) -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, ("needs a CUDA device, or TRITON_INTERPRET=1 set before importing "
                        "inferlab.algorithms.kernels to run the interpreter on CPU tensors")
-    first = _driver_error() if driver_error is True else driver_error
+    first = _DRIVER_ERROR
     if first is not None:
         return False, (f"triton {triton.__version__} cannot start its CUDA driver here: "
                        f"{first} (its C helper needs a C compiler and Python's "
                        "headers: e.g. apt-get install gcc python3-dev)")
     return True, f"triton {triton.__version__} on {torch.cuda.get_device_name()}"
-
-
-# --------------------------------------------------------------------------- checks
 
 
 def _check_runnable(q: Tensor) -> None:
@@ -287,8 +274,6 @@ def _launch_options(num_warps: int, num_stages: int) -> dict[str, int | bool]:
 def _dot_precision(dtype: torch.dtype) -> str:  # float32 in "ieee", not Triton's tf32
     return "ieee" if dtype == torch.float32 else "tf32"  # (tf32 breaks the 2x error rule)
 
-
-# --------------------------------------------------------------------------- kernels
 
 if triton is not None:
 
@@ -476,9 +461,7 @@ if triton is not None:
 # Triton reads TRITON_INTERPRET when @triton.jit runs (at import): ask what it made.
 INTERPRETED = triton is not None and not isinstance(_attn_fwd, triton.runtime.JITFunction)
 _DRIVER_ERROR = _driver_error()  # asked once: the first try builds Triton's C helper
-AVAILABLE, _STATUS_REASON = triton_status(_DRIVER_ERROR)
-
-# --------------------------------------------------------------------------- wrappers
+AVAILABLE, _STATUS_REASON = triton_status()
 
 
 def _launch_fwd(q: Tensor, k: Tensor, v: Tensor, causal: bool, config: PrefillConfig,
@@ -581,17 +564,10 @@ def run_decode(q: Tensor, k: Tensor, v: Tensor, splits: int, config: DecodeConfi
                         config.num_stages)
 
 
-def _split_partials(q: Tensor, k: Tensor, v: Tensor, splits: int, block_n: int,
-                    scale: float | None) -> Partial:
-    """Kernel 1 alone: m, l (B, H, splits, T_q) and o (B, H, splits, T_q, D), split j's
-    partial at index j of the third axis."""
-    return Partial(*_launch_split(q, k, v, splits, DecodeConfig(block_n, 4, 3), scale,
-                                  direct=False))
-
-
 def _launch_split(q: Tensor, k: Tensor, v: Tensor, splits: int, config: DecodeConfig,
                   scale: float | None, direct: bool):
-    """Kernel 1: the output (direct) or the partials (m, l, o)."""
+    """Kernel 1: the output (direct), or the partials m, l (B, H, splits, T_q) and o
+    (B, H, splits, T_q, D), split j's at index j of the third axis."""
     scale = _check_inputs(q, k, v, scale=scale)
     _check_runnable(q)
     if not 1 <= q.shape[2] <= MAX_DECODE_QUERIES:

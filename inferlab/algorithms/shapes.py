@@ -1,13 +1,6 @@
-"""The one check of attention inputs: q, k, v as (B, H, T, D) tensors, the mask flag,
-the scale and the block and split counts.
-
-Our own algorithms (``inferlab.algorithms.attention``, ``inferlab.algorithms.partials``,
-``inferlab.algorithms.kernels``)
-call ``check_inputs`` (the strict form, with causal and scale) and ``check_positive_int``;
-the backend probe (``inferlab.measurement.backends``) only ``check_qkv``'s loose form, because its
-job
-is to hand PyTorch inputs that a backend may refuse (grouped heads, other head dims) and
-record why.
+"""The one check of attention inputs: q, k, v as (B, H, T, D) tensors, the mask flag, the
+scale and the block and split counts. Our algorithms (``attention``, ``partials``,
+``kernels``) call ``check_inputs`` and ``check_positive_int``.
 """
 
 from __future__ import annotations
@@ -18,24 +11,20 @@ from numbers import Real
 from torch import Tensor
 
 
-def check_qkv(q: Tensor, k: Tensor, v: Tensor, strict: bool = True) -> None:
-    """ValueError naming the tensor and what is wrong.
-
-    Always: three 4-D tensors (B, H, T, D) on one device. ``strict``: also floating, one
-    dtype, the same B, H and D, and as many keys as values.
-    """
+def check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
+                 scale: float | None = None, min_keys: int = 1) -> float:
+    """Validate q, k, v, causal and scale; return the scale to use. A ValueError names
+    the tensor or argument and what is wrong."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or t.dim() != 4:
             shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
             raise ValueError(f"{name} must be a 4-D tensor (B, H, T, D); got {shape}")
-        if strict and not t.dtype.is_floating_point:
+        if not t.dtype.is_floating_point:
             raise ValueError(f"{name} must have a floating dtype; got {t.dtype}")
     for name, t in (("k", k), ("v", v)):
         if t.device != q.device:
             raise ValueError(f"{name} is on {t.device} but q is on {q.device}; q, k and v "
                              "must share a device")
-        if not strict:
-            continue
         if t.dtype != q.dtype:
             raise ValueError(f"{name} is {t.dtype} but q is {q.dtype}; q, k and v must share "
                              "a dtype")
@@ -43,14 +32,8 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor, strict: bool = True) -> None:
             if t.shape[axis] != q.shape[axis]:
                 raise ValueError(f"{name} has {label}={t.shape[axis]} but q has "
                                  f"{q.shape[axis]}; shapes are (B, H, T, D)")
-    if strict and k.shape[2] != v.shape[2]:
+    if k.shape[2] != v.shape[2]:
         raise ValueError(f"k has {k.shape[2]} keys but v has {v.shape[2]}; they must match")
-
-
-def check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
-                 scale: float | None = None, min_keys: int = 1) -> float:
-    """Validate q, k, v, causal and scale for every entry point; return the scale to use."""
-    check_qkv(q, k, v)
     if q.shape[2] < 1 or q.shape[3] < 1:
         raise ValueError(f"q must have at least one query and D >= 1; got {tuple(q.shape)}")
     if k.shape[2] < min_keys:
@@ -62,13 +45,8 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False,
         raise ValueError(f"causal=True needs T_q == T_k (query i sees keys 0..i); got "
                          f"T_q={q.shape[2]}, T_k={k.shape[2]}. Alignment of a rectangular "
                          "causal mask is ambiguous (SDPA: top-left), so it is refused")
-    return check_scale(scale, q.shape[3])
-
-
-def check_scale(scale: float | None, head_dim: int) -> float:
-    """The softmax scale: 1/sqrt(D) when None, else a finite number > 0."""
     if scale is None:
-        return 1.0 / math.sqrt(head_dim)
+        return 1.0 / math.sqrt(q.shape[3])
     if isinstance(scale, bool) or not isinstance(scale, Real) or not math.isfinite(scale) \
             or scale <= 0:
         raise ValueError(f"scale must be a finite number > 0 (default 1/sqrt(D)); got {scale!r}")

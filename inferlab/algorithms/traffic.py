@@ -51,12 +51,6 @@ from __future__ import annotations
 import math
 
 
-def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
-    return value
-
-
 def block_pairs(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool) -> tuple[int, int]:
     """(computed, total) (query tile, key tile) pairs of a tiled attention pass.
 
@@ -64,8 +58,6 @@ def block_pairs(T_q: int, T_k: int, block_q: int, block_k: int, causal: bool) ->
     sees keys 0..i), so causal requires ``T_q == T_k``. A key tile is computed when
     its first key is at or before the last query of the tile.
     """
-    for name, value in (("T_q", T_q), ("T_k", T_k), ("block_q", block_q), ("block_k", block_k)):
-        _check_positive_int(name, value)
     if causal and T_q != T_k:
         raise ValueError(f"causal requires T_q == T_k, got T_q={T_q}, T_k={T_k}")
     n_q, n_k = math.ceil(T_q / block_q), math.ceil(T_k / block_k)
@@ -93,8 +85,6 @@ def naive_hbm_elements(T: int, d: int, causal: bool = False) -> int:
     softmax's read of S and write of P (2·T²) and the output product's read of P (T²).
     See the module docstring for the table.
     """
-    _check_positive_int("T", T)
-    _check_positive_int("d", d)
     score_passes = 6 if causal else 4
     return 4 * T * d + score_passes * T * T
 
@@ -108,10 +98,7 @@ def tiled_hbm_elements(
     once for every (query tile, key tile) pair computed. ``block_k`` defaults to
     ``block_q``; it only matters for causal attention, through the diagonal tiles.
     """
-    _check_positive_int("T", T)
-    _check_positive_int("d", d)
-    _check_positive_int("block_q", block_q)
-    block_k = block_q if block_k is None else _check_positive_int("block_k", block_k)
+    block_k = block_q if block_k is None else block_k
     return 2 * T * d + 2 * d * _keys_visited(T, block_q, block_k, causal)
 
 
@@ -132,13 +119,8 @@ def implied_block_q(measured_ratio: float, T: int | None, d: int, causal: bool =
     ``R·d/2`` (full). Returns ``math.inf`` when the ratio is at or above what any tile
     size can explain (the fused kernel would have to move less than Q, K, V and O once).
     """
-    if not (isinstance(measured_ratio, int | float) and math.isfinite(measured_ratio)
-            and measured_ratio > 0):
-        raise ValueError(f"measured_ratio={measured_ratio!r} must be a positive finite number")
-    _check_positive_int("d", d)
     if T is None:
         return measured_ratio * d / (6 if causal else 2)
-    _check_positive_int("T", T)
     tiled = naive_hbm_elements(T, d, causal=causal) / measured_ratio
     fixed = (3 if causal else 2) * T * d
     if tiled <= fixed:
@@ -153,18 +135,10 @@ def decode_cache_bytes(batch: int, heads: int, cache_len: int, d: int,
     The query and the output (``2·batch·heads·d`` elements) are negligible beside the
     cache and are not counted.
     """
-    for name, value in (("batch", batch), ("heads", heads), ("cache_len", cache_len), ("d", d),
-                        ("bytes_per_element", bytes_per_element)):
-        _check_positive_int(name, value)
     return 2 * batch * heads * cache_len * d * bytes_per_element
 
 
 def decode_floor_time_us(cache_bytes: int, bandwidth_gbs: float) -> float:
     """The shortest time (µs) a decode step can take: reading ``cache_bytes`` at
     ``bandwidth_gbs`` (10⁹ bytes per second)."""
-    if not (isinstance(bandwidth_gbs, int | float) and math.isfinite(bandwidth_gbs)
-            and bandwidth_gbs > 0):
-        raise ValueError(f"bandwidth_gbs={bandwidth_gbs!r} must be a positive finite number")
-    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
-        raise ValueError(f"cache_bytes={cache_bytes!r} must be a non-negative integer")
     return cache_bytes / (bandwidth_gbs * 1e9) * 1e6

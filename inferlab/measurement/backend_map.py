@@ -3,14 +3,10 @@ dimensions, grouped key/value heads, an explicit mask, dropout and each dtype.
 
 The chapter warns that "other head dimensions, grouped key/value heads and masks can
 disable the fast paths" without showing which. The map shows it for the machine at hand:
-one case per head dimension (full attention, no mask), then at the probe's head
-dimension one case per feature (causal, grouped-query attention, a boolean mask,
-dropout), each in every dtype; every backend is checked and run on each
-(``backends.availability``), so a cell says ran or refused, PyTorch's reason and whether
-the limit is the build's, the hardware's or the input's.
-
-Inputs are small (the dispatch rules depend on shapes, dtypes and flags, not on the
-length past a few tiles), so the map stays within seconds on a CPU.
+one case per head dimension, then at the probe's head dimension one per feature (causal,
+grouped-query attention, a boolean mask, dropout), each in every dtype, every backend
+checked and run (``backends.availability``). Inputs are small: the dispatch rules depend
+on shapes, dtypes and flags, not on the length past a few tiles.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inferlab.measurement.backends import BACKENDS, availability
+from inferlab.measurement.backends import availability
 
 MAP_COLUMNS = ("case", "dtype", "causal", "T", "heads", "kv_heads", "d", "mask", "dropout_p",
                "backend", "can_run", "ran", "reason", "reason_source", "limit_kind", "op",
@@ -42,10 +38,8 @@ class MapCase:
 def map_cases(head_dims: tuple[int, ...], d: int, heads: int, gqa_groups: int,
               dropout_p: float) -> list[MapCase]:
     """A case per head dim, then at head dim ``d``: causal, grouped-query attention
-    (``heads / gqa_groups`` key/value heads), a boolean mask, dropout ``dropout_p``."""
-    if gqa_groups < 2 or heads % gqa_groups:
-        raise ValueError(f"gqa_groups={gqa_groups!r} must be >= 2 and divide heads={heads}, "
-                         "so that each key/value head serves that many query heads")
+    (``heads / gqa_groups`` key/value heads: the config's checks ask that it divides), a
+    boolean mask, dropout ``dropout_p``."""
     return [*(MapCase(f"d={hd}", hd, heads) for hd in head_dims),
             MapCase("causal", d, heads, causal=True),
             MapCase(f"gqa {heads}:{heads // gqa_groups}", d, heads // gqa_groups),
@@ -90,18 +84,3 @@ def cell(row: dict) -> str:
     if row["ran"]:
         return "ran" if row["can_run"] is not False else "ran (check said no)"
     return f"refused ({row['limit_kind'] or 'unclassified'})"
-
-
-def format_map(rows: list[dict]) -> str:
-    """The map as a text grid: a line per case and dtype, a column per backend."""
-    if not rows:
-        raise ValueError("rows is empty; pass the list that map_rows returned")
-    grid: dict[tuple[str, str], dict[str, str]] = {}
-    for row in rows:
-        grid.setdefault((row["case"], row["dtype"]), {})[row["backend"]] = cell(row)
-    head = ("case", "dtype", *BACKENDS)
-    table = [head] + [(case, dtype, *(cells.get(b, "-") for b in BACKENDS))
-                      for (case, dtype), cells in grid.items()]
-    widths = [max(len(line[i]) for line in table) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
-                     for line in table)

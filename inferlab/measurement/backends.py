@@ -5,29 +5,23 @@ not assumed, and every backend that did not run carries PyTorch's own reason. So
 probe keeps two facts per backend and never lets one overwrite the other:
 
 - the *check*: PyTorch's verdict before running, from the SDPA dispatcher itself
-  (``torch._fused_sdp_choice`` with only this backend enabled), with the reasons it gave
-  for this backend (``reason_source="pytorch"``); where PyTorch says nothing useful (a
-  CUDA-only kernel asked about CPU tensors) the reason is ours, built from stated facts
-  (``reason_source="inferlab"``);
-- the *run*: the backend forced with ``sdpa_kernel([backend])`` under the profiler,
-  recording whether it ran, the ATen op that executed, and the exception if it failed.
+  (``torch._fused_sdp_choice`` with only this backend enabled), with its reasons for this
+  backend (``reason_source="pytorch"``); where PyTorch says nothing useful (a CUDA-only
+  kernel asked about CPU tensors) the reason is ours, from stated facts ("inferlab");
+- the *run*: the backend forced with ``sdpa_kernel([backend])`` under the profiler: whether
+  it ran, the ATen op that executed, and the exception if it failed.
 
-Each reason is classified as a ``build`` limit (this PyTorch binary lacks the kernel),
-a ``hardware`` limit (this device cannot run it) or an ``input`` limit (dtype, head
-dimension, mask, device of the tensors): the chapter's distinction between
-"FlashAttention is not in this build" and "cuDNN attention needs a newer GPU".
+Each reason is classified as a ``build`` limit (this binary lacks the kernel), a
+``hardware`` limit (this device cannot run it) or an ``input`` limit (dtype, head dim,
+mask, device): the chapter's "FlashAttention is not in this build" against "cuDNN
+attention needs a newer GPU".
 
 Why the dispatcher and not ``torch.backends.cuda.can_use_*_attention(params, debug=True)``:
-those are plain pybind11 functions, so their ``TORCH_WARN`` reasons go to stderr as
-``[W...] Warning:`` lines and never become Python warnings, and every refusal on CUDA
-would read "no reason given". ``torch._fused_sdp_choice`` is an ATen op: its warnings
-reach Python. When nothing is enabled that can run, it re-runs every backend's check
-with debug on, each headed "<backend> kernel not used because:", then raises; the
-reasons under this backend's header are this backend's.
-
-References: PyTorch ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``
-(``select_sdp_backend``: the CUDA checks, their warnings and headers) and
-``sdp_utils_cpp.cpp`` (the CPU checks).
+those are pybind11 functions whose ``TORCH_WARN`` reasons go to stderr, never to Python.
+``_fused_sdp_choice`` is an ATen op: its warnings reach Python. When nothing enabled can
+run it re-runs every backend's check with debug on, each headed "<backend> kernel not used
+because:", then raises. References: PyTorch ``aten/src/ATen/native/transformers/cuda/
+sdp_utils.cpp`` (``select_sdp_backend``) and ``sdp_utils_cpp.cpp`` (the CPU checks).
 """
 
 from __future__ import annotations
@@ -36,15 +30,14 @@ import re
 import warnings
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from itertools import groupby
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from inferlab.algorithms.shapes import check_qkv
 from inferlab.measurement.kernel_names import kernel_that_ran
+from inferlab.measurement.memory import is_oom
 
 # Our names, in the order the table prints them -> PyTorch's enum.
 BACKENDS: dict[str, SDPBackend] = {
@@ -91,17 +84,15 @@ class BackendStatus:
     """One backend's check and run on one input.
 
     ``can_run``: the check's verdict (PyTorch's, or ours where ``reason_source`` is
-    ``"inferlab"``; None where this PyTorch has no dispatcher to ask). ``ran``: it
-    actually ran under ``sdpa_kernel([backend])``.
-    ``reason``: why the check said no (``None`` when it said yes). ``limit_kind``:
-    ``"build"``, ``"hardware"``, ``"input"`` or ``None`` (unclassified or no limit).
-    ``op``: the ATen op the profiler saw. ``error``: the exception text if running
-    failed. ``shape`` is the query's ``(B, H, T, D)``; ``kv_heads`` the keys' heads (fewer
-    under grouped-query attention); ``mask`` the explicit attention mask's dtype, if any.
+    ``"inferlab"``). ``ran``: it actually ran under ``sdpa_kernel([backend])``. ``reason``:
+    why the check said no (None when it said yes). ``limit_kind``: ``"build"``,
+    ``"hardware"``, ``"input"`` or None (unclassified or no limit). ``op``: the ATen op the
+    profiler saw. ``error``: the exception text if running failed. ``shape``: the query's
+    ``(B, H, T, D)``; ``mask``: the explicit attention mask's dtype, if any.
     """
 
     backend: str
-    can_run: bool | None
+    can_run: bool
     ran: bool
     reason: str | None
     reason_source: str
@@ -112,10 +103,8 @@ class BackendStatus:
     causal: bool
     shape: tuple[int, int, int, int]
     device: str
-    kv_heads: int | None = None
     mask: str | None = None
     dropout_p: float = 0.0
-    enable_gqa: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The ``probe.json`` availability row (docs/contracts.md), in contract order."""
@@ -127,60 +116,22 @@ class BackendStatus:
                     "op", "error")}}
 
 
-@dataclass(frozen=True)
-class _Check:
-    """What a backend's check said before anything ran."""
-
-    can_run: bool | None
-    reason: str | None
-    reason_source: str
-    limit_kind: str | None
-
-
-def _check_backend(backend: str) -> SDPBackend:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not an SDPA backend; "
-                         f"expected one of {list(BACKENDS)}")
-    return BACKENDS[backend]
-
-
-def sdpa_options(causal: bool = False, attn_mask: torch.Tensor | None = None,
-                 dropout_p: float = 0.0, enable_gqa: bool = False) -> dict[str, Any]:
-    """The keyword arguments that ``scaled_dot_product_attention`` and the dispatcher's
-    ``_fused_sdp_choice`` share, checked: the inputs besides q, k, v that pick a backend."""
-    if not isinstance(causal, bool) or not isinstance(enable_gqa, bool):
-        raise ValueError(f"causal={causal!r} and enable_gqa={enable_gqa!r} must be bools")
-    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
-        raise ValueError(f"attn_mask must be a tensor or None; got {type(attn_mask).__name__}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, int | float) \
-            or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p={dropout_p!r} must be a number in [0, 1)")
-    return {"attn_mask": attn_mask, "dropout_p": float(dropout_p), "is_causal": causal,
-            "enable_gqa": enable_gqa}
-
-
 def run_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str,
              causal: bool = False, **options: Any) -> torch.Tensor:
     """``scaled_dot_product_attention`` forced to one backend; raises if it cannot run.
 
     q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v) -> (B, H, T_q, D_v);
-    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
+    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa``.
     """
-    sdp_backend = _check_backend(backend)
-    check_qkv(q, k, v, strict=False)
-    kwargs = sdpa_options(causal, **options)
-    with sdpa_kernel([sdp_backend]):
-        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    with sdpa_kernel([BACKENDS[backend]]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **options)
 
 
 def classify_reason(reason: str | None) -> str | None:
     """``"build"``, ``"hardware"`` or ``"input"`` from a refusal's text, else ``None``."""
     if not reason:
         return None
-    for kind, pattern in _LIMIT_PATTERNS:
-        if pattern.search(reason):
-            return kind
-    return None
+    return next((kind for kind, pattern in _LIMIT_PATTERNS if pattern.search(reason)), None)
 
 
 def _pytorch_reasons(caught: Iterable[warnings.WarningMessage], backend: str) -> list[str]:
@@ -197,63 +148,37 @@ def _pytorch_reasons(caught: Iterable[warnings.WarningMessage], backend: str) ->
             sections.setdefault(current, [])
         elif text and text not in sections[current]:
             sections[current].append(text)
-    headed = len(sections) > 1
-    return sections.get(backend, []) if headed else sections[None]
-
-
-def _from_pytorch(ok: bool, caught: Iterable[warnings.WarningMessage], backend: str) -> _Check:
-    if ok:
-        return _Check(True, None, "pytorch", None)
-    reasons = _pytorch_reasons(caught, backend)
-    if not reasons:
-        # TORCH_WARN_ONCE messages appear once per process; say so rather than invent one.
-        return _Check(False, "PyTorch's check said no and gave no reason (a once-per-process "
-                      "warning may have been shown earlier)", "inferlab", None)
-    kinds = [classify_reason(r) for r in reasons]
-    kind = next((k for k in LIMIT_KINDS if k in kinds), None)
-    return _Check(False, "; ".join(reasons), "pytorch", kind)
-
-
-def _cuda_only_check(backend: str, q: torch.Tensor) -> _Check:
-    """Our reason for a CUDA-only kernel asked about non-CUDA tensors, from stated facts."""
-    kernel = f"{backend} attention is a CUDA-only kernel"
-    if not torch.backends.cuda.is_built():
-        return _Check(False, f"{kernel} and this PyTorch build has no CUDA "
-                      f"(torch.version.cuda is {torch.version.cuda}, torch {torch.__version__})",
-                      "inferlab", "build")
-    if not torch.cuda.is_available():
-        return _Check(False, f"{kernel}; this build has CUDA {torch.version.cuda} but no CUDA "
-                      "device is available to this process", "inferlab", "hardware")
-    return _Check(False, f"{kernel} and the tensors are on {q.device.type}",
-                  "inferlab", "input")
-
-
-def _dispatcher_check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      options: dict[str, Any]) -> _Check:
-    """Ask PyTorch's SDPA dispatcher, with only ``backend`` enabled, and keep its reasons."""
-    choose = getattr(torch, "_fused_sdp_choice", None)  # private, so guarded
-    if choose is None:
-        return _Check(None, f"torch {torch.__version__} has no torch._fused_sdp_choice to ask; "
-                      "the ran column says what happened", "inferlab", None)
-    with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            ok = choose(q, k, v, **options) == BACKENDS[backend].value
-        except RuntimeError:  # "No available kernel": the reasons were warned first
-            ok = False
-    return _from_pytorch(ok, caught, backend)
+    return sections.get(backend, []) if len(sections) > 1 else sections[None]
 
 
 def _check(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           options: dict[str, Any]) -> _Check:
-    if backend in _CUDA_ONLY and not q.is_cuda:
-        return _cuda_only_check(backend, q)
-    return _dispatcher_check(backend, q, k, v, options)
-
-
-def _one_line(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_ERROR_CHARS else flat[:_MAX_ERROR_CHARS - 3] + "..."
+           options: dict[str, Any]) -> tuple[bool, str | None, str, str | None]:
+    """(can_run, reason, reason_source, limit_kind): what the backend's check said."""
+    if backend in _CUDA_ONLY and not q.is_cuda:  # our reason, from stated facts
+        kernel = f"{backend} attention is a CUDA-only kernel"
+        if not torch.backends.cuda.is_built():
+            return (False, f"{kernel} and this PyTorch build has no CUDA (torch.version.cuda "
+                    f"is {torch.version.cuda}, torch {torch.__version__})", "inferlab", "build")
+        if not torch.cuda.is_available():
+            return (False, f"{kernel}; this build has CUDA {torch.version.cuda} but no CUDA "
+                    "device is available to this process", "inferlab", "hardware")
+        return False, f"{kernel} and the tensors are on {q.device.type}", "inferlab", "input"
+    with sdpa_kernel([BACKENDS[backend]]), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ok = torch._fused_sdp_choice(q, k, v, **options) == BACKENDS[backend].value
+        except RuntimeError:  # "No available kernel": the reasons were warned first
+            ok = False
+    if ok:
+        return True, None, "pytorch", None
+    reasons = _pytorch_reasons(caught, backend)
+    if not reasons:
+        # TORCH_WARN_ONCE messages appear once per process; say so rather than invent one.
+        return (False, "PyTorch's check said no and gave no reason (a once-per-process "
+                "warning may have been shown earlier)", "inferlab", None)
+    kinds = [classify_reason(r) for r in reasons]
+    return (False, "; ".join(reasons), "pytorch",
+            next((k for k in LIMIT_KINDS if k in kinds), None))
 
 
 def _run(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -267,31 +192,33 @@ def _run(backend: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         except RuntimeError as exc:  # a refused backend raises; that is the fact to keep
             said = _pytorch_reasons(caught, backend)
             suffix = f" PyTorch warned: {'; '.join(said)}" if said else ""
-            return False, None, _one_line(f"{exc}{suffix}")
+            flat = " ".join(f"{exc}{suffix}".split())
+            if len(flat) > _MAX_ERROR_CHARS:
+                flat = flat[:_MAX_ERROR_CHARS - 3] + "..."
+            return False, None, flat
 
 
 def availability(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                 backends: Iterable[str] = BACKENDS, **options: Any) -> list[BackendStatus]:
+                 backends: Iterable[str] = BACKENDS, attn_mask: torch.Tensor | None = None,
+                 dropout_p: float = 0.0, enable_gqa: bool = False) -> list[BackendStatus]:
     """Check, then run, each SDPA backend of ``backends`` (all four by default) on these
-    inputs; one status per backend. A stage asks only for the backends it times: running
-    the unfused math backend at 8,192 tokens only to leave it out cost 8 s a mask.
+    inputs; one status per backend. A stage asks only for the backends it times (running
+    the unfused math backend at 8,192 tokens only to leave it out cost 8 s a mask).
 
-    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v), all on one device;
-    ``options``: ``attn_mask``, ``dropout_p``, ``enable_gqa`` (``sdpa_options``).
+    q: (B, H, T_q, D), k: (B, H_kv, T_k, D), v: (B, H_kv, T_k, D_v), all on one device.
     """
-    check_qkv(q, k, v, strict=False)
-    kwargs = sdpa_options(causal, **options)
-    mask = kwargs["attn_mask"]
+    options = {"attn_mask": attn_mask, "dropout_p": float(dropout_p), "is_causal": causal,
+               "enable_gqa": enable_gqa}
     context = {"dtype": str(q.dtype).removeprefix("torch."), "causal": causal,
-               "shape": tuple(q.shape), "device": str(q.device), "kv_heads": k.shape[1],
-               "mask": None if mask is None else str(mask.dtype).removeprefix("torch."),
-               "dropout_p": kwargs["dropout_p"], "enable_gqa": kwargs["enable_gqa"]}
+               "shape": tuple(q.shape), "device": str(q.device),
+               "mask": None if attn_mask is None else str(attn_mask.dtype).removeprefix("torch."),
+               "dropout_p": float(dropout_p)}
     rows = []
     for backend in (b for b in BACKENDS if b in backends):
-        check = _check(backend, q, k, v, kwargs)
-        ran, op, error = _run(backend, q, k, v, kwargs)
-        rows.append(BackendStatus(backend, check.can_run, ran, check.reason,
-                                  check.reason_source, check.limit_kind, op, error, **context))
+        can_run, reason, source, limit = _check(backend, q, k, v, options)
+        ran, op, error = _run(backend, q, k, v, options)
+        rows.append(BackendStatus(backend, can_run, ran, reason, source, limit, op, error,
+                                  **context))
     return rows
 
 
@@ -313,7 +240,7 @@ def sdpa_cases(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return cases, meta, refused
 
 
-# our reason for a CUDA-only kernel (``_cuda_only_check``'s limit) -> the row's cause
+# our reason for a CUDA-only kernel (``_check``'s limit) -> the row's cause
 _CUDA_ONLY_CAUSE = {"build": "no_cuda_build", "hardware": "no_cuda_device",
                     "input": "not_on_cuda"}
 
@@ -323,8 +250,6 @@ def refusal(status: BackendStatus) -> dict:
     forcing it ran out of memory; else unavailable, with PyTorch's own words as the reason
     (its check's, or the exception of the forced run), or where the reason is ours the
     cause it states (a CUDA-only kernel here) and no words."""
-    from inferlab.measurement.memory import is_oom
-
     if status.error and is_oom(RuntimeError(status.error)):
         return {"status": "oom", "cause": "memory"}
     if status.reason_source == "inferlab" and status.limit_kind in _CUDA_ONLY_CAUSE:
@@ -333,31 +258,21 @@ def refusal(status: BackendStatus) -> dict:
     return {"status": "unavailable", "cause": "backend_refused", "reason": said or None}
 
 
-def _yes_no(flag: bool | None) -> str:
-    return "?" if flag is None else "yes" if flag else "no"
-
-
 def format_availability(rows: list[BackendStatus]) -> str:
-    """A fixed-width table of ``availability`` rows, headed by the facts they rest on."""
-    if not rows:
-        raise ValueError("rows is empty; pass the list that availability(q, k, v) returned")
-    cuda_build = torch.version.cuda or "no"
-    columns = ("backend", "can run", "ran", "op", "limit", "source", "reason")
-    lines: list[str] = []
-    for (device, dtype, shape, causal), group in groupby(
-            rows, key=lambda r: (r.device, r.dtype, r.shape, r.causal)):
-        group = list(group)
-        lines.append(f"torch {torch.__version__} | CUDA build: {cuda_build} | device {device} | "
-                     f"dtype {dtype} | (B, H, T, D) = {shape} | causal {causal}")
-        table = [columns] + [(r.backend, _yes_no(r.can_run), _yes_no(r.ran), r.op or "-",
-                              r.limit_kind or "-", r.reason_source, r.reason or "-")
-                             for r in group]
-        widths = [max(len(row[i]) for row in table) for i in range(len(columns) - 1)]
-        for row, status in zip(table, [None, *group], strict=True):
-            cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
-            lines.append("  ".join([*cells, row[-1]]).rstrip())
-            if status is not None and status.error:
-                lines.append(f"    error: {status.error}")
+    """A fixed-width table of the ``availability`` rows of one input, headed by the facts
+    they rest on."""
+    r0 = rows[0]
+    lines = [f"torch {torch.__version__} | CUDA build: {torch.version.cuda or 'no'} | device "
+             f"{r0.device} | dtype {r0.dtype} | (B, H, T, D) = {r0.shape} | causal {r0.causal}"]
+    table = [("backend", "can run", "ran", "op", "limit", "source", "reason")] + [
+        (r.backend, "yes" if r.can_run else "no", "yes" if r.ran else "no", r.op or "-",
+         r.limit_kind or "-", r.reason_source, r.reason or "-") for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(6)]
+    for row, status in zip(table, [None, *rows], strict=True):
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+        if status is not None and status.error:
+            lines.append(f"    error: {status.error}")
     return "\n".join(lines)
 
 
@@ -365,15 +280,10 @@ def cpu_flash_split_sizes(T_q: int, T_k: int) -> tuple[int, int]:
     """(qSplitSize, kvSplitSize): the query and key/value blocks of PyTorch's CPU flash kernel.
 
     Read from pytorch/pytorch ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``
-    (commit 008ec6b1840c94ff6d0f685bc10fbf585167c673; the index gave no release tag):
-    ``flash_attention_kernel_impl`` picks the query block from the query length
-    (256 if T_q >= 768, 64 if T_q >= 192, else 32) and always 512 for key/value, and
-    ``cpu_flash_attention`` clips each to the sequence length. The forward rule was
-    checked against torch 2.13.0's per-thread buffer size (tests/test_backends.py).
+    (commit 008ec6b1840c94ff6d0f685bc10fbf585167c673): ``flash_attention_kernel_impl``
+    picks the query block from the query length (256 if T_q >= 768, 64 if T_q >= 192, else
+    32) and always 512 for key/value, and ``cpu_flash_attention`` clips each to the
+    sequence length; checked against torch 2.13.0's buffer sizes (tests/test_backends.py).
     """
-    for name, value in (("T_q", T_q), ("T_k", T_k)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer sequence length")
     q_split = 256 if T_q >= 768 else 64 if T_q >= 192 else 32
-    kv_split = 512
-    return min(q_split, T_q), min(kv_split, T_k)
+    return min(q_split, T_q), min(512, T_k)

@@ -1,26 +1,26 @@
 """Where the work ran: device choice, machine id and the environment fingerprint.
 
-Every artifact's provenance carries ``fingerprint(device)`` so that a number can be
-traced to the Python, PyTorch build, device, driver, CPU and thread settings that
-produced it, and every results folder is named by ``machine_id(device)``, a stable
-slug of the hardware (``cpu-amd-epyc-2c``, ``cuda-nvidia-h200``).
+Every artifact's provenance carries ``fingerprint(device)``, so a number can be traced to
+the Python, PyTorch build, device, driver, CPU and thread settings that produced it; every
+results folder is named by ``machine_id(device)``, a stable slug of the hardware
+(``cpu-amd-epyc-avx512bf16-2c``, ``cuda-nvidia-h200``). A machine with an NVIDIA GPU
+that torch cannot use is stopped with the reason and the fix (``gpu_not_visible``), never
+quietly measured as a CPU (``python -m inferlab.measurement.environment``, run by
+``make setup``, exits 1).
 
-A machine with an NVIDIA GPU whose torch cannot use it (a CPU build, or a CUDA build
-newer than the driver) is stopped with the reason and the fix (``gpu_not_visible``),
-never quietly measured as a CPU: ``default_device`` raises, and ``python -m
-inferlab.measurement.environment`` (run by ``make setup``) exits 1.
-
-The fingerprint holds facts about hardware and software only: no hostname, no user
-name, no path under $HOME. A fact PyTorch does not expose is recorded as ``None`` and
-explained in ``notes``, never guessed.
+The fingerprint holds facts about hardware and software only: no hostname, user name or
+path under $HOME (``scrub``). A fact PyTorch does not expose is ``None``, explained in
+``notes``.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -29,8 +29,6 @@ from importlib import metadata
 from typing import Any
 
 from inferlab.measurement import sandbox
-from inferlab.measurement.cpu_isa import ISA_LIMITS, cpu_flags, cpu_isa, simulated_isa  # noqa: F401
-from inferlab.measurement.redaction import private_strings, scrub
 
 # torch.utils.collect_env shells out (pip, lscpu, nvidia-smi); it is not allowed to
 # hold up or break a fingerprint, so it runs in a thread with this time limit.
@@ -45,8 +43,69 @@ _COLLECT_ENV_FIELDS = (
 _NOISE_WORDS = re.compile(
     r"\((?:r|tm|c)\)|\b(?:processor|cpu|\d+-core)\b|@\s*[\d.]+\s*[gm]hz", re.IGNORECASE
 )
-_MACHINE_KINDS = ("cpu", "cuda")
 _MAX_MACHINE_CHARS = 80
+
+
+# Vector ISA levels that change what a CPU computes fast, best first: (name, flags needed).
+# torch dispatches its CPU kernels by AVX2 / AVX512 (f, bw, vl, dq); bf16 matmuls take a
+# fast path only with AVX512-BF16 or AMX (without it, bf16 naive attention ran ~12x slower
+# than fp32 on an AVX2 EPYC; with it, faster than fp32 on an AVX512-BF16 one).
+_ISA_LEVELS = (("amx", {"amx_bf16", "amx_tile"}),
+               ("avx512bf16", {"avx512_bf16", "avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+               ("avx512", {"avx512f", "avx512bw", "avx512vl", "avx512dq"}),
+               ("avx2", {"avx2", "fma"}))
+# Settings that make a CPU compute like a lesser one (docs/other-cpu.md): ATen's kernel
+# dispatch and oneDNN's (which holds the bf16 matmul).
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def cpu_isa(flags: set[str]) -> str | None:
+    """The best ISA level of ``_ISA_LEVELS`` whose flags are all present, else None."""
+    return next((name for name, needed in _ISA_LEVELS if needed <= flags), None)
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass  # not Linux: no flags known
+    return set()
+
+
+def simulated_isa(env: dict | None = None) -> str | None:
+    """"avx2", "default", "avx2 default" ...: the ISA limits set in ``env`` (os.environ),
+    lowercased, sorted, deduplicated; None when none is set."""
+    env = os.environ if env is None else env
+    limits = sorted({env[name].strip().lower() for name in ISA_LIMITS if env.get(name, "").strip()})
+    return " ".join(limits) or None
+
+
+def scrub(value: Any, secrets: list[str]) -> Any:
+    """``value`` with any private string (home path, user, host) a tool echoed back
+    replaced by ``<redacted>``."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "<redacted>")
+        return value
+    if isinstance(value, dict):
+        return {k: scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(v, secrets) for v in value]
+    return value
+
+
+def private_strings() -> list[str]:
+    found = [os.path.expanduser("~"), socket.gethostname()]
+    try:
+        found.append(getpass.getuser())
+    except (KeyError, OSError):
+        pass  # no user database entry (common in containers): nothing to hide
+    # longest first, so a home path goes before the user name inside it; very short names
+    # would redact ordinary words
+    return sorted({s for s in found if s and len(s) >= 4 and s != "/"}, key=len, reverse=True)
 
 
 def default_device() -> str:
@@ -148,12 +207,8 @@ def slug_machine(kind: str, name: str, count: int) -> str:
 
     ``kind="cpu"``: ``count`` is the logical CPUs available to the process ->
     ``cpu-<name words>-<count>c``. ``kind="cuda"``: ``count`` is the number of GPUs ->
-    ``cuda-<name words>`` plus ``-x<count>`` when more than one. Pure, so testable.
+    ``cuda-<name words>`` plus ``-x<count>`` when more than one.
     """
-    if kind not in _MACHINE_KINDS:
-        raise ValueError(f"kind={kind!r} is not a device kind; expected one of {_MACHINE_KINDS}")
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-        raise ValueError(f"count={count!r} must be a positive integer (CPUs or GPUs)")
     words = _NOISE_WORDS.sub(" ", str(name)).lower().replace("+", "plus")
     body = re.sub(r"[^a-z0-9.]+", "-", words).strip("-.")
     if not body:
@@ -304,11 +359,6 @@ def _host_facts() -> dict[str, Any]:
     }
 
 
-def runtime() -> dict:
-    """The sandbox this machine runs in and what showed it (``inferlab.measurement.sandbox``)."""
-    return sandbox.this_machine()
-
-
 def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
     """JSON-serialisable facts about the software and hardware ``device`` runs on.
 
@@ -320,7 +370,7 @@ def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
     BLAS), ``host`` (Python, platform, CPU model, CPUs, thread counts, parallel info,
     numpy), ``cuda`` (device name, compute capability, driver; ``None`` on CPU),
     ``collect_env`` (a subset of ``torch.utils.collect_env``, or its error), ``runtime``
-    (the sandbox: gVisor, Firecracker, ...: ``runtime()``), ``notes``.
+    (the sandbox: gVisor, Firecracker, ...: ``sandbox.this_machine``), ``notes``.
     """
     device = _check_device(device)
     notes = [
@@ -337,7 +387,7 @@ def fingerprint(device: str, collect_env: bool = True) -> dict[str, Any]:
         "host": _host_facts(),
         "cuda": cuda,
         "collect_env": _collect_env() if collect_env else None,
-        "runtime": runtime(),
+        "runtime": sandbox.this_machine(),
         "notes": notes if collect_env else
         [*notes, "collect_env: not collected here; probe.json's environment has it"],
     }

@@ -1,22 +1,13 @@
-"""The statistics of the timing harness (``inferlab.measurement.measure``,
-``inferlab.measurement.workers``):
-95 % intervals of a median within one process (order statistics, distribution-free) and
-over several processes (random effects on the log scale), and the between-process share
-of the variance.
+"""The statistics of the timing harness (``measure``, ``workers``): 95 % intervals of a
+median within one process (order statistics, distribution-free) and over several
+processes (random effects on the log scale), and the between-process share of the variance.
 
-Why over processes: an interval built from the rounds of one process measures that
-process; most of the variance between runs is between processes (memory layout, where
-the allocator and the kernel put things, the other tenant of a shared VM), which
-pyperf answers with many worker processes per benchmark. Each process gives the log of
-its median; the spread of the process medians already holds the spread of the rounds
-within them, so no model of the two is needed for the interval itself.
-
-What the interval is for: the next run. Its 95 % is the chance that another run made the
-same way (W processes) gives a value inside it, so it is a *prediction* interval: mean ±
-t(W-1) · s · sqrt(1/W + 1/W), back on the linear scale, where s is the standard deviation
-of the log medians. A confidence interval of the mean (± t · s / sqrt(W)) holds the next
-run's mean only 83-91 % of the time (with W = 30 down to 3), since that mean is as
-uncertain as this one.
+Over processes, as pyperf does: most of the variance between runs is between processes
+(memory layout, the other tenant of a shared VM). Each process gives the log of its
+median, whose spread already holds that of the rounds within it. The interval is for the
+next run: the 95 % *prediction* interval of another run of W processes, mean ± t(W-1) · s
+· sqrt(1/W + 1/W) on the log scale, s the sd of the log medians (a confidence interval of
+the mean, ± t · s / sqrt(W), holds the next run's mean only 83-91 % of the time).
 """
 
 from __future__ import annotations
@@ -108,12 +99,6 @@ def process_sd(groups: Sequence[Sequence[float]]) -> float | None:
     return statistics.stdev(logs) if len(logs) >= 2 else None
 
 
-# Between runs. On a shared VM a whole run shares things no process inside it can sample
-# (the other tenant, how much of a cache stays in the last-level cache), so an interval
-# over one run's processes allots too little variance to the next run: on this project's
-# first machine, versions 9 to 18 of the register, half or less of what the paired ratios
-# moved between runs. The register's pairs of runs made alike measure what is left.
-
 def process_var(centre: float, high: float, workers: int, process_sd: float | None = None
                 ) -> float | None:
     """The variance on the log scale an interval over ``workers`` processes allots its
@@ -128,14 +113,3 @@ def process_var(centre: float, high: float, workers: int, process_sd: float | No
     if high is None or high != high or not math.isfinite(high) or centre <= 0 or high < centre:
         return None
     return (math.log(high / centre) / t975(int(workers) - 1)) ** 2 / 2
-
-
-def run_variance(points: Sequence[tuple[float, float]]) -> float | None:
-    """The run-level variance of a log value from one pair of runs made alike: per point
-    (d², v), d the log of one run's value over the other's and v the variance both runs'
-    intervals allot it (``process_var`` of each, summed). With n points, max(0, Σd² - Σv) /
-    2n (method of moments: d carries the run-level effect of both runs); None without
-    points."""
-    if not points:
-        return None
-    return max(0.0, sum(d2 - v for d2, v in points)) / (2 * len(points))

@@ -15,10 +15,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-# Kineto, the profiler's C++ side, logs "USDT:... profiler_start" and "profiler_stop" to
-# stderr around every profiled region, at its highest severity (USDT = 5, above ERROR = 4),
-# so only a minimum level above all of them silences it (it filled 717 of the main job's
-# 1,122 lines, issue 18). Kineto reads the variable once, when a process first profiles.
+# Kineto, the profiler's C++ side, logs "USDT:... profiler_start/stop" to stderr around
+# every profiled region at its highest severity (USDT = 5, above ERROR = 4): only a level
+# above all of them silences it. Kineto reads it once, when a process first profiles.
 KINETO_QUIET_LEVEL = "6"
 
 # For a non-SDPA function: ops holding at least this share of the self time, at most this
@@ -29,12 +28,8 @@ _SDPA_ENTRY = "aten::scaled_dot_product_attention"
 
 
 def quiet_profile(**kwargs: Any) -> profile:
-    """``torch.profiler.profile(**kwargs)`` without Kineto's USDT lines on stderr.
-
-    Sets ``KINETO_LOG_LEVEL`` unless the caller chose one, before the profiler starts (the
-    first profile of a process is when Kineto reads it). Every profiled region of the
-    library goes through here.
-    """
+    """``torch.profiler.profile(**kwargs)`` without Kineto's USDT lines on stderr (every
+    profiled region of the library goes through here)."""
     os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_QUIET_LEVEL)
     return profile(**kwargs)
 
@@ -85,14 +80,9 @@ def _dominant_ops(prof: profile, use_device_time: bool) -> str | None:
 
 
 def kernel_that_ran(fn: Callable[[], Any]) -> str | None:
-    """Run ``fn()`` once under the profiler and name the kernel that did the work.
-
-    For SDPA: the backend's op, the attention op right below the
-    ``scaled_dot_product_attention`` entry (``_attention_op``). For anything else (naive or
-    tiled attention in plain PyTorch): the dominant ATen ops by self time, joined with
-    ``+`` (e.g. ``aten::bmm+aten::_softmax``). ``None`` if no ATen op ran. Exceptions
-    from ``fn`` propagate.
-    """
+    """Run ``fn()`` once under the profiler and name the kernel that did the work
+    (``kernel_in``): for SDPA the backend's op, for anything else the dominant ATen ops by
+    self time joined with ``+`` (``aten::bmm+aten::_softmax``); None if no ATen op ran."""
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with quiet_profile(activities=activities) as prof:

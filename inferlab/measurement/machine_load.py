@@ -1,13 +1,11 @@
-"""How busy the machine was while a stage ran: what else ran beside it, read from the
-kernel's counters, recorded in the stage's provenance (``environment.load``) so that a run
-made beside a busy process is visible (the report flags it) and never mistaken for a
-quiet one.
+"""How busy the machine was while a stage ran, from the kernel's counters, recorded in the
+stage's provenance (``environment.load``) so that a run made beside a busy process is
+visible (the report flags it).
 
-``others_busy_cores`` is the CPU time every other process used during the stage, over the
-stage's wall time: the machine's busy time (/proc/stat) less this process's and its
-waited children's (the timing workers, ``os.times``). One busy process beside the stage
-reads about 1.0; a quiet machine about 0.0-0.2 (the kernel, the shell). ``steal_fraction``
-is the share of CPU time the hypervisor gave to other guests (zero where not reported).
+``others_busy_cores``: the CPU time every other process used during the stage over its
+wall time: the machine's busy time (/proc/stat) less this process's and its waited
+children's (the timing workers). One busy process beside the stage reads about 1.0, a
+quiet machine 0.0-0.2. ``steal_fraction``: the CPU time the hypervisor gave other guests.
 """
 
 from __future__ import annotations

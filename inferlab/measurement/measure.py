@@ -2,30 +2,26 @@
 
 The chapter's claims are ratios (naive/fused, tiled/naive, split/fused), so they are
 measured as ratios. The cases are warmed up and then timed in rounds, both interleaved
-(A B C, A B C, ...), one call or timing of each per round, so that drift (frequency,
-another tenant, the page cache) hits all alike. A case paired with a reference gets,
-besides its own median time, the median of its *per-round* ratio to that reference: both
-were timed in the same round, seconds apart, so what slows a round slows both.
+(A B C, A B C, ...), one timing of each per round, so that drift (frequency, another
+tenant, the page cache) hits all alike. A case paired with a reference gets, besides its
+own median time, the median of its *per-round* ratio to that reference: both were timed
+in the same round, seconds apart, so what slows a round slows both.
 
-How many rounds is decided by the data: after ``min_rounds`` (at least 6, the fewest for
-a 95% interval), rounds continue until the 95% confidence interval of every case's median
-and of every paired ratio is within ``target`` of it (e.g. ±2%), or until ``max_rounds``
-or the cap (below) is reached. Each ``Timing`` says how many rounds it took and
-whether it ``converged``; one whose interval is wider than ``noisy_threshold`` is
-``noisy``. The interval is distribution-free: order statistics of the samples, the
-binomial way (no normality assumed; timings are skewed).
+After ``min_rounds`` (at least 6, the fewest for a 95% interval), rounds continue until
+the 95% confidence interval of every case's median and of every paired ratio is within
+``target`` of it, or until ``max_rounds`` or the cap is reached. Each ``Timing`` says how
+many rounds it took and whether it ``converged``; one whose interval is wider than
+``noisy_threshold`` is ``noisy``. The interval is distribution-free: order statistics of
+the samples (``intervals.median_ci``; timings are skewed).
 
 The cap ``time_cap_s`` bounds the whole point, warm-up included: a round starts only
-while the rounds so far and the next (as long as the last) fit in it, the first always
-runs. A case whose single call alone is longer than the cap is ``over_budget``: it gets
-one warm-up call and then one timing per round, and the cap lets no second round start,
-so it is timed once per process, never minutes of repetition.
+while the time spent and the next round (as long as the last) fit in it; the first always
+runs. A case whose single call alone is longer than the cap is ``over_budget``: one
+warm-up call, then one timing per process, never minutes of repetition.
 
-Across processes, the same harness runs in worker processes: ``inferlab.measurement.workers``.
-
-How one timing is taken is a clock's job (``inferlab.measurement.clocks``: torch's Timer on a CPU,
-do_bench or CUDA events on a GPU). A case that fails is a status, not a crash: ``oom``
-(``inferlab.measurement.memory.is_oom``) or ``error: <message>``.
+Across processes the same harness runs in worker processes (``measurement.workers``);
+how one timing is taken is a clock's job (``measurement.clocks``). A case that fails is a
+status, not a crash: ``oom`` (``memory.is_oom``) or ``error: <message>``.
 """
 
 from __future__ import annotations
@@ -34,11 +30,10 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from inferlab.measurement.clocks import make_clock
-from inferlab.measurement.intervals import (  # noqa: F401 - the harness's statistics, re-exported
-    CI_LEVEL,
+from inferlab.measurement.intervals import (
     MIN_ROUNDS,
     between_share,
     interval_method,
@@ -46,12 +41,12 @@ from inferlab.measurement.intervals import (  # noqa: F401 - the harness's stati
     process_interval,
     process_sd,
     relative_halfwidth,
-    t975,
 )
-from inferlab.measurement.memory import check_device, is_oom
+from inferlab.measurement.memory import is_oom
 
 _MAX_CALLS_PER_TIMING = 1_000_000
 Progress = Callable[[int, int, str], object] | None
+
 
 @dataclass(frozen=True)
 class Ratio:
@@ -69,11 +64,11 @@ class Ratio:
 class Timing:
     """The timings of one case, in milliseconds per call, one sample per round.
 
-    A case that failed has ``status`` "oom" or "error: <msg>" and NaN times (nothing was
-    measured, so no number is given). ``calls_per_timing`` is how many calls one timing
-    averaged over (chosen in the warm-up from ``min_run_s``). ``groups`` holds the samples
-    per process when several processes timed the case (``time_points``); empty means one
-    process, ``samples_ms``. ``over_budget``: a single call was longer than the point's cap.
+    A failed case has ``status`` "oom" or "error: <msg>" and NaN times. ``calls_per_timing``:
+    the calls one timing averaged over (chosen in the warm-up from ``min_run_s``).
+    ``groups``: the samples per process when several processes timed the case
+    (``workers.time_points``); empty for one process. ``over_budget``: a single call was
+    longer than the point's cap.
     """
 
     samples_ms: tuple[float, ...]
@@ -82,7 +77,7 @@ class Timing:
     calls_per_timing: int = 1
     converged: bool = False
     noisy: bool = False
-    ratio: Ratio | None = field(default=None)
+    ratio: Ratio | None = None
     groups: tuple[tuple[float, ...], ...] = ()
     over_budget: bool = False
 
@@ -131,27 +126,21 @@ class Timing:
     def as_row(self) -> dict:
         """The timing columns of prefill.csv / decode.csv (docs/contracts.md); None for
         what was not measured (a failed case)."""
-        if self.status != "ok":
-            return {"median_ms": None, "ci_low_ms": None, "ci_high_ms": None, "iqr_ms": None,
-                    "rounds": self.rounds, "converged": None, "noisy": None,
-                    "timing_method": self.method, "ratio_to": None, "ratio": None,
-                    "ratio_ci_low": None, "ratio_ci_high": None}
+        ok, ratio = self.status == "ok", self.ratio
         low, high = self.ci_ms
-        ratio = self.ratio
-        return {"median_ms": self.median_ms, "ci_low_ms": _none_if_nan(low),
-                "ci_high_ms": _none_if_nan(high),
-                "iqr_ms": _none_if_nan(self.iqr_ms), "rounds": self.rounds,
-                "converged": self.converged,
-                "noisy": self.noisy, "timing_method": self.method,
+        return {"median_ms": _none_if_nan(self.median_ms), "ci_low_ms": _none_if_nan(low),
+                "ci_high_ms": _none_if_nan(high), "iqr_ms": _none_if_nan(self.iqr_ms),
+                "rounds": self.rounds, "converged": self.converged if ok else None,
+                "noisy": self.noisy if ok else None, "timing_method": self.method,
                 "ratio_to": ratio.ref if ratio else None,
                 "ratio": ratio.median if ratio else None,
                 "ratio_ci_low": _none_if_nan(ratio.ci_low) if ratio else None,
                 "ratio_ci_high": _none_if_nan(ratio.ci_high) if ratio else None}
 
     def process_row(self) -> dict:
-        """How the interval was made (prefill.csv / decode.csv since schema version 2):
-        processes, the between-process share of the variance (of the paired ratio when
-        there is one, else of the time), the method in words, and ``over_budget``."""
+        """How the interval was made: processes, the between-process share of the variance
+        (of the paired ratio when there is one, else of the time), the method, and
+        ``over_budget``."""
         if self.status != "ok":
             return {"workers": None, "between_share": None, "interval_method": None,
                     "over_budget": None, "process_sd": None, "ratio_process_sd": None}
@@ -185,56 +174,18 @@ def _failure_status(exc: Exception) -> str:
     return f"error: {type(exc).__name__}: {first_line}"[:300]
 
 
-def check_count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
-def _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
-                time_cap_s, noisy_threshold, min_run_s) -> None:
-    check_device(device)
-    if not cases:
-        raise ValueError("cases is empty: pass at least one {label: callable}")
-    for label, fn in cases.items():
-        if not callable(fn):
-            raise ValueError(f"cases[{label!r}]={fn!r} is not callable")
-    for label, refs in (pair_with or {}).items():
-        unknown = [r for r in (label, *refs) if r not in cases]
-        if unknown or not refs:
-            raise ValueError(f"pair_with[{label!r}]={list(refs)!r} must name cases; "
-                             f"unknown: {unknown or 'none given'}")
-    check_count("threads", threads, 1)
-    check_count("warmup", warmup, 1)  # the warm-up also sizes the calls per timing
-    check_count("min_rounds", min_rounds, MIN_ROUNDS)
-    check_count("max_rounds", max_rounds, min_rounds)
-    for name, value in (("target", target), ("noisy_threshold", noisy_threshold),
-                        ("time_cap_s", time_cap_s)):
-        if not (isinstance(value, int | float) and value > 0):
-            raise ValueError(f"{name}={value!r} must be a number > 0")
-    if not min_run_s >= 0:
-        raise ValueError(f"min_run_s={min_run_s!r} must be >= 0 seconds")
-
-
 def _warm_up(clocks, warmup: int, min_run_s: float, cap_s: float, failed: dict,
              progress: Progress) -> tuple[dict[str, int], set[str]]:
-    """``warmup`` untimed rounds, interleaved as the timed rounds will be (A B C, A B C):
-    returns (label -> calls per timing, the labels over budget); a case whose call fails
-    moves to ``failed`` and is called no more. A case whose call alone is longer than
-    ``cap_s`` is over budget and gets no further warm-up call.
+    """``warmup`` untimed rounds, interleaved as the timed rounds will be: returns (label
+    -> calls per timing, the labels over budget); a case whose call fails moves to
+    ``failed``, and one whose call alone is longer than ``cap_s`` gets no further call.
 
-    Interleaved, not each case's calls back to back: in the rounds the other cases run in
-    between and the heap takes that layout, so warm-ups back to back left the first timed
-    round unsettled (naive attention at 8,192 tokens took 11.7 s in it against 2-3 s
-    after: its score matrices found no free block and the heap grew onto fresh pages),
-    which took an extra untimed round to settle, and a worker short of time skipped it.
-
-    Calls per timing follow each case's fastest warm-up call: the first pays for first
-    touches (the heap growing), and any can be preempted on a shared machine, which would
-    leave a microsecond case at one call per timing, its timings dominated by the
-    disturbance. They are sized by the call's wall time (the clock's ``last_wall_s``), not
-    its timed time: on a GPU each call also costs a flush and a sleep, so a 10 us kernel
-    timed by its events got 1,000 calls, 110 ms of wall, for a "10 ms" timing. On a CPU
-    the two are the same."""
+    Interleaved because in the rounds the other cases run in between and the heap takes
+    that layout: warm-ups back to back left the first timed round unsettled (naive
+    attention at 8,192 tokens: 11.7 s against 2-3 s after). Calls per timing follow each
+    case's fastest warm-up call (the first pays for first touches, any can be preempted),
+    by its wall time: on a GPU each call also costs a flush and a sleep, so a 10 us
+    kernel timed by its events got 110 ms of wall for a "10 ms" timing."""
     fastest = {label: math.inf for label in clocks}
     over: set[str] = set()
     for w in range(1, warmup + 1):
@@ -298,66 +249,30 @@ def time_interleaved(
 
     Args:
         cases: label -> zero-argument callable doing the work (inputs bound already).
-        threads: intra-op threads while timing (set and restored around each timing).
+        threads: intra-op threads while timing.
         device: "cpu" or "cuda".
         pair_with: label -> candidate reference labels; the case's ``ratio`` is paired
             with the fastest of them that timed ok (itself included gives ratio 1).
-        warmup: untimed rounds before any timing, interleaved as the timed ones (one call
-            of each case a round); a case whose warm-up fails is reported
-            "oom"/"error: ..." and left out of the rounds, the others go on.
+        warmup: untimed rounds before any timing (one call of each case a round); a case
+            whose warm-up fails is "oom"/"error: ..." and the others go on.
         min_rounds, max_rounds: rounds taken at least / at most (one timing per case each).
         target: stop once every CI half-width (median and ratio) is within this fraction.
-        time_cap_s: the point's seconds, warm-up included: a round starts only if the time
-            spent and the last round's length fit in it (the first always runs); a case
-            whose warm-up call alone exceeds it is ``over_budget``.
+        time_cap_s: the point's seconds, warm-up included (the module's docstring).
         noisy_threshold: a case whose CI half-width exceeds this fraction is ``noisy``.
-        min_run_s: calls per timing are chosen in the warm-up so that one timing lasts at
-            least this long; the time reported is per call.
-        progress: called as progress(i, n, label): first for each warm-up call (n = the
-            number of cases, label "warm-up <case>", or "warm-up w/W <case>" when there
-            are W warm-up rounds), then once per round (label "round r").
+        min_run_s: one timing lasts at least this long (calls per timing chosen in the
+            warm-up); the time reported is per call.
+        progress: called as progress(i, n, label) for each warm-up call (n cases, label
+            "warm-up <case>", or "warm-up w/W <case>" with W warm-up rounds), then once
+            per round (label "round r").
 
     Returns: label -> Timing, in the order of ``cases``.
     """
     pair_with = dict(pair_with or {})
-    _check_args(cases, pair_with, device, threads, warmup, min_rounds, max_rounds, target,
-                time_cap_s, noisy_threshold, min_run_s)
-    return time_cases(cases, pair_with, device=device, threads=threads, warmup=warmup,
-                       min_rounds=min_rounds, max_rounds=max_rounds, target=target,
-                       time_cap_s=time_cap_s, noisy_threshold=noisy_threshold,
-                       min_run_s=min_run_s, progress=progress)
-
-
-def time_cases(cases, pair_with, *, device, threads, warmup, min_rounds, max_rounds, target,
-                time_cap_s, noisy_threshold, min_run_s, progress) -> dict[str, Timing]:
-    """``time_interleaved`` without the argument checks (a worker may take fewer rounds
-    than a one-process interval needs: its interval is made over processes)."""
     started = time.perf_counter()
-    clocks = {label: make_clock(fn, device, threads, min_run_s) for label, fn in cases.items()}
+    clocks = {label: make_clock(fn, device, threads) for label, fn in cases.items()}
     failed: dict[str, Timing] = {}
     numbers, over = _warm_up(clocks, warmup, min_run_s, time_cap_s, failed, progress)
-    samples = _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target,
-                      time_cap_s, progress, started)
-    widths = _widths(samples, pair_with)
-    results = dict(failed)
-    for label, xs in samples.items():
-        ref = _reference(label, samples, pair_with)
-        ratio = None if ref is None else Ratio(ref, *paired_ratio(xs, samples[ref]))
-        results[label] = Timing(tuple(xs), clocks[label].method, "ok", numbers[label],
-                                widths[label] <= target, widths[label] > noisy_threshold,
-                                ratio, over_budget=label in over)
-    return {label: results[label] for label in cases}
-
-
-def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, time_cap_s,
-            progress, started: float | None = None) -> dict[str, list[float]]:
-    """The interleaved loop; a case failing mid-way moves from the samples to ``failed``.
-
-    The cap counts from ``started`` (the point's start, warm-up included): a round starts
-    only if the time spent plus the last round's length still fits in it; the first
-    round always runs."""
     samples: dict[str, list[float]] = {label: [] for label in numbers}
-    started = time.perf_counter() if started is None else started
     last_round = 0.0
     for r in range(1, max_rounds + 1):
         if r > 1 and time.perf_counter() - started + last_round > time_cap_s:
@@ -375,8 +290,14 @@ def _rounds(clocks, numbers, pair_with, failed, min_rounds, max_rounds, target, 
                 continue
             samples[label].append(seconds * 1e3)
         last_round = time.perf_counter() - round_started
-        if r < min_rounds or not samples:
-            continue
-        if max(_widths(samples, pair_with).values()) <= target:
+        if r >= min_rounds and samples and max(_widths(samples, pair_with).values()) <= target:
             break
-    return samples
+    widths = _widths(samples, pair_with)
+    results = dict(failed)
+    for label, xs in samples.items():
+        ref = _reference(label, samples, pair_with)
+        ratio = None if ref is None else Ratio(ref, *paired_ratio(xs, samples[ref]))
+        results[label] = Timing(tuple(xs), clocks[label].method, "ok", numbers[label],
+                                widths[label] <= target, widths[label] > noisy_threshold,
+                                ratio, over_budget=label in over)
+    return {label: results[label] for label in cases}

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
-DEVICES = ("cpu", "cuda")
+from inferlab.measurement.clocks import check_device
+
 _PROC_STATUS = Path("/proc/self/status")
-_PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 _OOM_TEXTS = ("can't allocate memory", "out of memory", "defaultcpuallocator")
 
 
@@ -27,10 +27,9 @@ _OOM_TEXTS = ("can't allocate memory", "out of memory", "defaultcpuallocator")
 class MemoryReading:
     """Peak bytes allocated during a call beyond what was allocated before it.
 
-    ``rss_hwm_delta_bytes`` is the process resident high-water mark's rise during the
-    call, a cross-check from the operating system (None where it cannot be read). The
-    mark can only rise; where it could not be reset first it reads 0 whenever the call
-    stayed below an earlier peak, so it is a lower bound, never the measurement.
+    ``rss_hwm_delta_bytes``: the process's resident high-water mark's rise during the
+    call, a cross-check from the operating system (None where unreadable); where the mark
+    could not be reset first it is a lower bound, never the measurement.
     """
 
     peak_extra_bytes: int
@@ -45,17 +44,6 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(t in str(exc).lower() for t in _OOM_TEXTS)
 
 
-def check_device(device: str) -> str:
-    if device not in DEVICES:
-        raise ValueError(f"device={device!r} is not supported; expected one of {list(DEVICES)}")
-    return device
-
-
-def _check_count(name: str, value: int, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}")
-
-
 def _proc_status_bytes(key: str) -> int | None:
     """A ``kB`` field of /proc/self/status in bytes (Linux), else None."""
     try:
@@ -67,21 +55,10 @@ def _proc_status_bytes(key: str) -> int | None:
     return None
 
 
-def _reset_rss_high_water() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
-    try:
-        _PROC_CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
-
-
 def _cpu_allocation_peak_bytes(fn: Callable[[], object], on_profile=None) -> int:
-    """Max of the running sum of allocations minus frees during ``fn``, from the profiler.
-
-    torch's own profiler parser reads these the same way: ``[memory]`` events of the kineto
-    results, ``nbytes()`` positive for an allocation and negative for a free.
-    """
+    """Max of the running sum of allocations minus frees during ``fn``, read as torch's
+    own profiler parser reads them: the kineto results' ``[memory]`` events, ``nbytes()``
+    positive for an allocation and negative for a free."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
 
@@ -102,7 +79,11 @@ def _cpu_allocation_peak_bytes(fn: Callable[[], object], on_profile=None) -> int
 
 
 def _cpu_peak_extra(fn: Callable[[], object], on_profile=None) -> MemoryReading:
-    reset = _reset_rss_high_water()
+    try:  # reset VmHWM to the current RSS (Linux >= 4.0)
+        Path("/proc/self/clear_refs").write_text("5")
+        reset = True
+    except OSError:
+        reset = False
     hwm_before = _proc_status_bytes("VmHWM")
     peak = _cpu_allocation_peak_bytes(fn, on_profile)
     hwm_after = _proc_status_bytes("VmHWM")
@@ -112,7 +93,17 @@ def _cpu_peak_extra(fn: Callable[[], object], on_profile=None) -> MemoryReading:
                          delta)
 
 
-def _cuda_peak_extra(fn: Callable[[], object]) -> MemoryReading:
+def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu",
+                     on_profile: Callable[[object], object] | None = None) -> MemoryReading:
+    """Peak bytes allocated while ``fn()`` runs beyond what was allocated before it.
+
+    The inputs ``fn`` closes over are not counted; what it returns is. Call it after a
+    warm-up so one-time lazy allocations are not counted. Exceptions (an out-of-memory
+    included) propagate. On a CPU the reading is a profiler session, handed to
+    ``on_profile(prof)`` when it ends (the stage names the kernel from the same call).
+    """
+    if check_device(device) == "cpu":
+        return _cpu_peak_extra(fn, on_profile)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -122,70 +113,53 @@ def _cuda_peak_extra(fn: Callable[[], object]) -> MemoryReading:
     return MemoryReading(int(peak), "torch.cuda.max_memory_allocated", None)
 
 
-def peak_extra_bytes(fn: Callable[[], object], device: str = "cpu",
-                     on_profile: Callable[[object], object] | None = None) -> MemoryReading:
-    """Peak bytes allocated while ``fn()`` runs beyond what was allocated before it.
-
-    The inputs ``fn`` closes over are allocated before, so they are not counted; what
-    ``fn`` returns is counted (it was allocated during the call). Call it after a warm-up
-    (e.g. after ``time_interleaved``) so one-time lazy allocations are not counted.
-    Exceptions from ``fn`` (an out-of-memory included) propagate so the caller can record
-    the status. On a CPU the reading is a profiler session; ``on_profile(prof)`` is
-    handed it when it ends (the stage names the kernel from the same call).
-    """
-    if not callable(fn):
-        raise ValueError(f"fn={fn!r} is not callable")
-    if check_device(device) == "cuda":
-        return _cuda_peak_extra(fn)
-    return _cpu_peak_extra(fn, on_profile)
-
-
 @contextlib.contextmanager
 def memory_cap(cap_bytes: int | None, device: str = "cpu") -> Iterator[None]:
     """Inside the block, allocating more than ``cap_bytes`` beyond current use fails like a
     real out-of-memory (so an OOM row can be produced on a machine that has the memory).
+    None: no cap.
 
-    CPU: lowers the address-space limit (RLIMIT_AS) to the current VmSize + cap, restored
-    on exit; it caps virtual memory, so threads started inside the block also count, and
-    memory the allocator already holds does not: glibc serves a request of any size from
-    a free chunk of its heap (memory freed earlier in the process) without new address
-    space. So on CPU this is a guard for the machine (a size far over the cap fails
-    instead of being swapped or killed), not an exact cap: ``capped`` adds the exact
-    check, from the profiler's allocation trace.
-    CUDA: see ``_cuda_cap``. It synchronizes and empties the allocator's cache, so it must
-    not be entered inside a timed call: time ``capped(fn, ...)`` instead. None = no cap.
+    CPU: the address-space limit (RLIMIT_AS) lowered to the current VmSize + cap, restored
+    on exit. It caps virtual memory (threads started inside count too), and glibc serves a
+    request of any size from a free chunk its heap already holds without new address
+    space: a guard for the machine, not an exact cap (``capped`` adds the exact check).
+
+    CUDA: the caching allocator (c10/cuda/CUDACachingAllocator.cpp) serves a request from
+    a cached free block without any check, and refuses a new segment only when reserved
+    memory plus its size would pass ``fraction x total``. So the cache is emptied first,
+    the fraction set to (bytes in use + cap) / total, and on exit set back to 1.0 and the
+    cache emptied again (blocks freed inside, after an out-of-memory too, go back to the
+    device). Exact to the allocator's rounding (2 MiB; 20 MiB segments for requests of
+    1-10 MiB). It synchronizes: never enter it inside a timed call (``capped``).
     """
     check_device(device)
     if cap_bytes is None:
         yield
-        return
-    _check_count("cap_bytes", cap_bytes, 1)
-    if device == "cuda":
-        yield from _cuda_cap(cap_bytes)
-        return
-    yield from _cpu_address_space_cap(cap_bytes)
-
-
-def _cuda_cap(cap_bytes: int) -> Iterator[None]:
-    """The caching allocator (c10/cuda/CUDACachingAllocator.cpp) serves a request from a
-    cached free block without any check, and refuses a new segment only when reserved
-    memory plus its size would pass ``fraction x total``. So: empty the cache first (no
-    cached block can slip past the cap), set the fraction to (bytes in use + cap) / total
-    (reserved memory is in-use memory then, up to the free space of live segments), and
-    on exit set it back to 1.0 and empty the cache again, so that blocks freed inside,
-    after an out-of-memory too, go back to the device. Exact to the allocator's rounding
-    (2 MiB; 20 MiB segments for requests of 1-10 MiB).
-    """
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-    fraction = min(1.0, (torch.cuda.memory_allocated() + cap_bytes) / total)
-    torch.cuda.set_per_process_memory_fraction(fraction)
-    try:
-        yield
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0)
+    elif device == "cuda":
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        torch.cuda.set_per_process_memory_fraction(
+            min(1.0, (torch.cuda.memory_allocated() + cap_bytes) / total))
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0)
+            torch.cuda.empty_cache()
+    else:
+        vm_size = _proc_status_bytes("VmSize")
+        if vm_size is None:
+            raise ValueError("memory_cap on CPU needs /proc/self/status (Linux); set "
+                             "prefill.memory_cap_gib to null on this system")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        new_soft = vm_size + cap_bytes
+        if hard != resource.RLIM_INFINITY:
+            new_soft = min(new_soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (new_soft, hard))
+        try:
+            yield
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def capped(fn: Callable[[], object], cap_bytes: int | None,
@@ -193,16 +167,13 @@ def capped(fn: Callable[[], object], cap_bytes: int | None,
     """``fn`` as a harness should time it under a cap of ``cap_bytes`` (None: ``fn``).
 
     A call's allocations do not change from one call to the next, and the cap's set-up
-    must not be timed (on CUDA it synchronizes and empties the cache), so ``fn`` is
-    tried now, outside the timing. If it fits, ``fn`` itself is returned and timed
-    without a cap; if not, a function that raises that out-of-memory error again, so the
-    harness records ``oom`` without running a case known not to fit.
+    must not be timed, so ``fn`` is tried now: if it fits, ``fn`` itself is returned and
+    timed without a cap; if not, a function that raises that out-of-memory error again,
+    so the harness records ``oom`` without running a case known not to fit.
     CUDA: one call under ``memory_cap``, which the caching allocator enforces exactly.
-    CPU: an address-space limit is not exact (glibc reuses memory its heap holds, see
-    ``memory_cap``), so the try is a warm-up call under ``memory_cap`` (a size far over
-    the cap fails there, and one-time lazy allocations are made), then a second call,
-    outside it, whose peak extra bytes the profiler's allocation trace counts whatever
-    the heap holds: a peak over the cap is the out-of-memory.
+    CPU: a warm-up call under ``memory_cap`` (a size far over the cap fails there), then a
+    second call outside it whose peak the profiler's allocation trace counts whatever the
+    heap holds: a peak over the cap is the out-of-memory.
     """
     check_device(device)
     if cap_bytes is None:
@@ -212,12 +183,12 @@ def capped(fn: Callable[[], object], cap_bytes: int | None,
             fn()
             if device == "cuda":
                 torch.cuda.synchronize()
-        # Not under the address-space limit: the profiler's start-up would be refused.
+        # outside the address-space limit: the profiler's start-up would be refused
         peak = _cpu_allocation_peak_bytes(fn) if device == "cpu" else 0
     except Exception as exc:  # noqa: BLE001 - any other failure recurs in the harness
         if not is_oom(exc):
             return fn
-        # Keep the message, not the exception: its traceback holds the case's tensors.
+        # keep the message, not the exception: its traceback holds the case's tensors
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         message = f"over the {_size(cap_bytes)} cap: {first}"
     else:
@@ -232,19 +203,3 @@ def capped(fn: Callable[[], object], cap_bytes: int | None,
 
 def _size(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
-
-
-def _cpu_address_space_cap(cap_bytes: int) -> Iterator[None]:
-    vm_size = _proc_status_bytes("VmSize")
-    if vm_size is None:
-        raise ValueError("memory_cap on CPU needs /proc/self/status (Linux); pass "
-                         "cap_bytes=None on this system")
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    new_soft = vm_size + cap_bytes
-    if hard != resource.RLIM_INFINITY:
-        new_soft = min(new_soft, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (new_soft, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

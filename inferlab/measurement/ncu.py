@@ -1,27 +1,21 @@
 """DRAM bytes per kernel, read from Nsight Compute (``ncu``), beside the traffic model.
 
-The chapter compared time ratios with a modelled byte ratio at an assumed tile; with our
-Triton kernels' known tiles and the hardware's counters the model is tested directly.
-Each case (naive attention, SDPA forced to each fused backend, our kernels) runs once at
-each point, fp16, 12 heads, d = 64, batch 1: prefill (full attention) at T tokens, decode
-(one query) against a cache of T keys. Each case runs in its own process under ``ncu``,
-the call inside an NVTX range ``measure`` so that warm-up, compilation and input kernels
-are not counted::
+With our Triton kernels' known tiles and the hardware's counters the traffic model is
+tested directly. Each case (naive attention, SDPA forced to each fused backend, our
+kernels) runs once per point, fp16, 12 heads, d = 64, batch 1: prefill (full attention) at
+T tokens, decode (one query) against a cache of T keys, each in its own process under
+``ncu``, the call inside the NVTX range ``measure`` (warm-up, compilation and inputs are
+not counted)::
 
     ncu --csv --print-units base --clock-control none --nvtx --nvtx-include measure/ \
         --metrics dram__bytes_read.sum,dram__bytes_write.sum \
         python -m inferlab.measurement.ncu case STAGE NAME T
 
-``ncu --csv`` prints one row per (kernel launch, metric): columns "ID", "Kernel Name",
-"Metric Name", "Metric Unit", "Metric Value" among others (values may carry thousands
-separators; ``--print-units base`` asks for bytes, other units are converted anyway).
-``python -m inferlab.measurement.ncu run --tokens T.. --cache-lens T.. --limit-s S --out
-FILE`` writes one CSV row per case and point: the bytes read and written summed over its
-kernels, the kernel names, the model's bytes where the tile is known, and a status saying
-why where ncu gave nothing (where the runtime rules the counters out, gVisor, ncu is not
-started: ``sandbox.ncu_blocked``). The longest prefill first, then decode; a case not
-started within S seconds is a row saying so. scripts/gpu-call.sh runs it last, in the time
-its stages leave; the rows come back in its tarball as logs/gpu-call/ncu-bytes.csv.
+``run --tokens T.. --cache-lens T.. --limit-s S --out FILE`` writes one CSV row per case
+and point: bytes read and written summed over its kernels, their names, the model's bytes
+where the tile is known, and a status saying why where ncu gave nothing (under gVisor ncu
+is not started: ``sandbox.ncu_blocked``). The longest prefill first, then decode; a case
+not started within S seconds is a row saying so. scripts/gpu-call.sh runs it last.
 """
 
 from __future__ import annotations

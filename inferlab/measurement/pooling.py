@@ -1,47 +1,32 @@
 """A machine's value from a series of runs: random effects over runs, on the log scale.
 
-On a shared VM about half the variance between runs is run-level (the other tenant, how
-much of a cache stays in the last-level cache, for minutes), which no process inside one
-run samples (Kalibera & Jones, "Rigorous benchmarking in reasonable time", ISMM 2013:
-repeat at the level that varies). So a point's runs are pooled as
+On a shared VM about half the variance between runs is run-level (the other tenant, what
+stays in the last-level cache), which no process inside one run samples (Kalibera &
+Jones, "Rigorous benchmarking in reasonable time", ISMM 2013: repeat at the level that
+varies). So a point's runs are pooled as
 
     y_r = mu + a_r + e_r,   a_r ~ (0, s2_run),   e_r ~ (0, v_r = s2_proc / W_r)
 
-y_r the log of run r's value (the mean of its W_r processes' log medians), v_r what its
-processes allot it: the process variance over W_r. Like the run-level variance, the
-process variance of a log value is taken as common to a stage's points and pooled over
-all of them (``process_variance``: one process's, or two processes', sd says little on
-its own: with 2 processes its t has 1 degree of freedom). ``mu`` is estimated with inverse-variance
-weights w_r = 1 / (s2_run + v_r):
+y_r the log of run r's value (the mean of its W_r processes' log medians). The process
+variance s2_proc is common to a stage's points and pooled over them
+(``process_variance``). ``mu`` is estimated with weights w_r = 1 / (s2_run + v_r):
 
 * the 95 % confidence interval of the machine's value: mu_hat +- t * sqrt(1 / sum w_r);
 * the 95 % prediction interval of one more run of W processes (what CORE-Bench counts a
   number "reproduced" by): mu_hat +- t * sqrt(s2_run + s2_proc / W + 1 / sum w_r).
 
-A whole run is often slower or faster at every point at once (the other tenant): that
-part of ``s2_run``, common to a run's points (``common_variance``), is told with the runs'
-degrees of freedom (runs - 1), not the points', pooled with the prior of the machine's
-kind (``with_prior``), and each interval gives it its own t (``_t_parted``).
+``s2_run`` is common to a stage's points and quantity, estimated by the method of moments
+over every point with two or more runs (``run_variance``), so even three runs give it many
+degrees of freedom. The part a whole run shares across its points (slower or faster
+everywhere: ``common_variance``) has only the runs' degrees of freedom; it is pooled with
+the prior of the machine's kind (``with_prior``) and gets its own t (``_t_parted``). A
+series of one run carries a stated prior (``combine_priors``), never a zero-width interval.
 
-``s2_run`` is common to the points of a stage and quantity (median time, paired ratio):
-estimated from the series itself by the method of moments over every point with two or
-more runs (``run_variance``: the spread of each point's run values less what its
-processes allot, pooled over points, floored at 0), so even three runs give it many
-degrees of freedom. A series of one run has none: it carries a stated prior
-(``Prior``: estimated the same way from the committed series of machines of the same
-kind, with its source), never a zero-width interval.
-
-Pooled over points, one point whose runs spread far beyond the others' (a run hit by a
-hiccup at that point, or a value no run could measure) widens every point's interval. That
-is kept: on these VMs a hiccup at one point is evidence of hiccups at any point, and
-leaving such points out of the estimate (``outlying``'s points each with their own) cost
-coverage out of sample (``benchmarks/series_coverage.py`` on the committed series: with
-two runs, 78 % instead of 88 % of the next run's median times inside, 71 % instead of 75 %
-of its ratios). So the outlying points are found and named (``RunLevel.outliers``: the
-series row's ``outlying``, the stage's log line), not left out: against a robust scale
-(the median over points of each spread over the median of its chi-square, which no
-single point moves), a point whose spread a chi-square with its degrees of freedom gives
-less than ``ALPHA`` family-wise chance (Bonferroni over the points).
+A point whose runs spread far beyond the others' widens every point's interval, and is
+kept there (leaving such points out cost coverage out of sample:
+``benchmarks/series_coverage.py``), but named (``RunLevel.outliers``): against a robust
+scale, a point whose spread a chi-square gives less than ``ALPHA`` family-wise chance
+(Bonferroni over the points).
 """
 
 from __future__ import annotations
@@ -162,12 +147,11 @@ def _spreads(points: Sequence[Sequence[Run]], proc_var: float | None) -> list[tu
 def outlying(points: Sequence[Sequence[Run]], proc_var: float | None) -> tuple[int, ...]:
     """The points whose runs spread beyond what the stage's other points make likely.
 
-    The scale is robust: per point its spread over the median of chi-square(d) / d, less
-    what its processes allot it, estimates the run-level variance with its median at the
-    true value; the median over points is moved by no single point. A point's spread, in
-    units of that scale plus its allotment, is chi-square(d) / d where the point varies like
-    the others; under ``ALPHA`` / (points) it is outlying. Fewer than three points, or a
-    scale of 0 (every run the same), call nothing outlying."""
+    The scale: per point its spread over the median of chi-square(d) / d, less what its
+    processes allot it, has its median at the run-level variance; the median over points
+    is moved by no single point. A point's spread over (scale + allotment) is
+    chi-square(d) / d where it varies like the others; under ``ALPHA`` / (points) it is
+    outlying. Fewer than three points, or a scale of 0, call nothing outlying."""
     return _outlying(_spreads(points, proc_var))
 
 
@@ -182,19 +166,15 @@ def _outlying(found: Sequence[tuple[int, int, float, float]]) -> tuple[int, ...]
 
 
 def common_variance(points: Sequence[Sequence[Run]]) -> tuple[float | None, int]:
-    """The variance of what a run shares across a stage's points, and its degrees of
-    freedom: the runs', not the points' (runs - 1).
+    """The variance of what a run shares across a stage's points (a whole run slower or
+    faster: another tenant for minutes), and its degrees of freedom: runs - 1.
 
-    On these VMs a whole run is often slower or faster (another tenant for minutes): every
-    point of that run moves together. Over the points measured in every run, each run's
-    mean departure from the points' means is its common effect; their variance, less what
-    the rest of the spread (the residuals, over the points) leaves in a mean of that many
-    points, estimates it, floored at 0. With three runs it has two degrees of freedom,
-    however many points there are: a prediction interval that took it as known to the
-    points' degrees of freedom held the next run 84 % of the time in a simulation like
-    the host's decode median times (``tests/test_series.py``; the committed host's decode
-    median times at k = 2: 81 %). None where runs are not named or fewer than two runs
-    share two points."""
+    Over the points measured in every run, each run's mean departure from the points'
+    means is its common effect; their variance, less what the residuals leave in a mean of
+    that many points, estimates it, floored at 0. Taken as known to the points' degrees of
+    freedom, a prediction interval held the next run 84 % of the time in a simulation
+    (``tests/test_series.py``). None where runs are not named or fewer than two runs share
+    two points."""
     ids = list(dict.fromkeys(r.run for point in points for r in point))
     if len(ids) < 2 or None in ids:
         return None, 0
@@ -261,10 +241,8 @@ def pool(runs: Sequence[Run], run_level: RunLevel, proc_var: float | None, proc_
         centre = sum(w * r.log_value for w, r in zip(weights, runs, strict=True)) / sum(weights)
         var_mean = 1 / sum(weights)
     k, mean_w = len(runs), statistics.fmean(max(r.processes, 1) for r in runs)
-    # the two variance components of each interval, and Welch-Satterthwaite degrees of
-    # freedom from theirs (the run-level one's and the processes' each from many points)
-    # the run level in two parts where the runs' common part is told apart: the common
-    # part with the runs' degrees of freedom, the rest with the points'
+    # the variance components of each interval: the run level's common part (the runs'
+    # degrees of freedom), its rest and the processes' (the points')
     common = run_level.common or 0.0
     rest = run_level.var - common
     ci = (common / k, rest / k, proc_var / (k * mean_w))
@@ -279,14 +257,12 @@ def pool(runs: Sequence[Run], run_level: RunLevel, proc_var: float | None, proc_
 
 
 def _t_parted(parts: tuple[float, ...], dfs: tuple[int, ...]) -> float:
-    """Student's t for a variance whose first part is the runs' common part, its few
-    degrees of freedom (``common_variance``), and the rest estimated with many: each half
-    with its own t, h^2 = t_c^2 V_c + t_rest^2 V_rest (the rest by Welch-Satterthwaite).
-    Welch-Satterthwaite over all three, with the estimated parts plugged in, takes more
-    degrees of freedom exactly where the common part came out small by chance: with three
-    runs and a common sd three times the points' own, 91 % of next runs fell inside a 95 %
-    interval; each half with its own t, 95 % (it is conservative, at most about 97 %,
-    where the halves are alike; ``tests/test_series.py``)."""
+    """Student's t for a variance whose first part is the runs' common part (few degrees
+    of freedom, ``common_variance``) and the rest estimated with many: each with its own t,
+    h^2 = t_c^2 V_c + t_rest^2 V_rest (the rest by Welch-Satterthwaite). Welch-Satterthwaite
+    over all three takes more degrees of freedom exactly where the common part came out
+    small by chance (91 % of next runs inside a 95 % interval, against 95 % this way:
+    ``tests/test_series.py``)."""
     common, rest = parts[0], sum(parts[1:])
     if common <= 0:
         return _t(parts[1:], dfs[1:])

@@ -17,25 +17,18 @@ _NEVER, _TOP_PAD = -1, 256 << 20  # -1: never trim, mallopt(3) (2**31 - 1 would 
 def steady_process() -> dict:
     """Keep one run's timings like the next's (benchmarks/bimodal.py found the causes):
 
-    * glibc serves a buffer above its mmap threshold with fresh pages and returns them on
-      free, and trims the heap top; whether a call's score matrix then faults on every
-      page depended on what ran before it, so naive attention at 256 tokens read 5 or 9 ms
-      run to run (1,537 minor faults a call; none with this setting, and 1.5-1.9x faster
-      at 256-2,048 tokens). No mmap, no trimming, the heap grown 256 MiB at a time:
-      freed buffers stay warm, as a GPU's caching allocator keeps them. "No trimming"
-      is a trim threshold of -1 (mallopt(3)): the largest positive one, 2 GiB, let glibc
-      trim the heap whenever naive attention at 4,096 tokens freed its two 805 MB
-      buffers, so each call faulted on 393,216 pages and took 1.1-3.1 s, not 0.75;
-    * OpenMP threads that spin-wait on a shared 2-vCPU VM made two threads up to 8x
-      slower than one; passive waiting (unless the caller chose) stops the spinning;
-    * torch's CPU allocator asks for transparent huge pages for its buffers of 2 MiB and
-      more (``THP_MEM_ALLOC_ENABLE``, unless the caller chose; where the kernel offers
-      them on request, ``madvise``): a decode step reads its whole cache once, and with
-      4 KiB pages a 25-400 MB cache misses the TLB on every page, in a pattern that
-      varied process to process. Decode's grid, three runs each, alternated run by run
-      (12 rounds of 10 ms, 3 workers): with huge pages the ratios moved a median 1.4 %
-      between runs (3.3 % without), at most 6.6 % (13.1 %), half-width 5.3 % (8.4 %),
-      and the DRAM-bound points ran 6-10 % faster.
+    * glibc: no mmap, no trimming (a trim threshold of -1, mallopt(3)), the heap grown
+      256 MiB at a time, so freed buffers stay warm as a GPU's caching allocator keeps
+      them. Otherwise whether a call's score matrix faulted on every page depended on what
+      ran before it: naive attention at 256 tokens read 5 or 9 ms run to run, and at 4,096
+      tokens a trimmed heap cost 393,216 page faults a call (1.1-3.1 s, not 0.75);
+    * OpenMP threads waiting passively (unless the caller chose): spinning made two
+      threads on a shared 2-vCPU VM up to 8x slower than one;
+    * torch's CPU allocator asks for transparent huge pages for buffers of 2 MiB and more
+      (``THP_MEM_ALLOC_ENABLE``, unless the caller chose): a decode step reads its whole
+      cache once, and with 4 KiB pages it misses the TLB on every page, differently
+      process to process (decode's ratios moved a median 1.4 % between runs with huge
+      pages, 3.3 % without).
 
     Must run before torch loads OpenMP. Returns what was set, for the provenance.
     """
@@ -66,11 +59,9 @@ def _thp_mode() -> str | None:
 
 def release_freed_memory() -> bool:
     """Give the heap's free memory back to the kernel now (glibc ``malloc_trim(0)``), in a
-    process that times nothing: the stage's own process, after it checked which SDPA
-    backends run at a point (the math backend at 8,192 tokens leaves ~7 GB free but held,
-    which steady_process never trims), before its timing worker needs the memory. A worker
-    at 8,192 tokens was killed by the out-of-memory killer (13.5 GB) while its parent held
-    that. False where glibc is not there."""
+    process that times nothing: the stage's own, after it checked which SDPA backends run
+    (the math backend at 8,192 tokens leaves ~7 GB free but held, which steady_process
+    never trims) and before its timing worker needs the memory. False without glibc."""
     try:
         return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
     except (OSError, AttributeError):

@@ -1,26 +1,21 @@
 """The sandbox a machine runs in (gVisor, Firecracker, another VM, a container, or none),
 read from what its kernel shows, and what that rules out for the profilers.
 
-The lent GPU machines run under one of two runtimes (the device tool's KINDS.md, read on
-2026-11-04): under gVisor ``ncu`` cannot read the hardware counters ("Failed to
-initialize the profiler: LibraryNotLoaded", the cause not established) and
-compute-sanitizer refuses the device; under Firecracker both work. So the GPU call records
-the runtime in its preflight and in every artifact's environment (``environment.
-fingerprint``), and skips ``ncu`` with this reason where it cannot work instead of
-spending a minute on error rows (``ncu_blocked``).
+Under gVisor ``ncu`` cannot read the hardware counters ("Failed to initialize the
+profiler: LibraryNotLoaded" on the lent GPU machines) and compute-sanitizer refuses the
+device; under Firecracker both work. So the runtime is recorded in every artifact's
+environment and ``ncu`` is skipped with the reason where it cannot work (``ncu_blocked``).
 
-How each shows itself (first match wins, every hint found is kept as evidence):
+How each shows itself (every hint found is kept as evidence):
 
-* gVisor: the kernel it emulates says release ``4.4.0`` with no distribution suffix
-  (``/proc/version``: "Linux version 4.4.0 #1 SMP Sun Jan 10 15:06:54 PST 2016"), and
-  its ``dmesg`` is its own boot story ("Starting gVisor..."); ``runsc`` is its binary.
-* Firecracker: the guest kernel's command line (``/proc/cmdline``: "--firecracker-init")
-  or release (``6.18.44-fc-v236-gpu``: "-fc-"), or DMI naming it
-  (``/sys/class/dmi/id/sys_vendor``).
+* gVisor: release ``4.4.0`` with no distribution suffix (``/proc/version``), its own boot
+  story in ``dmesg`` ("Starting gVisor..."), ``runsc`` on the command line;
+* Firecracker: ``/proc/cmdline`` ("--firecracker-init"), a release like
+  ``6.18.44-fc-v236-gpu``, or DMI naming it;
 * another VM: cpuinfo's ``hypervisor`` flag; a container: ``/.dockerenv`` or
   ``/run/.containerenv``.
 
-Torch-free, and every read may fail (then that hint is simply absent).
+Torch-free, and every read may fail (then that hint is absent).
 """
 
 from __future__ import annotations
@@ -102,8 +97,3 @@ def ncu_blocked(found: dict) -> str | None:
                 f"seen: {'; '.join(found.get('evidence') or ['gVisor'])})")
     return None
 
-
-if __name__ == "__main__":
-    import json
-
-    print(json.dumps(this_machine()))

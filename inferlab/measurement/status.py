@@ -1,19 +1,14 @@
-"""A row's status as data: an enum, the cause of anything but ``ok``, the external text
-that came with it, never our prose (the report and the CLI say it in words).
+"""A row's status as data: an enum, the cause of anything but ``ok``, and the external
+text that came with it, never our prose (the report and the CLI say it in words).
 
-``status``: ok | oom | unavailable | error | dropped | stopped. ``cause``: for oom
-``memory``; unavailable ``backend_refused`` (``reason``: PyTorch's own words, or none
-where it gave none), ``no_cuda_build`` / ``no_cuda_device`` / ``not_on_cuda`` (a CUDA-only
-kernel: this PyTorch build has no CUDA, no CUDA device is available to the process, the
-tensors are on another device), ``no_triton`` (Triton is not installed) or
-``triton_driver`` (Triton cannot start its CUDA driver: ``reason``, its exception's first
-line); error ``exception`` (``reason``: the exception's first line) or ``inexact`` (our
-kernel's output failed the exactness rule at the stage's sizes: ``max_error`` against
-float64 over ``error_bound``, ``algorithms.exactness``); dropped ``budget``
-(``budget_left_s``: the seconds the worker had left), ``slow_path`` (the probe found the
-dtype's matmul on a slow path) or ``killed`` (the kernel killed the timing worker: the
-out-of-memory killer, mostly); stopped ``step_limit`` (the stage was stopped at its limit
-or by SIGTERM before it reached the point).
+Causes: oom ``memory``; unavailable ``backend_refused`` (``reason``: PyTorch's words, if
+any), ``no_cuda_build``, ``no_cuda_device``, ``not_on_cuda`` (a CUDA-only kernel),
+``no_triton`` or ``triton_driver`` (``reason``: Triton's exception's first line); error
+``exception`` (``reason``: its first line) or ``inexact`` (our kernel's ``max_error``
+against float64 over ``error_bound``, ``exactness.inexact``); dropped ``budget``
+(``budget_left_s``), ``slow_path`` (the probe found the dtype's matmul on a slow path) or
+``killed`` (the out-of-memory killer, mostly); stopped ``step_limit`` (the stage's limit
+or SIGTERM came first).
 
 Torch-free: the artifact reader uses it to read an older table, whose status was one
 string ("dropped: 0.0 s of the stage budget left for this worker").
@@ -29,8 +24,6 @@ CAUSES = {"oom": ("memory",),
                           "no_triton", "triton_driver"),
           "error": ("exception", "inexact"),
           "dropped": ("budget", "slow_path", "killed"), "stopped": ("step_limit",)}
-
-
 # the columns a status may carry beside status and cause
 FIELDS = ("reason", "budget_left_s", "max_error", "error_bound")
 

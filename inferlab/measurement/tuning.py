@@ -4,18 +4,15 @@ tune``), read back by the prefill and decode stages.
 ``python -m inferlab tune --limit-s S`` times each Triton kernel's configurations (its
 registry entry's ``Launch.configs``) at a few points of the config's CUDA grid: for a
 prefill kernel the two longest lengths of each dtype, both masks; for a decode kernel the
-two longest caches at the smallest batch and the longest at the largest, in every
-layout of heads. Each configuration is first run once and checked as the stages check
-what they time (``exactness.inexact``), then all are timed interleaved by the one harness
-(``measure.time_interleaved``). The fastest at each point is written to
-``results/{key}/tuning.json`` (``layout.tuning_path``), which travels with the results.
+two longest caches at the smallest batch and the longest at the largest, in every layout
+of heads. Each configuration is run once and checked as the stages check what they time
+(``exactness.inexact``), then all are timed interleaved by the one harness. The fastest at
+each point goes to ``results/{key}/tuning.json`` (``layout.tuning_path``).
 
-On a CUDA machine the stages read that file: a point takes the configuration tuned at the
-nearest size (lengths, or caches and programs, on a log scale) of the same kernel, head
-dim, dtype and mask (or queries per program); with no file, or nothing tuned alike, the
-kernel's default. Each row's ``kernel`` column names what ran
-(``triton_flash[BM128,BN64,w8,s3]``), so the committed evidence says which configuration
-produced it. On a CPU there is nothing to tune and the command refuses, saying so.
+On a CUDA machine a stage's point takes the configuration tuned at the nearest size
+(lengths, or caches and programs, on a log scale) of the same kernel, head dim, dtype and
+mask (or queries per program); without one, the kernel's default. Each row's ``kernel``
+names what ran (``triton_flash[BM128,BN64,w8,s3]``). On a CPU the command refuses.
 """
 
 from __future__ import annotations
@@ -76,9 +73,6 @@ def sm_count(device: str) -> int | None:
     if device != "cuda":
         return None
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
-# --------------------------------------------------------------------------- timing
 
 
 def _fastest(entry, q, k, v, causal: bool, launches: dict[str, tuple]) -> tuple[str | None, dict]:

@@ -1,33 +1,26 @@
 """The timing harness across processes: each point of a stage measured in a few short
 worker processes, one after another, within the stage's budget.
 
-Across processes (``time_points``): a round of one process measures that process, but most
-of the variance between runs is between processes (memory layout, where the allocator
-and the kernel put things, the other tenant of a shared VM), so each point is measured in
-``workers`` short worker processes, one after another, each timing every point in turn
-(so drift between processes hits all points alike), each steadied like the stage's own
-process (``process.steady_process`` before torch loads). The interval is then a
-random-effects one over processes: each process gives the log of its median (or of its
-median paired ratio), and the 95 % interval, the prediction interval of another run of
-as many processes, is their mean ± t(W-1) · s · sqrt(2/W), back on the linear scale
-(``inferlab.measurement.intervals``); a row records the workers, the rounds and the between-process
-share
-of the variance. With one process it is the order-statistics interval of its rounds.
+A round of one process measures that process, but most of the variance between runs is
+between processes (memory layout, the other tenant of a shared VM), so each point is
+timed in ``workers`` worker processes, one after another, each timing every point in turn
+(drift between processes hits all points alike), each steadied like the stage's own
+process (``process.steady_process``, before torch loads). The interval is then over
+processes (``intervals.process_interval``) and a row records the workers, the rounds and
+the between-process share of the variance.
 
-A stage's budget ``budget_s`` is shared by its workers (each gets the budget left over the
-workers left). Points are timed in the order the stage lists them, which is its priority:
-the chapter's own points first (``required``), extras after. Under a budget the harness cuts
-rounds, then processes, and points last: the first process times every required point
-whatever is left (with as many rounds as fit, at least one), later processes only the
-points that still fit, and an extra point nobody could fit is dropped with the seconds
-that were left. The first worker that timed a point also takes its readings (memory, the
-kernel that ran: the profiler), after all its own timings, so they count against the
-budget and no profiler runs before a timing in the same process.
+The stage's ``budget_s`` is shared by its workers (each gets the budget left over the
+workers left). Points are timed in the order the stage lists them, its priority: the
+chapter's own points first (``required``). Under a budget the harness cuts rounds, then
+processes, and points last: the first process times every required point whatever is
+left, later processes only the points that still fit, and an extra point nobody could fit
+is dropped with the seconds that were left. The first worker that timed a point also takes
+its readings (memory, the kernel that ran: the profiler) after all its own timings, so no
+profiler runs before a timing in the same process.
 
-A stage may also be stopped: at ``stop_at`` (a limit on the wall clock, e.g. a GPU call's
-step limit) or by SIGTERM (``stopping``). A worker writes its results point by point, so
-what it finished before it was stopped is kept; the points it did not finish are
-``stopped`` (cause ``step_limit``) and the stage writes what there is.
+A stage may also be stopped, at ``stop_at`` (a wall-clock limit) or by SIGTERM
+(``stopping``): a worker writes its results point by point, so what it finished is kept,
+and the points it did not finish are ``stopped`` (cause ``step_limit``).
 """
 
 from __future__ import annotations
@@ -49,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inferlab.measurement.intervals import between_share, relative_halfwidth
-from inferlab.measurement.measure import Ratio, Timing, check_count, ratio_groups, time_cases
+from inferlab.measurement.measure import Ratio, Timing, ratio_groups, time_interleaved
 
 # The worker's first lines: steady the process before torch loads, then time its points.
 _WORKER_BOOT = ("import sys; from inferlab.measurement.process import steady_process; "
@@ -110,12 +103,12 @@ def _worker_job(job: dict, progress, save=None) -> list[dict]:
         # a required point in the first process gets its cap whatever the budget left (its
         # later processes are what the budget cuts); any other what is left of its share
         cap = max(min(job["cap_s"][i], to_stop, math.inf if job["required"][i] else left), 1e-3)
-        timings = time_cases(built["cases"], built.get("pair_with") or {}, device=job["device"],
-                              threads=job["threads"], warmup=job["warmup"][i],
-                              min_rounds=job["rounds"], max_rounds=job["rounds"],
-                              target=math.inf, time_cap_s=cap,
-                              noisy_threshold=math.inf, min_run_s=job["min_run_s"],
-                              progress=say)
+        timings = time_interleaved(built["cases"], pair_with=built.get("pair_with"),
+                                   device=job["device"], threads=job["threads"],
+                                   warmup=job["warmup"][i], min_rounds=job["rounds"],
+                                   max_rounds=job["rounds"], target=math.inf, time_cap_s=cap,
+                                   noisy_threshold=math.inf, min_run_s=job["min_run_s"],
+                                   progress=say)
         results.append({"timings": {label: (t.samples_ms, t.method, t.status,
                                             t.calls_per_timing, t.over_budget)
                                     for label, t in timings.items()},
@@ -151,10 +144,9 @@ def _no_room(expected: float | None, left: float) -> dict | None:
 
 def _readings(built: dict, timings: dict, stop_at: float | None = None,
               say: Callable[[str], object] | None = None) -> dict:
-    """Each timed case's readings, case by case until ``stop_at``: one point's readings
-    under the profiler took tens of seconds on an H200 (a Python loop of thousands of
-    kernels), and a check per point let the step run 18 s past its limit. A case not read
-    has no readings (its row's memory and kernel stay empty)."""
+    """Each timed case's readings, checking ``stop_at`` case by case (one point's readings
+    under the profiler took tens of seconds on an H200); a case not read has none (its
+    row's memory and kernel stay empty)."""
     read, out = built.get("read"), {}
     for label, t in timings.items():
         if not read or t[2] != "ok":
@@ -299,12 +291,6 @@ def time_points(factory: str, points: Sequence[object], *, workers: int, rounds:
 
     Returns: one PointResult per point, in order.
     """
-    check_count("workers", workers, 1)
-    check_count("rounds", rounds, 1)
-    if not (isinstance(budget_s, int | float) and budget_s >= 0):
-        raise ValueError(f"budget_s={budget_s!r} must be a number of seconds >= 0")
-    if not (isinstance(time_cap_s, int | float) and time_cap_s > 0):
-        raise ValueError(f"time_cap_s={time_cap_s!r} must be a number of seconds > 0")
     n = len(points)
     names = list(names or [f"point {i + 1}" for i in range(n)])
     progress = progress or (lambda i, n, what: None)

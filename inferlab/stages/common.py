@@ -1,7 +1,7 @@
-"""What the stage modules share: seeded inputs, dtype names, the harness's options, and
-small numeric helpers. Each stage is ``inferlab.stages.<name>``: a frozen ``Params``
-built from the stage's effective config, and ``run(params, ctx)`` returning rows (a table
-artifact) or a dict (a JSON artifact); ``inferlab.workflow.runner`` does the rest.
+"""What the stage modules share: seeded inputs, dtype names, the harness's options and
+the SDPA backends a point runs. Each stage is ``inferlab.stages.<name>``: a frozen
+``Params`` built from the stage's effective config, and ``run(params, ctx)`` returning rows
+(a table artifact) or a dict (a JSON artifact); ``inferlab.workflow.runner`` does the rest.
 """
 
 from __future__ import annotations
@@ -16,28 +16,21 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
-def torch_dtype(name: str) -> torch.dtype:
-    if name not in DTYPES:
-        raise ValueError(f"dtype={name!r} is not supported; expected one of {list(DTYPES)}")
-    return DTYPES[name]
-
-
 def random_qkv(shape: tuple[int, int, int, int], dtype: str, device: str, seed: int,
                keys: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Standard-normal q (B, H, T, D) and k, v (B, H, keys or T, D), seeded, then cast.
 
     Drawn in float32 on ``device`` itself, from one generator of that device seeded with
     ``seed``: every dtype on a device sees the same numbers (up to the cast), and a GPU
-    never waits for the CPU (decode's 805 M samples at 65,536 keys and batch 8 took ~12 s
-    a draw on the CPU, in every worker, before the transfer). On a CPU these are exactly
-    the numbers of the committed CPU evidence; a GPU's generator draws others.
+    never waits for the CPU (decode's 805 M samples at 65,536 keys took ~12 s a draw on
+    the CPU). On a CPU these are exactly the numbers of the committed CPU evidence.
     """
     B, H, T, D = shape
     gen = torch.Generator(device=device).manual_seed(seed)
     q = torch.randn((B, H, T, D), generator=gen, device=device)
     k, v = (torch.randn((B, H, T if keys is None else keys, D), generator=gen, device=device)
             for _ in "kv")
-    return tuple(t.to(dtype=torch_dtype(dtype)) for t in (q, k, v))
+    return tuple(t.to(dtype=DTYPES[dtype]) for t in (q, k, v))
 
 
 def tuples(value):
@@ -77,16 +70,6 @@ class TimingParams:
                 "noisy_threshold": self.noisy_threshold, "min_run_s": self.min_run_ms / 1e3}
 
 
-def slow_path_drops(ceilings: dict) -> dict[str, dict]:
-    """dtype -> the status fields of a point not timed in it: the probe found its matmul on
-    a slow path here (``matmul_slow_path``: below a quarter of fp32's rate, e.g. bf16
-    without AVX512-BF16, where naive attention at 512 tokens took seconds a call). Its
-    points are rows ``dropped`` (cause ``slow_path``); the correctness sweep still checks
-    the dtype."""
-    return {dtype: {"status": "dropped", "cause": "slow_path"}
-            for dtype, slow in (ceilings.get("matmul_slow_path") or {}).items() if slow}
-
-
 def sdpa_plan(q, k, v, causal: bool, backends) -> tuple[tuple[tuple[str, dict], ...], list]:
     """Which of ``backends`` run on these inputs: ((label, row fields), ...) and the rows
     of those that do not. Asked in the stage's own process, never in a timing worker:
@@ -106,14 +89,6 @@ def sdpa_timed(q, k, v, causal: bool, plan) -> dict:
     return {label: (lambda b=b: run_sdpa(q, k, v, b, causal)) for label, b in backends.items()}
 
 
-def harness_progress(ctx, i: int, n: int, point: str):
-    """A progress callback for ``time_interleaved``: point ``i`` of ``n``, at each warm-up
-    and at the start of each round."""
-    def report(step: int, steps: int, label: str) -> None:
-        ctx.progress(i, n, f"{point}: {label}")
-    return report
-
-
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     """numerator / denominator, or None when either is missing, NaN or the denominator 0."""
     if numerator is None or denominator is None:
@@ -121,9 +96,3 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
         return None
     return numerator / denominator
-
-
-def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |out - ref|, computed in float64 (NaN if any element of ``out`` is NaN)."""
-    diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
-    return math.nan if diff.isnan().any() else diff.max().item()

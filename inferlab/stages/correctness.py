@@ -29,7 +29,13 @@ from inferlab.algorithms.partials import finalize, merge_partials, partial_atten
 from inferlab.algorithms.traffic import block_pairs
 from inferlab.measurement.backends import FUSED_SDPA, sdpa_cases
 from inferlab.measurement.memory import is_oom
-from inferlab.stages.common import max_abs_err, random_qkv, torch_dtype, tuples
+from inferlab.stages.common import DTYPES, random_qkv, tuples
+
+
+def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref|, computed in float64 (NaN if any element of ``out`` is NaN)."""
+    diff = (out.to(torch.float64) - ref.to(torch.float64)).abs()
+    return math.nan if diff.isnan().any() else diff.max().item()
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ class Params:
 def _inputs(shape, dtype: str, scale: float, ctx, keys: int | None = None):
     """q, k, v in ``dtype`` (queries scaled) and their exact float64 copies."""
     q, k, v = random_qkv(shape, "float32", ctx.device, ctx.seed, keys=keys)
-    low = tuple(t.to(torch_dtype(dtype)) for t in (q * scale, k, v))
+    low = tuple(t.to(DTYPES[dtype]) for t in (q * scale, k, v))
     return low, tuple(t.to(torch.float64) for t in low)
 
 

@@ -3,27 +3,22 @@ our fused Triton kernel on a CUDA machine) against fused SDPA forced to each bac
 runs here.
 
 A decode step must read the whole cache (K and V), so its time is bounded below by
-cache_bytes / bandwidth: ``floor_ms`` is that bound at the probe's measured copy
-ceiling (traffic.decode_floor_time_us), and ``achieved_gbs`` is the cache bytes over the
-measured time. For each (cache length, batch, dtype) point every implementation is
-timed interleaved by ``workers.time_points``, in several worker processes, each paired
-round by round with the fastest fused SDPA backend (``ratio``: this time / the fused
-kernel's); the kernel that ran is read with the profiler in the first worker that timed
-the point, after all that worker's timings.
+cache_bytes / bandwidth: ``floor_ms`` is that bound at the probe's copy ceiling
+(``traffic.decode_floor_time_us``), and ``achieved_gbs`` the cache bytes over the measured
+time. For each (cache length, batch, dtype) point every implementation is timed
+interleaved by ``workers.time_points`` in several worker processes, each paired round by
+round with the fastest fused SDPA backend (``ratio``); the kernel that ran is read with
+the profiler after the timings.
 
-Points are timed in the order cache length, batch, dtype of the config (shortest cache
-first). Every one is a point the chapter measured ("every length and batch I tried"), so
-under the stage's ``budget_s`` the harness cuts rounds and processes, never points: each
-gets its first process whatever the budget. A ``grouped`` entry adds points of another
-layout of heads (grouped-query attention: ``heads`` query heads over ``kv_heads``
-key/value heads, each group's queries read as one sequence's queries), timed after the
-chapter's and dropped first; the rows' ``heads`` and ``kv_heads`` say the layout.
+Every point of the chapter's layout is one it measured ("every length and batch I tried"),
+so under ``budget_s`` the harness cuts rounds and processes, never these points. A
+``grouped`` entry adds points of another layout of heads (grouped-query attention:
+``heads`` query heads over ``kv_heads``, each group's queries read as one sequence's),
+timed after the chapter's and dropped first.
 
-Our Triton kernel runs at the grid's fixed split counts (the chapter's split-count
-claims compare them) and at the count it chooses for this device
-(``kernels.decode_splits``: whole waves of the multiprocessors, at least 256 keys a
-split), that row marked ``splits_chosen``; each in the configuration ``inferlab tune``
-chose here (``measurement.tuning``), named in the ``kernel`` column.
+Our Triton kernel runs at the grid's split counts and at the count it chooses for this
+device (``kernels.decode_splits``), that row marked ``splits_chosen``, each in the
+configuration ``inferlab tune`` chose here, named in the ``kernel`` column.
 """
 
 from __future__ import annotations
@@ -40,12 +35,12 @@ from inferlab.measurement.kernel_names import kernel_that_ran
 from inferlab.measurement.status import status_fields
 from inferlab.measurement.workers import time_points
 from inferlab.stages.common import (
+    DTYPES,
     TimingParams,
     random_qkv,
     ratio,
     sdpa_plan,
     sdpa_timed,
-    torch_dtype,
     tuples,
 )
 
@@ -210,7 +205,7 @@ def point_rows(params: Params, cache_len: int, batch: int, dtype: str, heads: in
                kv_heads: int, result, copy_gbs: float | None) -> list[dict]:
     """All rows of one (cache length, batch, dtype, layout) point from its ``PointResult``."""
     cache_bytes = decode_cache_bytes(batch, kv_heads, cache_len, params.d,
-                                     torch_dtype(dtype).itemsize)
+                                     DTYPES[dtype].itemsize)
     floor_ms = None if not copy_gbs else decode_floor_time_us(cache_bytes, copy_gbs) / 1e3
     base = {"cache_len": cache_len, "batch": batch, "heads": heads, "kv_heads": kv_heads,
             "d": params.d, "dtype": dtype, "cache_bytes": cache_bytes, "floor_ms": floor_ms}

@@ -1,35 +1,15 @@
 """model -> model.csv: the chapter's arithmetic, recomputed, so that its model and
 arithmetic claims are checked against rows the pipeline wrote, never a constant in code.
 
-Each row is one quantity with its value, unit, what it was computed from, and whether
-its inputs are the chapter's own premises (``config.yaml`` ``model:``, each quoted from
-the chapter), counted or measured here, or the analytic model (``inferlab.algorithms.traffic``):
-
-* ``ops_per_block_pair``: ATen operations tiled_attention launches per block pair it
-  computes, counted with the profiler (the chapter: "about fourteen operations each");
-* ``launches``: block pairs at T tokens (``traffic.block_pairs``) x those operations
-  (the chapter: "some 29,000 launches"); ``launch_time_s``: that many launches at the
-  chapter's 40 µs per launch (its "1.2 seconds"), and at this machine's own per-op cost;
-* ``kv_traffic_ratio_half_tile``: K and V traffic of a tiled kernel with B_q/2 over B_q,
-  the key tile B_k held (the chapter: "doubling B_q halves the K and V traffic": B_q alone);
-* ``decode_cache_mib``, ``decode_floor_us``: the chapter's 48 MiB cache read at its
-  sustainable bandwidth (six times the 50 GB/s it measured: "170 microseconds"), and
-  at this machine's copy ceiling;
-* ``decode_intensity_over_balance``: a decode step's FLOPs per byte over the machine's
-  balance (matmul rate / copy bandwidth, from the probe): below 1, memory-bound;
-* ``flops_tiled_over_naive``: FLOPs the profiler counts for tiled over naive attention
-  (the Q&A: the same FLOPs);
-* ``decode_intensity``: a decode step's FLOPs per byte of cache read, per dtype (the Q&A:
-  "intensity ≈ 7");
-* ``naive_score_round_trips_full``, ``..._causal``: write-and-read round trips over the
-  T x T intermediate in the traffic model (``traffic.naive_hbm_elements``; the Q&A:
-  "three round-trips over an O(S²) intermediate");
-* ``splitkv_ops_per_call``: ATen operations one split-KV decode call launches, counted with
-  the profiler at the fewest and most splits (the chapter: "a dozen separate operations");
-* ``fma_two_kernels_over_fused``: Chapter 11's fused multiply-add measured again: the time
-  of ``a * b`` then ``+ c`` (two kernels, six memory passes) over ``torch.addcmul`` (one
-  kernel, four passes), paired round by round with its 95 % interval (the chapter: "1.5 to
-  1.6 times less time ... six to four").
+Each row is one quantity with its value, unit, what it was computed from (``inputs``), and
+its ``source``: the chapter's own premises (``config.yaml`` ``model:``, each quoted from
+the chapter), counted or measured here, or the analytic model (``algorithms.traffic``).
+The chapter's figures they stand beside: "about fourteen operations each" a block pair,
+"some 29,000 launches", "1.2 seconds" at 40 µs a launch, "doubling B_q halves the K and
+V traffic", 48 MiB of cache read in "170 microseconds", "a dozen separate operations" a
+split-KV call; the Q&A's "intensity ≈ 7", the same FLOPs for tiled and naive attention and
+"three round-trips over an O(S²) intermediate"; and Chapter 11's fused multiply-add, "1.5
+to 1.6 times less time ... six to four" memory passes, measured again as a paired ratio.
 """
 
 from __future__ import annotations
@@ -50,7 +30,7 @@ from inferlab.algorithms.traffic import (
 )
 from inferlab.measurement.kernel_names import quiet_profile
 from inferlab.measurement.measure import time_interleaved
-from inferlab.stages.common import TimingParams, random_qkv, torch_dtype, tuples
+from inferlab.stages.common import DTYPES, TimingParams, random_qkv, tuples
 
 # Chapter 11's multiply-add operands: 2**23 fp32 elements (32 MiB each) outgrow a CPU's
 # last-level cache, so every memory pass goes to main memory, as on the GPU it measured.
@@ -166,7 +146,7 @@ def _added_rows(params: Params, ctx) -> list[dict]:
                     + ", ".join(f"{n} ops at {s} splits" for n, s in zip(ops, SPLITS,
                                                                           strict=True))))
     for dtype in params.dtypes:
-        rows.append(row("decode_intensity", 2 / torch_dtype(dtype).itemsize, "FLOP/B",
+        rows.append(row("decode_intensity", 2 / DTYPES[dtype].itemsize, "FLOP/B",
                         "model", "4·S·d FLOPs per 2·S·d cache elements read", dtype))
     ratio = fma_ratio(params, ctx)
     if ratio is not None:
@@ -187,7 +167,7 @@ def run(params: Params, ctx) -> list[dict]:
     full = tiled_hbm_elements(params.T, params.d, params.block, params.block, causal=True)
     qo = 2 * params.T * params.d  # Q read and O written once: not K/V traffic
     cache = decode_cache_bytes(1, params.heads, params.cache_len, params.d,
-                               torch_dtype(params.cache_dtype).itemsize)
+                               DTYPES[params.cache_dtype].itemsize)
     sustainable = params.decode_gbs * params.sustainable_factor
     at = f"T={params.T}, blocks of {params.block}, causal"
     rows = [
@@ -218,7 +198,7 @@ def run(params: Params, ctx) -> list[dict]:
     for dtype in params.dtypes:
         rate = (ceilings.get("matmul_gflops") or {}).get(dtype)
         if rate and ceilings.get("copy_gbs"):
-            intensity = 2 / torch_dtype(dtype).itemsize  # 4·S·d FLOPs per 2·S·d elements
+            intensity = 2 / DTYPES[dtype].itemsize  # 4·S·d FLOPs per 2·S·d elements
             balance = rate / ceilings["copy_gbs"]
             rows.append(row("decode_intensity_over_balance", intensity / balance, "×",
                             "measured here", f"{intensity:g} FLOP/byte over the machine's "

@@ -1,32 +1,27 @@
-"""prefill -> prefill.csv: naive, tiled, tiled_fast and SDPA forced to each backend, at each
-length, dtype, causal and full.
+"""prefill -> prefill.csv: naive, tiled, tiled_fast, SDPA forced to each backend and, on a
+CUDA machine, our Triton kernel, at each length, dtype, causal and full.
 
 For each (T, dtype) point every implementation, causal and full (or the masks the size
-entry names), is timed interleaved (A B C A B C ...) by ``workers.time_points``, in
-several worker processes: each case paired round by round with naive attention of its
-mask (``ratio``: this time / naive's), and a causal case with its full-mask twin
-(``causal_over_full``). Then, in the first worker that timed the point, after all its timings, its
-peak extra memory and the kernel that ran are read with the profiler, so the profiler
-never runs before a timing in the same process.
+entry names), is timed interleaved by ``workers.time_points`` in several worker
+processes, each case paired round by round with naive attention of its mask (``ratio``)
+and a causal case with its full-mask twin (``causal_over_full``). Then the first worker
+that timed the point reads its peak extra memory and the kernel that ran with the
+profiler, after all its timings.
 
-Points are timed in the order of ``sizes`` (dtype entries, then lengths), the chapter's own
-first and the entries marked ``extra`` after them: that is their priority. Under the
-stage's ``budget_s`` the harness cuts rounds, then processes, then points: every chapter
-point gets its first process whatever the budget, and an extra point no process could fit
-is rows ``dropped`` (cause ``budget``). A size entry may name its own number of worker
-processes and warm-up calls (the chapter's 8,192 tokens: one process, one warm-up call).
-A backend that cannot run here gets a row with ``unavailable: <reason>``; a call that
-runs out of memory (under ``memory_cap_gib`` if set) gets ``oom``; the stage goes on.
+Points are timed in the order of ``sizes``, the chapter's first and the entries marked
+``extra`` after them: under ``budget_s`` the harness cuts rounds, then processes, then
+points; an extra point no process could fit is rows ``dropped`` (cause ``budget``). A
+size entry may name its own worker processes and warm-up calls. A backend that cannot
+run here is a row ``unavailable``; a call that runs out of memory (under
+``memory_cap_gib`` if set) is ``oom``; the stage goes on. A dtype whose matmul the probe
+found on a slow path is rows ``dropped`` (cause ``slow_path``).
 
-The implementations are the config's names in ``algorithms.implementations``. Our Triton
-kernel runs on a CUDA machine in the configuration ``inferlab tune`` chose there for the
-nearest length alike (``measurement.tuning``; its default without a tuning file): the
-row's ``block_q`` and ``block_k`` are its tiles and its ``kernel`` names it whole,
-``triton_flash[BM128,BN64,w8,s3]``.
+Our Triton kernel runs in the configuration ``inferlab tune`` chose for the nearest
+length alike (``measurement.tuning``; its default without a tuning file): the row's
+``block_q`` and ``block_k`` are its tiles and ``kernel`` names it whole.
 
 FLOPs are the useful work, 4·B·H·T²·d (two matmuls of 2·T²·d each per head), halved when
-causal, since only the lower triangle is needed; an implementation that computes masked
-scores does more arithmetic than it is credited with.
+causal; an implementation that computes masked scores does more than it is credited with.
 """
 
 from __future__ import annotations
@@ -50,7 +45,6 @@ from inferlab.stages.common import (
     ratio,
     sdpa_plan,
     sdpa_timed,
-    slow_path_drops,
     tuples,
 )
 
@@ -113,12 +107,17 @@ def _cases(params: Params, q, k, v, causal: bool, plan, launches: dict) -> tuple
             refused += sdpa_refused
             continue
         entry = implementations.get(impl)
-        if entry.launch is not None:
-            label = f"{impl} {mask}"
-            fields, fn, status = _kernel_case(entry, q, k, v, causal,
-                                              launches[(impl, causal)])
+        if entry.launch is not None:  # our kernel, checked once at this point's sizes
+            fields = {"impl": impl, "fused_sdpa": False}
+            status = entry.unavailable(q.device.type)
             if status is None:
-                cases[label], meta[label] = fn, fields
+                config = launches[(impl, causal)]
+                fields.update(block_q=config.block_m, block_k=config.block_n,
+                              kernel=f"{impl}[{config.name}]")
+                fn = partial(entry.run, q, k, v, causal, config)
+                status = inexact(fn(), q, k, v, causal)
+            if status is None:
+                cases[f"{impl} {mask}"], meta[f"{impl} {mask}"] = fn, fields
             else:
                 refused.append({**fields, "status": status})
         elif entry.sized_by == "block":
@@ -132,20 +131,6 @@ def _cases(params: Params, q, k, v, causal: bool, plan, launches: dict) -> tuple
     for fields in meta.values():
         fields["causal"] = causal
     return cases, meta, [{**row, "causal": causal} for row in refused]
-
-
-def _kernel_case(entry, q, k, v, causal: bool, config) -> tuple[dict, object, dict | None]:
-    """(row fields, the call, None) for a Triton kernel that runs here, exact at this
-    point's sizes (checked once, before it is timed: ``exactness.inexact``); else (row
-    fields, None, the row's status)."""
-    fields = {"impl": entry.name, "fused_sdpa": False}
-    why = entry.unavailable(q.device.type)
-    if why is not None:
-        return fields, None, why
-    fields.update(block_q=config.block_m, block_k=config.block_n,
-                  kernel=f"{entry.name}[{config.name}]")
-    fn = partial(entry.run, q, k, v, causal, config)
-    return fields, fn, inexact(fn(), q, k, v, causal)
 
 
 def _memory_and_kernel(fn, known_kernel: str | None, device: str) -> dict:
@@ -191,13 +176,9 @@ def plan_point(params: Params, T: int, dtype: str, masks: tuple[bool, ...], devi
         plans = tuple(sdpa_plan(q, k, v, causal, params.backends) for causal in masks)
     launches = tuple(((impl, causal), tuning.choose(list(tuned), impl, "prefill", d=params.d,
                                                     dtype=dtype, causal=causal, T=T))
-                     for impl in params.implementations if _is_kernel(impl)
-                     for causal in masks)
+                     for impl in params.implementations if impl != implementations.SDPA
+                     and implementations.get(impl).launch is not None for causal in masks)
     return Point(params, T, dtype, masks, device, seed, plans, launches)
-
-
-def _is_kernel(impl: str) -> bool:
-    return impl != implementations.SDPA and implementations.get(impl).launch is not None
 
 
 def point_cases(point: Point) -> dict:
@@ -284,7 +265,10 @@ def point_rows(params: Params, ctx, T: int, dtype: str, masks: tuple[bool, ...],
 
 def run(params: Params, ctx) -> list[dict]:
     ceilings = ctx.inputs["probe"]["ceilings"]
-    slow = slow_path_drops(ceilings)
+    # dtype -> the status of its points where the probe found its matmul on a slow path
+    # (bf16 without AVX512-BF16: naive attention at 512 tokens took seconds a call)
+    slow = {dtype: {"status": "dropped", "cause": "slow_path"}
+            for dtype, is_slow in (ceilings.get("matmul_slow_path") or {}).items() if is_slow}
     points = params.points()
     timed = [p for p in points if p[1] not in slow]
     tuned = tuning.load(layout.tuning_path(ctx.root, ctx.key)) if ctx.device == "cuda" else []

@@ -2,23 +2,20 @@
 others do not), the backend map, and the machine's measured ceilings.
 
 ``availability`` is each backend at the representative shape, per dtype and causal;
-``backend_map`` (``inferlab.measurement.backend_map``) is each backend across head dims, grouped
+``backend_map`` (``measurement.backend_map``) each backend across head dims, grouped
 key/value heads, a mask, dropout and every dtype, at a small shape.
 
-Ceilings are what later stages divide by: a large copy's bandwidth (bytes read plus bytes
-written per second, the decode floor's bandwidth) and a square matmul's rate per dtype
-(the prefill rows' fraction of the matmul ceiling). Both are timed with the one harness,
-interleaved, so they share the conditions of the run.
+Ceilings are what later stages divide by: a large copy's bandwidth (bytes read plus
+written per second: the decode floor's) and a square matmul's rate per dtype (the prefill
+rows' fraction of the matmul ceiling), timed interleaved by the one harness.
 
-The matmul's size is chosen by time, per dtype, not fixed: n doubles from ``matmul_min_n``
-until one call takes ``matmul_call_ms`` (long enough to saturate and to time) or n reaches
-``matmul_max_n``. A fixed size costs what the slowest dtype makes of it: an AVX2 CPU has no
-bf16 matmul unit, and its fallback took 58.7 s a call at n = 2,048 (0.29 GFLOP/s), 470 s of
-probe for one number; grown by time it stops at n = 512 after ~0.1 s. A dtype whose rate is
-below a quarter of fp32's is recorded as a slow path (``matmul_slow_path``): a native 16-bit
-matmul moves half fp32's bytes and runs at least at its rate (4.4x it with AVX512-BF16 here),
-the fallback converts element by element (40-80x slower than fp32 on AVX2), so a quarter
-lies far from both. Stages read the flag to shrink or skip their points in that dtype.
+The matmul's size is grown by time, per dtype: n doubles from ``matmul_min_n`` until one
+call takes ``matmul_call_ms`` or n reaches ``matmul_max_n``. A fixed size costs what the
+slowest dtype makes of it: an AVX2 CPU's bf16 fallback took 58.7 s a call at n = 2,048.
+A dtype whose rate is below a quarter of fp32's is a slow path (``matmul_slow_path``): a
+native 16-bit matmul runs at least at fp32's rate (4.4x it with AVX512-BF16 here), the
+fallback converts element by element (40-80x slower on AVX2), so a quarter lies far from
+both. Stages read the flag to skip their points in that dtype.
 """
 
 from __future__ import annotations
@@ -32,7 +29,7 @@ from inferlab.measurement.backends import availability
 from inferlab.measurement.clocks import make_clock
 from inferlab.measurement.environment import fingerprint
 from inferlab.measurement.measure import time_interleaved
-from inferlab.stages.common import TimingParams, harness_progress, random_qkv, torch_dtype, tuples
+from inferlab.stages.common import DTYPES, TimingParams, random_qkv, tuples
 
 MIB = 1 << 20
 
@@ -88,7 +85,7 @@ def backend_map_rows(params: Params, ctx) -> list[dict]:
     its head dim d), in each of the map's dtypes."""
     m = params.map
     cases = map_cases(m.head_dims, m.d, m.heads, m.gqa_groups, m.dropout_p)
-    return map_rows(cases, tuple(torch_dtype(name) for name in m.dtypes), m.heads,
+    return map_rows(cases, tuple(DTYPES[name] for name in m.dtypes), m.heads,
                     m.tokens, ctx.device, ctx.seed, progress=ctx.progress)
 
 
@@ -97,7 +94,7 @@ SLOW_PATH_FRACTION = 0.25  # of fp32's rate; why a quarter: the module docstring
 
 def _matrices(n: int, dtype: str, device: str, gen: torch.Generator):
     """Random n x n inputs a, b and a preallocated output c, in ``dtype`` on ``device``."""
-    a, b = (torch.randn(n, n, generator=gen).to(device, torch_dtype(dtype)) for _ in "ab")
+    a, b = (torch.randn(n, n, generator=gen).to(device, DTYPES[dtype]) for _ in "ab")
     return a, b, torch.empty_like(a)
 
 
@@ -110,7 +107,7 @@ def matmul_sizing(params: Params, dtype: str, ctx, gen: torch.Generator) -> list
     while True:
         a, b, c = _matrices(n, dtype, ctx.device, gen)
         clock = make_clock(lambda a=a, b=b, c=c: torch.mm(a, b, out=c), ctx.device,
-                           ctx.threads, 0.0)
+                           ctx.threads)
         steps.append({"n": n, "call_ms": min(clock.seconds_per_call(1) for _ in "12") * 1e3})
         if steps[-1]["call_ms"] >= params.matmul_call_ms or 2 * n > params.matmul_max_n:
             return steps
@@ -161,8 +158,9 @@ def ceilings(params: Params, ctx) -> dict:
         sizing[dtype] = matmul_sizing(params, dtype, ctx, gen)
     sizes = {dtype: steps[-1]["n"] for dtype, steps in sizing.items()}
     cases = _ceiling_cases(params, sizes, ctx.device, gen)
-    progress = harness_progress(ctx, 1, 1, "ceilings")
-    timings = time_interleaved(cases, progress=progress, **params.timing.options(ctx))
+    timings = time_interleaved(
+        cases, progress=lambda step, steps, label: ctx.progress(1, 1, f"ceilings: {label}"),
+        **params.timing.options(ctx))
     copy_bytes = params.copy_mib * MIB
 
     def rate(label: str, amount: float) -> float | None:

@@ -1,40 +1,27 @@
 """traffic -> traffic.csv: the traffic model's naive/fused ratio beside the measured
-naive/fused time ratio from prefill.csv, and the query tile the measured ratio implies
-(the chapter's exercise 3). At the configured ``model_lengths`` that prefill did not
-measure (the chapter's 1,024-8,192 tokens on a small CPU run) a model-only row is written,
-its measured columns empty, so the model's predictions are checkable everywhere.
+naive/fused time ratio from the prefill series, and the query tile the measured ratio
+implies (the chapter's exercise 3). At the configured ``model_lengths`` prefill did not
+measure, a model-only row, so the model's predictions are checkable everywhere.
 
-The measured ratio is the paired one: the prefill stage timed naive and fused in the same
-rounds, and ``measured_ratio`` is the median over rounds of naive / fused with its 95%
-interval. "Fused" is a prefill row marked ``fused_sdpa``: one of PyTorch's fused SDPA
-backends, which never write the score matrix (``backends.FUSED_SDPA``); ``fused_impl``
-names it.
+The measured ratio is the paired one (naive and fused timed in the same rounds: the
+inverse of the fused row's ratio to naive, with its interval). "Fused" is a prefill row
+marked ``fused_sdpa`` (``backends.FUSED_SDPA``), named by ``fused_impl``.
 
-Each measured point has a row at the chapter's assumed tile (``tile`` "assumed": the
-configured ``block_q_model``, B_k = B_q) for each fused kernel that ran there (its fastest
-ok row), and ``fastest_fused`` marks the fastest of them: a sentence about the chapter's
-kernel (the memory-efficient backend) selects it by ``fused_impl``, one about PyTorch's
-fused kernel in general the fastest. A point where no fused kernel ran keeps one assumed
-row, its measured columns empty, and it is marked ``fastest_fused`` too (as is a
-model-only row), so ``tile: assumed, fastest_fused: true`` is one row per point. Beside
-them, one row at the tile of each kernel that ran whose tile is known (``tile`` "known",
-the model at that kernel's own B_q and B_k; ``note`` says where the tile comes from):
+Each measured point has a row at the chapter's assumed tile (``tile`` "assumed":
+``block_q_model``, B_k = B_q) for each fused kernel that ran there, ``fastest_fused``
+marking the fastest (a point where none ran keeps one such row, marked too, as is a
+model-only row: ``tile: assumed, fastest_fused: true`` is one row per point). Beside them,
+a row at the tile of each kernel that ran whose tile is known (``tile`` "known"):
+PyTorch's CPU flash kernel, recognised by the op the profiler saw (``CPU_FLASH_OP``), at
+its ``qSplitSize`` x ``kvSplitSize`` read from PyTorch's source
+(``backends.cpu_flash_split_sizes``, also set beside the assumed rows), and our Triton
+kernel at the BLOCK_M and BLOCK_N it was launched with. PyTorch's CUDA kernels do not
+report their tiles: there B_q stays an assumption.
 
-* PyTorch's CPU flash kernel, recognised by the op the profiler saw
-  (``CPU_FLASH_OP`` in the row's ``kernel``): its ``qSplitSize`` and ``kvSplitSize`` at
-  this length, read from PyTorch's source (``backends.cpu_flash_split_sizes``), also set
-  in ``cpu_kernel_q_split`` / ``cpu_kernel_kv_split`` beside the assumed rows;
-* our Triton kernel (inferlab.algorithms.kernels, CUDA only): the BLOCK_M and BLOCK_N it was
-  launched with (the prefill row's ``block_q``, ``block_k``).
-
-PyTorch's CUDA kernels do not report their tiles: there the model's B_q stays an assumption.
-
-Each measured row also carries the roofline of naive attention at its point:
-``naive_intensity``, its FLOPs (prefill's count) over the bytes the traffic model says it
-moves (``naive_hbm_elements`` in the row's dtype), and ``machine_balance``, the probe's
-matmul ceiling in that dtype over its copy ceiling (probe.json ``ceilings``). An intensity
-below the balance is memory-bound: at the copy rate naive attention cannot reach the
-matmul ceiling.
+Each measured row also carries naive attention's roofline: ``naive_intensity``, its FLOPs
+(prefill's count) over the bytes the model says it moves, and ``machine_balance``, the
+probe's matmul ceiling over its copy ceiling in that dtype; an intensity below the balance
+is memory-bound.
 """
 
 from __future__ import annotations
@@ -92,16 +79,6 @@ def _naive_over(fused: pd.Series | None) -> tuple[float | None, float | None, fl
     if fused is None or pd.isna(fused["ratio"]) or fused["ratio_to"] != "naive":
         return None, None, None
     return 1 / fused["ratio"], 1 / fused["ratio_ci_high"], 1 / fused["ratio_ci_low"]
-
-
-def _cpu_kernel_tile(T: int, device: str) -> tuple[int | None, int | None, str | None]:
-    if device != "cpu":
-        return None, None, "PyTorch's CUDA kernels do not report their tile sizes"
-    try:
-        q_split, kv_split = cpu_flash_split_sizes(T, T)
-    except NotImplementedError as exc:
-        return None, None, f"CPU flash kernel tile unknown: {exc}"
-    return q_split, kv_split, None
 
 
 def known_tiles(rows: pd.DataFrame, T: int) -> list[tuple[Tile, pd.Series]]:
@@ -177,7 +154,8 @@ def point_row(naive: pd.Series | None, fused: pd.Series | None, tile: Tile, T: i
     fused_ms = None if fused is None else float(fused["median_ms"])
     measured, low, high = _naive_over(fused)
     if tile.kind == "assumed":  # the CPU kernel's splits beside the assumed tile
-        q_split, kv_split, why = _cpu_kernel_tile(T, device)
+        q_split, kv_split, why = (*cpu_flash_split_sizes(T, T), None) if device == "cpu" \
+            else (None, None, "PyTorch's CUDA kernels do not report their tile sizes")
     else:
         q_split, kv_split, why = (tile.block_q, tile.block_k, None) if tile.cpu_kernel \
             else (None, None, None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from inferlab.measurement.cpu_isa import cpu_flags
+from inferlab.measurement.environment import cpu_flags
 
 # ATen's kernel variants on x86, lowest first, and the flags each needs (ATen's own test in
 # DispatchStub.cpp: AVX2 with FMA; AVX512 with its F, BW, VL and DQ subsets and FMA).
