@@ -2,7 +2,7 @@
 
 Runs a small set of the pipeline's own points (prefill and decode, built by the stages'
 ``point_cases`` from config.yaml) several times, each run in fresh worker processes
-(``inferlab.measurement.measure.time_points``, as the stages do), and reports for the paired ratios
+(``inferlab.measurement.workers.time_points``, as the stages do), and reports for the paired ratios
 (ratio != 1):
 
 * coverage: over every ordered pair of runs (i, j), the share of ratios of run j that lie

@@ -1,9 +1,9 @@
 """Exercise 4, measured: naive vs tiled vs tiled_fast, side by side in one run.
 
-Uses the pipeline's one timing harness (``inferlab.measurement.measure.time_interleaved``): every
-implementation is warmed up, then the three are interleaved in rounds, so drift on a
-shared machine hits all alike. Prints median, IQR, round spread (noisy flag) and the
-ratios against naive and against plain tiling. Nothing is written to results/ (this is
+Uses the pipeline's one timing harness (``inferlab.measurement.measure.time_interleaved``):
+every implementation is warmed up, then the three are interleaved in rounds, so drift on a
+shared machine hits all alike. Prints the median with its 95 % interval, the noisy flag and
+the ratios against naive and against plain tiling. Nothing is written to results/ (this is
 a developer's benchmark, not pipeline evidence).
 
     .venv/bin/python benchmarks/tiled_vs_naive.py --lengths 1024 2048 4096 --heads 12
@@ -36,8 +36,7 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--block", type=int, default=128)
     p.add_argument("--causal", action="store_true")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--timings-per-round", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     args = p.parse_args()
 
@@ -45,16 +44,17 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     print(f"torch {torch.__version__}, threads {args.threads}, heads {args.heads}, "
           f"d {args.head_dim}, {args.dtype}, causal {args.causal}, blocks {args.block}")
-    print(f"{'T':>6} {'impl':>11} {'median_ms':>10} {'iqr_ms':>8} {'spread':>7} noisy "
+    print(f"{'T':>6} {'impl':>11} {'median_ms':>10} {'95 % interval':>19} noisy "
           f"{'x naive':>8} {'x tiled':>8}")
     for T in args.lengths:
         q, k, v = (torch.randn(1, args.heads, T, args.head_dim, dtype=dtype) for _ in range(3))
         timings = time_interleaved(_cases(q, k, v, args.causal, args.block),
-                                   threads=args.threads, rounds=args.rounds,
-                                   timings_per_round=args.timings_per_round)
+                                   threads=args.threads, min_rounds=args.rounds,
+                                   max_rounds=args.rounds)
         for name, t in timings.items():
-            print(f"{T:>6} {name:>11} {t.median_ms:>10.2f} {t.iqr_ms:>8.2f} "
-                  f"{t.round_spread:>7.1%} {'yes' if t.noisy else 'no':>5} "
+            low, high = t.ci_ms
+            print(f"{T:>6} {name:>11} {t.median_ms:>10.2f} {low:>9.2f}-{high:<9.2f} "
+                  f"{'yes' if t.noisy else 'no':>5} "
                   f"{t.median_ms / timings['naive'].median_ms:>8.2f} "
                   f"{t.median_ms / timings['tiled'].median_ms:>8.2f}")
 
