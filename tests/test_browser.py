@@ -5,7 +5,8 @@ figure label is cut off, every internal link resolves, no id is repeated, and th
 stays short with its details closed.
 
 Two reports: synthetic evidence for two machines at the book's sizes
-(tests/report_evidence.py), and the session's pipeline run's real evidence. Without a
+(tests/report_evidence.py), the committed evidence of every machine, and that with one
+machine more. Without a
 browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs one.
 """
 
@@ -30,23 +31,13 @@ FIRST_FIGURE_PX = 2_700  # the chapter's comparison starts within the first 2,70
 MACHINE_PX = 6_000       # what one machine more may add (its column narrows the matrix)
 MIN_FONT_PX = 12         # body text on a phone
 MIN_TEXT_PX = 10         # any text, a figure's labels too (the decode figure's were 8.3 px)
-# the pipeline's own report: on the worker that builds the session's pipeline run
-REPORTS = ["synthetic", "committed", "one_more",
-           pytest.param("smoke", marks=pytest.mark.xdist_group("pipeline"))]
+REPORTS = ["synthetic", "committed", "one_more"]
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
     root = two_machines(tmp_path_factory.mktemp("synthetic"))
     return render_report(root, layout.report_path(root))
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> Path:
-    """The report the session's pipeline run wrote (tests/pipeline_repo.built)."""
-    from tests.pipeline_repo import built
-
-    return layout.report_path(built(tmp_path_factory))
 
 
 @pytest.fixture(scope="module")
