@@ -314,7 +314,9 @@ def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
                               "is bound by its bytes; its value here is 2.50–3, needs "
                               "below 1")
     holds = evidence("traffic", [intensity_row(1024, 3.0), intensity_row(2048, 2.5)])
-    assert judged(RESTS, holds, stage="traffic", premises=PREMISES)["verdict"] == "reproduced"
+    bound_alone = {**RESTS, "premises": ["bytes_bound"]}  # the check that holds decides
+    assert judged(bound_alone, holds, stage="traffic", premises=PREMISES)["verdict"] == \
+        "reproduced"
 
 
 def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured():
@@ -331,8 +333,48 @@ def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured(
                               "cuda-h200-box: K and V are re-read per query tile; measured: "
                               "19 MB, not 415 MB; what would judge it: the byte count as a "
                               "stage artifact")
-    elsewhere = judged(RESTS, found, stage="traffic", premises=PREMISES, key="cuda-other-box")
-    assert elsewhere["verdict"] == "reproduced"  # refuted on one machine, not on every one
+
+
+def test_a_premise_nothing_measures_here_leaves_no_verdict_on_any_machine_alike():
+    """Second review (issue 51): a premise without a check counted as holding wherever no
+    measurement refuted it, so two CPUs where nothing counted bytes judged C13-45 and Q13-02
+    on the model's count while the H200, the one machine that counted them, could not. A
+    premise holds only where something shows it: on every machine a measurement did not
+    cover, the cause says nothing here measures it, where it was measured, and what would
+    make it a check."""
+    found = evidence("traffic", [intensity_row(1024, 3.0)])
+    for key in ("cuda-other-box", KEY):
+        result = judged(RESTS, found, stage="traffic", premises=PREMISES, key=key)
+        assert result["verdict"] == "not measurable here" and result["value"] is None
+        assert result["cause"] == {"kind": "premise_unmeasured", "premise": "reread"}
+    assert result["text"] == ("nothing here measures its premise reread: K and V are re-read "
+                              "per query tile; it was measured only on cuda-h200-box, where it "
+                              "did not hold (19 MB, not 415 MB); what would judge it: the byte "
+                              "count as a stage artifact")
+
+
+def test_a_question_about_a_premise_is_answered_by_it_where_it_fails():
+    """A question that asks whether a premise holds (check.asks) gets the premise's failure
+    as its answer: no where a measurement refuted it, undecided where its check is within
+    noise; where nothing measures it, it is not answered."""
+    asks = {**RESTS, "premises": ["reread"], "asks": "reread"}
+    found = evidence("traffic", [intensity_row(1024, 3.0)])
+    refuted = judged(asks, found, "traffic", "question", PREMISES, key="cuda-h200-box")
+    assert (refuted["verdict"], refuted["answer"]) == ("answered here", "no")
+    assert refuted["cause"] == {"kind": "premise_fails", "premise": "reread",
+                                "machine": "cuda-h200-box"}
+    assert refuted["text"].endswith("; answered here: no; judged on cuda-h200-box")
+    unmeasured = judged(asks, found, "traffic", "question", PREMISES)
+    assert unmeasured["verdict"] == "not measurable here" and unmeasured["answer"] is None
+    faster = claims.Premise("faster", "the fused kernel is faster", check=claims._check({
+        "stage": "traffic", "dtype": "any",
+        "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}))
+    noisy = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
+                                               measured_ratio_ci_low=0.9,
+                                               measured_ratio_ci_high=1.5)])
+    spec = {**asks, "premises": ["faster"], "asks": "faster"}
+    assert judged(spec, noisy, "traffic", "question", {"faster": faster})["answer"] == \
+        "undecided"
 
 
 def test_a_premise_within_noise_is_not_established_and_one_not_measurable_says_why():

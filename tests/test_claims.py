@@ -508,6 +508,22 @@ def test_a_premise_that_cannot_decide_anything_is_refused_where_it_is(tmp_path, 
     assert str(info.value).startswith(message)
 
 
+@pytest.mark.parametrize(("kind", "asks", "message"), [
+    ("measured", "reread", "claims.yaml: claim C13-21, field check.asks: only a question asks "
+     "about a premise; this claim is measured"),
+    ("question", "bound", "claims.yaml: claim C13-21, field check.asks: expected one of the "
+     "check's premises (reread), got 'bound'")])
+def test_a_question_asks_only_about_a_premise_it_rests_on(tmp_path, kind, asks, message):
+    path = write_claims(tmp_path, claim("C13-21", {**SPEEDUP, "premises": ["reread"],
+                                                   "asks": asks}, kind=kind))
+    raw = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump({**raw, "premises": {
+        "bound": {"says": "bytes bound", "check": BOUND}, "reread": REFUTED}}))
+    with pytest.raises(ValueError) as info:
+        claims.load(path)
+    assert str(info.value).startswith(message)
+
+
 @pytest.mark.parametrize("cid", [None, "C13-5", "C13-05\n", "c13-05"])
 def test_a_claim_without_an_exact_id_is_located_by_its_place(tmp_path, cid):
     nameless = {k: v for k, v in claim("C13-01").items() if k != "id"}
@@ -984,3 +1000,68 @@ def test_what_a_fused_kernel_allocates_beside_its_output_varies_as_c13_04_says()
     why = claims.find("C13-04", claims.load().claims).reading.why
     assert (f"{outputs[1024]:.1f} outputs at 1,024 tokens and {outputs[4096]:.2f} at 4,096"
             in why)
+
+
+def test_c13_46_s_chapter_value_names_the_spread_its_region_accepts():
+    """Second review: C13-46's label said 'within 2.7x' (1,070 / 400) while its region,
+    the printed bounds at their rounding (1,075 / 350), accepts 3.07x: the label names the
+    bound the check judges."""
+    c46 = claims.find("C13-46", claims.load().claims)
+    low, high = 400 - claims.printed_rounding(400), 1070 + claims.printed_rounding(1070)
+    assert c46.check.expect.target == pytest.approx(high / low - 1, abs=0.005)
+    assert f"at most {high / low:.2f}, {high:,.0f}/{low:.0f}" in c46.chapter_value
+
+
+CPUS = ("cpu-amd-epyc-avx2-2c", "cpu-amd-epyc-avx512bf16-2c")
+
+
+@pytest.mark.parametrize("key", CPUS)
+def test_c13_40_on_the_cpus_the_loop_wins_only_under_causal_as_its_why_says(key):
+    """C13-40's why: on both CPUs the tiled loop (blocks of 128, fp32) is slower than naive
+    attention with the full mask at every length measured, and faster only under causal,
+    where it skips the tiles above the diagonal (second review: the why named caches)."""
+    path = ROOT_DIR / "results" / key / "series.csv"
+    if not path.is_file():
+        pytest.skip(f"no committed {path}")
+    series = pd.read_csv(path)
+    tiled = series[(series["stage"] == "prefill") & (series["impl"] == "tiled")
+                   & (series["block_q"] == 128) & (series["dtype"] == "float32")
+                   & (series["heads"] == 12)]
+    per_point = tiled.groupby(["T", "causal"])["ratio"].median()
+    full, causal = per_point.xs(False, level="causal"), per_point.xs(True, level="causal")
+    assert (full > 1).all() and not full.empty
+    assert (causal < 1).all() and not causal.empty
+    why = claims.find("C13-40", claims.load().claims).reading.why
+    assert "faster than naive attention only under causal, by that skip" in why
+    assert "slower with the full mask" in why
+
+
+@pytest.mark.parametrize("block", [64, 128])
+@pytest.mark.parametrize("d", [32, 64])
+def test_q13_07_the_loop_s_excess_flops_are_its_scale_multiply_and_its_rescale(block, d):
+    """Q13-07's why: over naive attention's 4·T²·d (per head), the profiler counts for the
+    loop T² more for its separate multiply by the scale (1/(4d): naive attention folds the
+    scale into its product) and 2·T·d per key tile for the accumulator's rescale and add
+    (1/(2B_k)), plus 2·T per key tile for the normaliser's; the second review found the
+    why saying 'only the rescale, about 1/B_k', which at d = 64 and B_k = 128 is a
+    coincidence of the two."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from inferlab.algorithms.attention import naive_attention, tiled_attention
+
+    B, H, T = 1, 2, 2 * block
+    g = torch.Generator().manual_seed(SEED)
+    q, k, v = (torch.randn(B, H, T, d, generator=g) for _ in range(3))
+    counted = []
+    for fn in (lambda: tiled_attention(q, k, v, False, block, block),
+               lambda: naive_attention(q, k, v)):
+        with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+            fn()
+        counted.append(sum(e.flops or 0 for e in prof.events()))
+    tiles = T // block
+    assert counted[1] == B * H * 4 * T * T * d
+    assert counted[0] - counted[1] == B * H * (T * T + 2 * T * d * tiles + 2 * T * tiles)
+    why = claims.find("Q13-07", claims.load().claims).reading.why
+    assert "1/(4d) from its separate multiply of each score tile by the scale" in why
+    assert "1/(2B_k) from the accumulator's rescale and add once per key tile" in why

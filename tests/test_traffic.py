@@ -348,18 +348,37 @@ def test_a_point_where_no_fused_kernel_ran_keeps_one_assumed_row(tmp_path):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal):
-    """naive_intensity: prefill's FLOPs over the model's naive bytes in the row's dtype;
-    machine_balance: the probe's matmul ceiling over its copy ceiling in that dtype."""
+    """naive_intensity: naive attention's FLOPs over the model's naive bytes in the row's
+    dtype, its FLOPs those of every score whatever the mask (Q13-15's review: a causal row
+    took prefill's halved count, although naive attention computes all T² scores and masks
+    after, which made it look twice as memory-bound as it is); machine_balance: the probe's
+    matmul ceiling over its copy ceiling in that dtype."""
     T, d = 2048, 64
     rows = _prefill_point(random.Random(3), T, causal, None)
-    flops = 4 * T * T * d // (2 if causal else 1)  # one head of one sequence
-    for row in rows:  # prefill's count, for its batch and heads
-        row["flops"] = row["batch"] * row["heads"] * flops
+    for row in rows:  # prefill's count, for its batch and heads: a causal kernel's work
+        row["flops"] = row["batch"] * row["heads"] * 4 * T * T * d // (2 if causal else 1)
     out = _traffic(tmp_path, rows, device="cuda",
                    ceilings={"copy_gbs": 50.0, "matmul_gflops": {"float32": 1000.0}})
-    intensity = flops / (naive_hbm_elements(T, d, causal) * 4)  # float32
+    intensity = 4 * T * T * d / (naive_hbm_elements(T, d, causal) * 4)  # one head, float32
     assert out["naive_intensity"].tolist() == pytest.approx([intensity] * len(out))
     assert out["machine_balance"].tolist() == pytest.approx([20.0] * len(out))
     # without the probe, or without a ceiling in this dtype, no balance
     for ceilings in (None, {"copy_gbs": 50.0, "matmul_gflops": {"float16": 1000.0}}):
         assert _traffic(tmp_path, rows, "cuda", ceilings)["machine_balance"].isna().all()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_naive_attention_computes_every_score_whatever_the_mask(causal):
+    """The FLOPs the roofline gives naive attention (traffic.naive_flops) are the ones the
+    profiler counts for naive_attention under either mask: it masks after the product."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from inferlab.stages.traffic import naive_flops
+
+    B, H, T, d = 1, 2, 192, 32
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(B, H, T, d, generator=g) for _ in range(3))
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        naive_attention(q, k, v, causal=causal)
+    counted = sum(e.flops or 0 for e in prof.events())
+    assert counted == B * H * naive_flops(T, d)

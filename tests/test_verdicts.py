@@ -1085,17 +1085,16 @@ def traffic_on_a_gpu(rows: list[dict], multiprocessors: int) -> dict:
 
 
 BYTE_CLAIMS = ("C13-21", "C13-49", "C13-54", "C13-64")
+MEASURED_NOWHERE_ELSE = ("C13-21", "C13-54", "C13-64")
 
 
-@pytest.mark.parametrize("cid", [*BYTE_CLAIMS, "Q13-02"])
+@pytest.mark.parametrize("cid", MEASURED_NOWHERE_ELSE)
 def test_where_a_dram_count_refuted_the_model_s_bytes_nothing_is_judged_on_them(cid):
     """The traffic model's fused bytes count K and V re-read per query tile; on the H200
     Nsight Compute found them read once (84x fewer bytes than naive's, not 3.9x), so the
     claims that read the model's bytes as the kernels' are not measurable there, the
     measurement in their reason: C13-21 and C13-64 were shown beside on the model's ratio
-    ('reads as agreement'), C13-49 answered and C13-54 gave an implied tile, Q13-02 was
-    'not reproduced' on the model's growth rate. On a GPU no count refuted, the model's
-    premise stands and each is judged (or answered, or shown) as before."""
+    ('reads as agreement'), C13-54 gave an implied tile."""
     on_h200 = judged_on(cid, "traffic", [], "cuda-nvidia-h200",
                         traffic_on_a_gpu(byte_rows(), 132))
     assert on_h200["verdict"] == "not measurable here" and on_h200["value"] is None
@@ -1104,29 +1103,98 @@ def test_where_a_dram_count_refuted_the_model_s_bytes_nothing_is_judged_on_them(
     words = reason_text(on_h200, committed(cid), "cuda-nvidia-h200")
     assert "Q, K and V read once" in words and "ncu-bytes.csv" in words
     assert "what would judge it: the byte counts as a stage artifact" in words
-    elsewhere = judged_on(cid, "traffic", [], GPU_KEY, traffic_on_a_gpu(byte_rows(), 34))
-    assert elsewhere["verdict"] != "not measurable here"
 
 
-def test_c13_45_the_model_s_halved_traffic_is_not_judged_where_a_count_refuted_it():
-    """'Doubling B_q halves the K and V traffic' is exactly 2 in the model; on the H200
-    Nsight Compute read the same 18.9 MB with our Triton kernel at B_q 64 and 128, so the
-    model's 2 was 'reproduced' there against the measurement."""
-    row = {"quantity": "kv_traffic_ratio_half_tile", "dtype": None, "value": 2.0,
-           "unit": "ratio", "source": "model", "inputs": "B_q=64/128, B_k=128",
-           "status": "ok"}
+@pytest.mark.parametrize("cid", BYTE_CLAIMS)
+def test_where_nothing_measures_the_model_s_bytes_nothing_is_judged_on_them(cid):
+    """Second review (issue 51): a premise without a check counted as holding wherever no
+    measurement refuted it, so a GPU where no one counted bytes judged the model's bytes as
+    the kernels' (C13-21 'reproduced' there) while the H200, which counted them, could not.
+    A premise holds only where something shows it: on any machine no measurement covered,
+    the claim is not measurable, its cause saying that nothing here measures the premise
+    and where it was measured."""
+    for key, multiprocessors in (("cuda-test-box", 34), ("cuda-other-box", 132)):
+        result = judged_on(cid, "traffic", [], key, traffic_on_a_gpu(byte_rows(), multiprocessors))
+        assert result["verdict"] == "not measurable here" and result["value"] is None, key
+        assert result["answer"] is None
+        assert result["cause"] == {"kind": "premise_unmeasured",
+                                   "premise": "kv_read_per_query_tile"}
+        words = reason_text(result, committed(cid), key)
+        assert words.startswith("nothing here measures its premise kv_read_per_query_tile: "
+                                "a fused kernel reads K and V")
+        assert "it was measured only on cuda-nvidia-h200, where it did not hold" in words
+
+
+def test_c13_49_a_dram_count_at_a_known_tile_answers_whether_the_model_holds_there():
+    """'Does the model hold at a tile we know?' (C13-49): the H200's DRAM count at our
+    Triton kernel's own tiles (18.9 MB read, where the model counts 415 and 818 MB) answers
+    it, no, where the second review found it 'not measurable here'. Where nothing measures
+    the model's bytes it stays unanswered; on a CPU naive attention is not bound by its
+    bytes (the premise checked first), so neither."""
+    on_h200 = judged_on("C13-49", "traffic", [], "cuda-nvidia-h200",
+                        traffic_on_a_gpu(byte_rows(), 132))
+    assert (on_h200["verdict"], on_h200["answer"]) == ("answered here", "no")
+    assert on_h200["value"] is None
+    assert on_h200["cause"] == {"kind": "premise_fails", "premise": "kv_read_per_query_tile",
+                                "machine": "cuda-nvidia-h200"}
+    words = reason_text(on_h200, committed("C13-49"), "cuda-nvidia-h200")
+    assert "was refuted by a measurement on cuda-nvidia-h200" in words
+    assert words.endswith("answered here: no; judged on cuda-nvidia-h200")
+    on_cpu = judged_on("C13-49", "traffic", [{**r, "dtype": "float32"}
+                                             for r in byte_rows(naive_intensity=300.0)])
+    assert on_cpu["verdict"] == "not measurable here" and on_cpu["answer"] is None
+    assert on_cpu["cause"]["premise"] == "naive_bytes_bound"
+
+
+def model_row(quantity: str, value: float) -> dict:
+    return {"quantity": quantity, "dtype": None, "value": value, "unit": "ratio",
+            "source": "model", "inputs": "B_q=64/128, B_k=128", "status": "ok"}
+
+
+def test_c13_45_the_chapter_s_count_is_judged_alike_on_every_machine():
+    """'Doubling B_q halves the K and V traffic' is the chapter's count ('the traffic can be
+    counted ... moves, in elements'), 2 in the model. The second review found it
+    'reproduced' on the CPUs, where nothing counted bytes, and 'not measurable' on the
+    H200: a premise no one measured decided it. The count is judged as the model's own
+    arithmetic: the same verdict everywhere."""
+    row = model_row("kv_traffic_ratio_half_tile", 2.0)
     found = on_a_gpu(132)
     found["model"] = Evidence("model", ROOT / "model.csv", table("model", [row]),
                               found["decode"].entry, None)
     on_h200 = judged_on("C13-45", "model", [], "cuda-nvidia-h200", found)
-    assert on_h200["verdict"] == "not measurable here"
-    assert on_h200["cause"]["premise"] == "kv_read_per_query_tile"
-    assert judged_on("C13-45", "model", [row])["verdict"] == "reproduced"  # a CPU: no count
+    on_cpu = judged_on("C13-45", "model", [row])
+    assert on_h200["verdict"] == on_cpu["verdict"] == "reproduced"
+    assert on_h200["value"] == on_cpu["value"] == 2.0
+    assert committed("C13-45").kind == "model" and not committed("C13-45").check.premises
+
+
+def model_traffic_rows(dtype: str) -> list[dict]:
+    """The model's naive / tiled ratio at an assumed tile of 128 (traffic.traffic_ratio), the
+    point's one row, at 1,024-8,192 tokens, both masks."""
+    from inferlab.algorithms.traffic import traffic_ratio
+
+    return [traffic_row(T, 5.0, traffic_ratio(T, 64, 128, causal=causal), causal=causal,
+                        dtype=dtype) for T in (1024, 2048, 4096, 8192)
+            for causal in (False, True)]
+
+
+def test_q13_02_the_asymptotic_statement_is_judged_on_the_model_on_every_machine():
+    """'HBM traffic drops from O(S²) to O(S·d)': a growth rate, which only the analysis
+    gives (the model's naive / tiled ratio levels off: tiled traffic stays quadratic). The
+    second review found it 'not reproduced' on the CPUs, on the model, and 'not measurable'
+    on the H200, whose one DRAM count (one length) has no growth rate. Judged on the model
+    everywhere: not reproduced on each, the same slope."""
+    on_cpu = judged_on("Q13-02", "traffic", model_traffic_rows("float32"))
+    on_h200 = judged_on("Q13-02", "traffic", [], "cuda-nvidia-h200",
+                        traffic_on_a_gpu(model_traffic_rows("float16"), 132))
+    assert on_cpu["verdict"] == on_h200["verdict"] == "not reproduced"
+    assert on_cpu["value"] == on_h200["value"]
+    assert max(on_cpu["value"]) < 0.5
 
 
 @pytest.mark.parametrize("cid", BYTE_CLAIMS)
 def test_where_naive_attention_is_not_bound_by_its_bytes_a_speed_up_is_no_byte_ratio(cid):
-    """On both CPUs naive attention's intensity is 1.2 to 4.5 times the machine's balance
+    """On both CPUs naive attention's intensity is 2.4 to 4.5 times the machine's balance
     (Q13-15): compute, not bytes, bounds it, so its speed-up over a fused kernel says
     nothing about their bytes. C13-49 answered 'no' there on the model's ratio, C13-21 and
     C13-64 were shown beside it, C13-54 said only 'needs a CUDA device'."""
@@ -1138,20 +1206,6 @@ def test_where_naive_attention_is_not_bound_by_its_bytes_a_speed_up_is_no_byte_r
     assert result["cause"]["value"] == pytest.approx(3.0)
     assert "does not hold here: naive attention's time is set by the bytes it moves" in \
         reason_text(result, committed(cid), CPU_KEY)
-
-
-def test_c13_21_is_judged_on_the_model_s_bytes_where_its_premises_hold():
-    """On a GPU like the chapter's where no count refuted the model and naive attention is
-    left of the ridge, the speed-up over the model's ratio is judged: 1.6 is within half a
-    decade; 4 is not."""
-    near = [traffic_row(T, 11.0 * 1.6, 11.0) for T in (1024, 4096)]
-    far = [traffic_row(T, 11.0 * 4, 11.0) for T in (1024, 4096)]
-    assert judged_on("C13-21", "traffic", [], GPU_KEY, traffic_on_a_gpu(near, 34))[
-        "verdict"] == "reproduced"
-    assert judged_on("C13-21", "traffic", [], GPU_KEY, traffic_on_a_gpu(far, 34))[
-        "verdict"] == "not reproduced"
-    on_cpu = judged_on("Q13-02", "traffic", [{**r, "dtype": "float32"} for r in far])
-    assert on_cpu["verdict"] != "not measurable here"  # a CPU's bytes: the model's verdict
 
 
 def test_c13_02_the_tiled_loop_s_peak_is_shown_as_the_author_s_code_s_as_c13_03_s_is():
@@ -1172,6 +1226,34 @@ def test_c13_02_the_tiled_loop_s_peak_is_shown_as_the_author_s_code_s_as_c13_03_
                                            "peak_extra_bytes": int(1.14 * 2 * output)}])
     assert cpu["verdict"] == "about the author's code"
     assert committed("C13-02").kind == committed("C13-03").kind
+
+
+def test_c13_04_the_printed_12_mib_is_judged_on_the_chapter_s_kernel_only():
+    """'needed 12 MiB' (one output) is what the chapter's kernel, the memory-efficient
+    backend, allocated; what a fused kernel allocates beside its output is the kernel's
+    (the H200's flash backend: 9.2 outputs at 1,024 tokens). The second review found it
+    judged to +-4 % on whichever fused kernel was fastest (the CPU flash kernel, 1.039).
+    Judged on the memory-efficient backend alone: not on a CPU, where it cannot run."""
+    output = 12 * 8192 * 64 * 2
+    fused = {"T": 8192, "fused_sdpa": True, "dtype": "float16", "median_ms": 1.0}
+    rows = [prefill_row(impl="sdpa_flash", **fused, peak_extra_bytes=output),
+            prefill_row(impl="sdpa_efficient", **{**fused, "median_ms": 2.0},
+                        peak_extra_bytes=int(1.5 * output))]
+    found = on_a_gpu(132)
+    found["prefill"] = Evidence("prefill", ROOT / "prefill.csv", table("prefill", rows),
+                                found["decode"].entry, None)
+    on_gpu = judged_on("C13-04", "prefill", [], GPU_KEY, found)
+    assert on_gpu["verdict"] == "not reproduced"
+    assert on_gpu["value"] == pytest.approx(1.5) and on_gpu["judged_on"]["impl"] == [
+        "sdpa_efficient"]
+    cpu = [prefill_row(impl="sdpa_flash", **{**fused, "dtype": "float32"},
+                       peak_extra_bytes=int(1.039 * 2 * output)),
+           prefill_row(impl="sdpa_efficient", **{**fused, "dtype": "float32",
+                                                  "median_ms": None},
+                       peak_extra_bytes=None, status="unavailable", cause="no_cuda_build")]
+    on_cpu = judged_on("C13-04", "prefill", cpu)
+    assert on_cpu["verdict"] == "not measurable here"
+    assert on_cpu["cause"]["kind"] == "device_cannot"
 
 
 def decode_on_gpu(rows: list[dict]) -> dict:

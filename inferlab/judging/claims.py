@@ -12,8 +12,9 @@ of both seeds, in order); a claim's sentence is the text of the sentences whose 
 name it, which the loader attaches (``Claim.sentence``).
 
 A model's premises are stated once, in the file's ``premises`` (``Premise``); a check names
-those it rests on, and is judged only on a machine where they hold: where this project
-measured what a model predicts, the measurement decides, not the model.
+those it rests on, and is judged only on a machine where something shows that they hold:
+where this project measured what a model predicts, the measurement decides, not the model,
+and where nothing measures a premise, nothing that rests on it is judged.
 
 ``inferlab.judging.verdicts`` judges a ``Claim`` on a machine's artifacts;
 ``inferlab.presentation.audit`` traces a verdict to the evidence behind it.
@@ -141,11 +142,13 @@ class Expect:
 @dataclass(frozen=True)
 class Premise:
     """A premise of a model that checks rest on (claims.yaml's ``premises``, named by a
-    check's ``premises``). It holds on a machine unless its ``check``, judged there as a
-    claim's is, is not reproduced, or a measurement that no stage keeps refuted it there
-    (``refuted_on``: the machines; ``measured``: what was measured, with its figures and
-    where it is kept; ``to_judge``: what would make it a check). A claim that rests on a
-    premise which does not hold is not measurable there (causes: premise_fails)."""
+    check's ``premises``). It holds on a machine where its ``check``, judged there as a
+    claim's is, is reproduced. One without a check was measured outside the artifacts
+    (``measured``: what, with its figures and where it is kept; ``to_judge``: what would
+    make it a check) on the machines that measurement refuted it on (``refuted_on``); on
+    every other machine nothing measures it. A claim that rests on a premise is not
+    measurable where the premise does not hold (causes: premise_fails) or where nothing
+    measures it (premise_unmeasured)."""
 
     name: str
     says: str
@@ -169,6 +172,8 @@ class Check:
     between_runs: bool = False
     table: str = "availability"                     # probe.json's list: or backend_map
     premises: tuple[Premise, ...] = ()              # judged only where these hold
+    asks: str | None = None                         # a question's premise it asks about:
+    #                                                 where it fails, the answer is no
 
 
 @dataclass(frozen=True)
@@ -407,7 +412,7 @@ def printed_rounding(x: float) -> float:
 
 
 CHECK_KEYS = ("stage", "device", "gpu", "dtype", "scope", "where", "best", "table",
-              "between_runs", "value", "ratio", "expect", "premises")
+              "between_runs", "value", "ratio", "expect", "premises", "asks")
 
 
 def _premises_named(names: Any, premises: dict[str, Premise]) -> tuple[Premise, ...]:
@@ -443,7 +448,18 @@ def _check(spec: Any, premises: dict[str, Premise] | None = None) -> Check:
                  between_runs=_flag(spec.get("between_runs", False), "check.between_runs"),
                  table=_word(spec.get("table", "availability"), "check.table", TABLES),
                  premises=_premises_named(spec["premises"], premises or {})
-                 if "premises" in spec else ())
+                 if "premises" in spec else (), asks=_asks(spec))
+
+
+def _asks(spec: dict) -> str | None:
+    """The premise a question asks about: one of the check's own premises."""
+    if "asks" not in spec:
+        return None
+    named = ", ".join(spec.get("premises") or []) or "none named"
+    if spec["asks"] not in (spec.get("premises") or []):
+        raise Bad("check.asks", f"expected one of the check's premises ({named}), got "
+                  f"{spec['asks']!r}: a question asks about a premise it rests on")
+    return spec["asks"]
 
 
 PREMISE_KEYS = ("says", "check", "refuted_on", "measured", "to_judge")
@@ -504,6 +520,9 @@ def _claim(raw: dict, sentence: str, premises: dict[str, Premise] | None = None)
     if not isinstance(figures, list) or ("figures" in raw and not figures):
         raise Bad("figures", f"expected a list of the figures as printed, got {figures!r}")
     check = _check(raw["check"], premises) if "check" in raw else None
+    if check is not None and check.asks and kind != "question":
+        raise Bad("check.asks", f"only a question asks about a premise; this claim is {kind}: "
+                  "name the premise in check.premises alone")
     return Claim(id=raw["id"], sentence=sentence,
                  chapter_value=_text(raw["chapter_value"], "chapter_value"), kind=kind,
                  check=check, source=_text(raw["source"], "source") if "source" in raw else None,

@@ -13,9 +13,10 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
   its evidence (``answer``: yes, no or undecided), never "reproduced";
 - ``not measurable here``: with its ``cause`` as data (``inferlab.judging.causes``: not
   in the grid, dropped by the budget, stopped at the limit, the device cannot, an
-  upstream stage or row failed, a premise the check rests on does not hold here, ...);
-  a premise that fails is decided first, so a sentence about another device shows no
-  value computed under it (``premises_hold``);
+  upstream stage or row failed, a premise the check rests on does not hold here or
+  nothing here measures it, ...); premises are decided first, so a sentence about another
+  device shows no value computed under one (``premises_hold``); a question that asks
+  whether a premise holds (``asks``) is answered "no" where it does not;
 - ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
   the chapter's GPU) on another device class, or on a GPU other than the chapter's (its
   multiprocessors: claims.yaml's ``chapter_gpu``); the value here is shown beside it;
@@ -321,16 +322,19 @@ def integrity_of(found: Evidence) -> dict | None:
 
 def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, root: Path,
                   device: str, stand_in: dict) -> None:
-    """Raise NotMeasurable (premise_fails) at the first premise of ``check`` that does not
-    hold on ``key``: one a measurement refuted on this machine, or one whose own check is
-    not reproduced here (its verdict, value and interval go in the cause). A premise whose
-    own check cannot be made here leaves the claim not measurable for that check's cause."""
+    """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``:
+    premise_fails for one a measurement refuted on this machine, or one whose own check is
+    not reproduced here (its verdict, value and interval go in the cause);
+    premise_unmeasured for one without a check that no measurement decided here. A premise
+    whose own check cannot be made here leaves the claim not measurable for that check's
+    cause. A premise holds only where something shows it: a model's premise is what the
+    machine must be shown to satisfy, never assumed where it was not refuted."""
     machine = layout.split_key(key)[0]
     for premise in check.premises:
         if machine in premise.refuted_on:
             raise NotMeasurable("premise_fails", premise=premise.name, machine=machine)
         if premise.check is None:
-            continue
+            raise NotMeasurable("premise_unmeasured", premise=premise.name)
         found = evidence[premise.check.stage]
         if found.data is None:
             raise NotMeasurable("upstream_failed", stage=premise.check.stage,
@@ -418,6 +422,12 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
                       rows=_records(check, judged["rows"]), judged_on=judged["judged_on"],
                       judged=judged["judged"])
     except NotMeasurable as why:
+        if why.cause["kind"] == "premise_fails" and why.cause["premise"] == check.asks:
+            # the question is whether this premise holds: where it fails, that is the answer
+            # (no; undecided where its own check is within noise)
+            result.update(verdict=ANSWERED, answer=ANSWERS[why.cause.get("verdict", OUTSIDE)],
+                          cause=why.cause)
+            return result
         # a sentence about another device or the author's code stays so without a value
         result.update(verdict=shown or NOT_MEASURABLE, cause=why.cause)
     return result

@@ -34,7 +34,8 @@ KIND_WORDS = {"not_in_grid": "not in this grid",
               "upstream_failed": "an upstream stage or row failed",
               "too_few_runs": "too few runs", "not_physical": "not physical",
               "not_applicable": "not applicable",
-              "premise_fails": "a premise it rests on does not hold here"}
+              "premise_fails": "a premise it rests on does not hold here",
+              "premise_unmeasured": "nothing here measures a premise it rests on"}
 DEVICE = {"cuda": "CUDA", "cpu": "CPU"}
 
 
@@ -69,12 +70,20 @@ def missing_text(entry: dict) -> str:
 
 
 def premise_text(cause: dict, claim: Claim | None = None) -> str:
-    """A premise_fails cause in words: what the premise says, and why it does not hold here
-    (its check's value against what it needs, or the measurement that refuted it and what
-    would make that a check), from the claim's premises (claims.yaml)."""
+    """A premise_fails or premise_unmeasured cause in words: what the premise says, and why
+    it does not hold here (its check's value against what it needs, or the measurement that
+    refuted it and what would make that a check), or that nothing here measures it, from
+    the claim's premises (claims.yaml)."""
     premise = next((p for p in (claim.check.premises if claim is not None and claim.check
                                 else ()) if p.name == cause["premise"]), None)
     says = f": {premise.says}" if premise else ""
+    if cause["kind"] == "premise_unmeasured":
+        text = f"nothing here measures its premise {cause['premise']}{says}"
+        if premise is not None:
+            text += (f"; it was measured only on {', '.join(premise.refuted_on)}, where it "
+                     f"did not hold ({premise.measured}); what would judge it: "
+                     f"{premise.to_judge}")
+        return text
     if cause.get("machine"):
         text = f"its premise {cause['premise']} was refuted by a measurement on " \
                f"{cause['machine']}{says}"
@@ -93,22 +102,27 @@ def premise_text(cause: dict, claim: Claim | None = None) -> str:
 
 
 def premises_text(check: Check) -> str:
-    """'judged only where its premises hold: NAME (its check: ...), NAME (refuted on M)'."""
+    """'judged only where its premises are shown to hold: NAME (its check: ...), NAME (no
+    check: refuted on M, measured nowhere else)', and the premise a question asks about."""
     def one(p: Premise) -> str:
         if p.check is None:
-            return f"{p.name} (refuted on {', '.join(p.refuted_on)})"
+            return f"{p.name} (no check: refuted on {', '.join(p.refuted_on)}, measured " \
+                   "nowhere else)"
         m = p.check.measure
         quantity = m.column + (f" over {m.over}" if m.over else "")
         return f"{p.name} ({quantity} {describe_expect(p.check.expect)})"
-    return ("judged only where its premises hold: " + ", ".join(map(one, check.premises))
-            if check.premises else "")
+    if not check.premises:
+        return ""
+    asks = f"; where {check.asks} does not hold the answer is no" if check.asks else ""
+    return ("judged only where its premises are shown to hold: "
+            + ", ".join(map(one, check.premises)) + asks)
 
 
 def cause_text(cause: dict, key: str = "this key", artifact: dict | None = None,
                claim: Claim | None = None) -> str:
     """Why a claim is not measurable here, from its cause (inferlab.judging.causes)."""
     kind, path = cause["kind"], (artifact or {}).get("path", "its artifact")
-    if kind == "premise_fails":
+    if kind in ("premise_fails", "premise_unmeasured"):
         return premise_text(cause, claim)
     if cause.get("missing") and cause.get("column"):
         return (f"needs {cause['column']} = {_values(m['value'] for m in cause['missing'])} "

@@ -37,8 +37,12 @@ judged on a GPU like the chapter's (claims.yaml's `chapter_gpu`; `gpu: any`, a s
 about GPUs in general: on any GPU) and shown elsewhere ("not comparable on this device");
 author-code is shown, never judged ("about the author's code"); reported is not checkable;
 a question is answered, never "reproduced". A check that rests on a model's premises
-(claims.yaml's `premises`) is judged only where they hold, and is "not measurable here"
-elsewhere, whatever its kind.
+(claims.yaml's `premises`) is judged only where something shows that they hold (a
+premise's own check reproduced there), and is "not measurable here" elsewhere, whatever
+its kind: where a premise does not hold, and where nothing measures it; a question that
+asks whether a premise holds is answered "no" where it does not. A sentence that states
+the chapter's model itself (its count, its asymptotics) rests on no premise: it is judged
+on the model's rows, the same on every machine.
 
 | id | kind | sentence | quantity | scope | region | why |
 |---|---|---|---|---|---|---|

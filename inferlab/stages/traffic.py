@@ -19,9 +19,9 @@ kernel at the BLOCK_M and BLOCK_N it was launched with. PyTorch's CUDA kernels d
 report their tiles: there B_q stays an assumption.
 
 Each measured row also carries naive attention's roofline: ``naive_intensity``, its FLOPs
-(prefill's count) over the bytes the model says it moves, and ``machine_balance``, the
-probe's matmul ceiling over its copy ceiling in that dtype; an intensity below the balance
-is memory-bound.
+(every score computed, whatever the mask: 4 T^2 d a head) over the bytes the model says it
+moves, and ``machine_balance``, the probe's matmul ceiling over its copy ceiling in that
+dtype; an intensity below the balance is memory-bound.
 """
 
 from __future__ import annotations
@@ -110,17 +110,22 @@ def fused_kernels(rows: pd.DataFrame) -> tuple[list[pd.Series], str | None]:
     return kernels, None if fastest is None else str(fastest["impl"])
 
 
+def naive_flops(T: int, d: int) -> int:
+    """FLOPs naive attention computes per head and sequence, whatever the mask: both
+    products over every one of the T x T scores (2·T²·d each), as ``naive_attention``
+    computes them all and then masks (prefill's ``flops`` column halves a causal row's:
+    the work a causal kernel needs, not what naive attention does)."""
+    return 4 * T * T * d
+
+
 def roofline(naive: pd.Series | None, T: int, d: int, causal: bool, dtype: str,
              ceilings: dict | None) -> tuple[float | None, float | None]:
-    """(naive attention's FLOPs per byte of the model's traffic: the FLOPs prefill counted
-    for its row, per head and sequence; the machine's balance: matmul ceiling over copy
-    ceiling in this dtype, FLOP/B); None where unknown."""
+    """(naive attention's FLOPs per byte of the model's traffic, per head and sequence,
+    where it ran; the machine's balance: matmul ceiling over copy ceiling in this dtype,
+    FLOP/B); None where unknown."""
     size = BYTES_PER_ELEMENT.get(dtype)
-    flops = None if naive is None else pd.to_numeric(pd.Series([naive.get("flops")]),
-                                                      errors="coerce").iloc[0]
-    intensity = None if size is None or flops is None or pd.isna(flops) else (
-        float(flops) / (int(naive["batch"]) * int(naive["heads"]))
-        / (naive_hbm_elements(T, d, causal) * size))
+    intensity = None if size is None or naive is None else (
+        naive_flops(T, d) / (naive_hbm_elements(T, d, causal) * size))
     ceilings = ceilings or {}
     matmul, copy = (ceilings.get("matmul_gflops") or {}).get(dtype), ceilings.get("copy_gbs")
     balance = matmul / copy if matmul and copy else None
