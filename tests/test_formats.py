@@ -1,6 +1,6 @@
-"""How values read (inferlab.presentation.formats): three significant figures, ranges, units, table
-cells
-and the chapter's LaTeX; each on known values, at the edges of each rule."""
+"""How values read (inferlab.judging.numtext, inferlab.presentation.formats): three
+significant figures, ranges, units, table cells and the chapter's LaTeX; each on known
+values, at the edges of each rule."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from inferlab.judging import claims
+from inferlab.judging import claims, numtext
 from inferlab.presentation import formats
 
 
@@ -21,7 +21,7 @@ from inferlab.presentation import formats
     (3, "3"), (True, "True"), ("flash", "flash"), (None, "—"),
 ])
 def test_a_value_for_people(value, text):
-    assert formats.format_value(value) == text
+    assert numtext.format_value(value) == text
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -30,7 +30,7 @@ def test_a_value_for_people(value, text):
     ([[1024, 9.09], [2048, 10.32]], "1024: 9.09, 2048: 10.3"),
 ])
 def test_a_list_reads_as_its_range_or_its_items(value, text):
-    assert formats.format_value(value) == text
+    assert numtext.format_value(value) == text
 
 
 def _check(column: str, **value) -> claims.Check:
@@ -56,7 +56,7 @@ def _check(column: str, **value) -> claims.Check:
                     "expect": {"max": 1}}), "×"),
 ])
 def test_the_unit_a_value_is_printed_in(check, unit):
-    assert formats.display_unit(check) == unit
+    assert numtext.display_unit(check) == unit
 
 
 @pytest.mark.parametrize(("value", "unit", "text"), [
@@ -94,11 +94,3 @@ def test_a_computed_non_finite_cell_reads_as_it_is_never_as_not_applicable():
     assert formats.table_cell(math.nan, "num", nonfinite=True) == "nan"
     assert formats.table_cell(math.inf, "num", nonfinite=True) == "inf"
     assert formats.table_cell(-math.inf, "pct", nonfinite=True) == "-inf"
-
-
-def test_text_table_aligns_each_column_to_its_widest_cell_without_trailing_blanks():
-    from inferlab.presentation.formats import text_table
-
-    assert text_table([["a", "bb", "c"], ["ccc", "d", ""]]) == "a    bb  c\nccc  d"
-    with pytest.raises(ValueError, match=r"row \['only one'\] has 1 cells, the header 2"):
-        text_table([["a", "b"], ["only one"]])

@@ -243,7 +243,7 @@ def test_a_claim_id_that_is_not_exactly_an_id_names_no_macro(bad, tmp_path):
 
 def test_two_numbers_of_one_macro_are_refused():
     one = {"claim": "C13-05", "macro": "ILCThirteenFive", "kind": "measured", "text": "1",
-           "verdict": "reproduced", "marked": False, "artifact": None}
+           "verdict": "reproduced", "marked": False, "artifact": None, "version": None}
     with pytest.raises(ValueError, match="both define"):
         numbers_tex([one, one | {"claim": "C13-05 "}], "k")
 

@@ -1,12 +1,6 @@
-"""Numbers and text for people: a value with its unit, table cells, and the chapter's
-LaTeX as plain Unicode.
-
-Every value a reader sees (the report, the audit, a claim's reason rendered by
-``claim_text``) is formatted here or in ``numtext`` (three significant figures, ranges, a
-check's unit), so a number reads the same everywhere. ``format_value``
-and ``display_unit`` are named here too (``__all__``); inferlab's modules import them
-from ``numtext``.
-"""
+"""Numbers and text for people: a value with its unit and interval, table cells, and the
+chapter's LaTeX as plain Unicode, built on ``judging.numtext`` so a number reads the same
+everywhere."""
 
 from __future__ import annotations
 
@@ -15,10 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from inferlab.judging.numtext import display_unit, format_value
+from inferlab.judging.numtext import format_value
 
-__all__ = ["display_unit", "format_value", "plain_text", "table_cell", "text_table",
-           "value_text", "with_unit"]
+NOT_MEASURED = "not measured here"
 
 
 def with_unit(value: Any, unit: str | None) -> str:
@@ -80,16 +73,3 @@ def table_cell(value, kind: str, nonfinite: bool = False) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and value != value):
         return "—"
     return _FORMATS.get(kind, str)(value)
-
-
-def text_table(rows: list[list[str]] | list[tuple[str, ...]]) -> str:
-    """Rows of cells (the first is the header) as aligned text for a terminal: each column
-    as wide as its widest cell, two spaces between, no trailing blanks. (``verify``'s
-    history keeps its own loop: the evidence layer does not import the report's.)"""
-    short = [row for row in rows if len(row) != len(rows[0])]
-    if short:
-        raise ValueError(f"text_table: row {list(short[0])!r} has {len(short[0])} cells, the "
-                         f"header {len(rows[0])}")
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)

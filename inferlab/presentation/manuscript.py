@@ -1,22 +1,12 @@
-"""The manuscript's files, rendered from the manuscript stage's values: the chapter's four
-tables as Markdown and LaTeX, its numbers as numbers.json and numbers.tex, and the
-report's "For the manuscript" block.
+"""The manuscript's files, rendered from the manuscript stage's values (manuscript.json holds
+values, causes and references; every text is made here, so no number is copied by hand):
 
-manuscript.json (``inferlab.stages.manuscript``) holds values, causes and references; every
-text here is made from them, so that no number is copied by hand:
-
-* the chapter's four tables, in its layout (booktabs for LaTeX): the traffic of the direct
-  and block-wise implementations per length, the three implementations at 1,024-8,192
-  tokens, each backend with PyTorch's reason, split-KV against the fused kernel. A length
-  the key did not measure reads "not measured here" and why (its cause);
-* every number the chapter cites, one per claim, with its provenance (claim, verdict,
-  artifact, version, sha256, commit) and the chapter's figures for it: ``numbers.json``
-  and ``numbers.tex`` (one ``\\newcommand`` per number, a ``%`` line of provenance above
-  it, as showyourwork's variables). A number whose verdict is not "reproduced" is wrapped
-  in ``\\ILcheck{...}`` (and flagged ``marked``), so a manuscript built from evidence that no
-  longer holds shows where.
-
-The check of the chapter's text against the claims is ``inferlab.presentation.manuscript_check``.
+* the chapter's four tables in its layout, as Markdown and LaTeX (booktabs); a length the key
+  did not measure reads "not measured here" and its cause;
+* every number the chapter cites, one per claim with its provenance, as ``numbers.json`` and
+  ``numbers.tex`` (one ``\\newcommand`` per number, a ``%`` line of provenance above it, as
+  showyourwork's variables); a number whose verdict is not "reproduced" is wrapped in
+  ``\\ILcheck{...}``, so a manuscript built from evidence that no longer holds shows where.
 """
 
 from __future__ import annotations
@@ -28,9 +18,8 @@ import unicodedata
 
 from inferlab.judging.numtext import format_value
 from inferlab.presentation.claim_text import STATUS_WORDS
-from inferlab.presentation.formats import with_unit
+from inferlab.presentation.formats import NOT_MEASURED, with_unit
 
-NOT_MEASURED = "not measured here"
 REPRODUCED = "reproduced"
 TITLES = {"traffic": "Traffic of the direct and block-wise implementations",
           "prefill": "Three implementations at the chapter's lengths",
@@ -144,10 +133,7 @@ def decode_table(values: list[dict], dtype: str) -> dict:
 
 
 def tables_of(manuscript: dict) -> list[dict]:
-    """The four tables for people, from the artifact's values (an older artifact stored
-    them as text already: as they are)."""
-    if isinstance(manuscript["tables"], list):
-        return manuscript["tables"]
+    """The four tables for people, from the artifact's values."""
     t, dtype, block_q = manuscript["tables"], manuscript["dtype"], manuscript["block_q"]
     return [traffic_table(t["traffic"], block_q, dtype), prefill_table(t["prefill"], block_q,
                                                                         dtype),
@@ -255,9 +241,6 @@ def numbers_file(manuscript: dict) -> list[dict]:
     artifact they come from flattened (path, stage, version, sha256)."""
     out = []
     for n in manuscript["numbers"]:
-        if "text" in n:  # an older artifact held them rendered already
-            out.append(n)
-            continue
         artifact = n.get("artifact") or {}
         out.append({"claim": n["claim"], "macro": macro_name(n["claim"]), "kind": n["kind"],
                     "verdict": n["verdict"], "marked": n["verdict"] != REPRODUCED,
@@ -310,33 +293,3 @@ def derived_files(manuscript: dict) -> dict[str, bytes]:
 def file_hashes(manuscript: dict) -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest()
             for name, data in derived_files(manuscript).items()}
-
-
-# ------------------------------------------------------------------ the report's view
-
-
-def report_view(root, key: str, evidence) -> dict:
-    """One key's "For the manuscript" block: its four tables, and a link to each derived
-    file with its sha256 checked against the artifact's record now."""
-    import os
-
-    from inferlab.core import layout
-    from inferlab.evidence.loading import derived_status
-
-    data = evidence.data
-    if data is None:
-        why = evidence.error or "the manuscript stage did not run for this key"
-        return {"key": key, "missing": f"{NOT_MEASURED}: {why}", "tables": [], "files": []}
-    page_dir = layout.report_path(root).parent
-    # the files the stage declares, never a name the artifact makes up (it may be another
-    # key's, naming a file outside its folder: issue 35)
-    files = [{"name": f["name"], "href": os.path.relpath(f["path"], page_dir),
-              "status": f["status"], "ok": f["ok"]}
-             for f in derived_status(root, key, "manuscript", data["files"])]
-    tables = [{"title": t["title"], "notes": t["notes"],
-               "table": {"columns": t["columns"],
-                         "rows": [{"cells": r, "noisy": False} for r in t["rows"]]}}
-              for t in tables_of(data)]
-    marked = sum(n["marked"] for n in numbers_file(data))
-    return {"key": key, "missing": None, "tables": tables, "files": files,
-            "numbers": len(data["numbers"]), "marked": marked, "dtype": data["dtype"]}

@@ -1,20 +1,13 @@
 """report/index.html: every results key's evidence side by side, in one page a reader can
 decide from.
 
-It opens with what was found: what was measured, on which machines (hardware, runs in
-each machine's series), the chapter's GPU, and per machine how many of the claims that
-can be judged there hold, naming those that do not. Then the sections of the stages whose
-view draws figures (``inferlab.presentation.views``; the first is the chapter's own
-comparison), the claims matrix (per sentence of the chapter: each claim's value printed
-there and, per machine, its verdict and value in words, linked to its figure and
-provenance), the other stages' sections, and one collapsed provenance block per claim and
-machine, its hashes re-checked when the page is written. This module names no stage: a
-stage's content is its view's.
-
-The data is prepared here; the markup is ``templates/report.html.j2`` (Jinja2, autoescaped:
-an artifact's string is data, never markup; only matplotlib's SVG goes in as markup). The
-page is self-contained (inline style and SVG, no script). An unreadable artifact, or one
-whose hash no longer matches its register entry, is said on the page, never a crash.
+It opens with what was found (per machine: hardware, runs in its series, how many of the
+claims judged there hold), then the sections of the stage views that draw figures, the
+claims matrix (a row per sentence of the chapter, per machine each claim's verdict and value
+in words), the other views' sections, and a provenance block per claim and machine whose
+hashes are re-checked as the page is written. This module names no stage: a stage's content
+is its view's (``sections``). The markup is ``templates/report.html.j2`` (autoescaped: only
+matplotlib's SVG goes in as markup); an unreadable or changed artifact is said on the page.
 """
 
 from __future__ import annotations
@@ -32,18 +25,15 @@ from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.evidence.loading import code_changed
 from inferlab.evidence.register import Register
 from inferlab.judging.claims import Claim, load
+from inferlab.judging.rule import ANSWERED, INSIDE, OUTSIDE, STRADDLES
+from inferlab.judging.verdicts import VERDICTS
 from inferlab.presentation import sections
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text, reason_text
-from inferlab.presentation.formats import plain_text, table_cell, with_unit
-from inferlab.presentation.sections import NOT_MEASURED, KeyData, Page, load_key
+from inferlab.presentation.formats import NOT_MEASURED, plain_text, table_cell, value_text
+from inferlab.presentation.sections import KeyData, Page, load_key
 
 TEMPLATE = "report.html.j2"
-VERDICTS = ("reproduced", "within noise here", "not reproduced", "answered here",
-            "not measurable here", "not comparable on this device", "about the author's code",
-            "not checkable")
-# Each stage's view (inferlab/presentation/views/<stage>.py), in the declaration's order; None: no
-# view
-VIEWS = {name: sections.load(name) for name in STAGES}
+VIEWS = {name: sections.load(name) for name in STAGES}  # None: the stage has no view
 # The page's order: what was found, the views that draw figures, the claims matrix, the
 # views of tables only, the provenance (a reader sees the evidence before the ledger)
 DRAWN = [stage for stage, v in VIEWS.items() if v and hasattr(v, "figures")]
@@ -54,7 +44,7 @@ SECTIONS = (("summary", "Summary"),
             *((VIEWS[s].SECTION["id"], VIEWS[s].SECTION["title"]) for s in TABLED),
             ("provenance", "Provenance"))
 __all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
-JUDGED = ("reproduced", "within noise here", "not reproduced")  # what a claim can be judged
+JUDGED = (INSIDE, STRADDLES, OUTSIDE)  # the verdicts of a claim judged here
 # A value with no unit of its own, in words: the column a check reads (a statistic of it
 # said as such), or what the stage's view says (a model.csv quantity: views/model.py).
 COLUMN_WORDS = {
@@ -96,12 +86,10 @@ def summary_card(data: KeyData) -> dict:
     commits = sorted({((p.get("git_commit") or "")[:10] or "not recorded")
                       + (" (dirty)" if p.get("git_dirty") else "") for p in provs})
     dates = sorted(p["created_at"] for p in provs if p.get("created_at"))
-    # when it was measured (the timed stages) apart from when it was last derived (R8-23:
-    # the card gave the derived stages' date for evidence measured a day earlier)
+    # when it was measured (the timed stages), apart from when it was last derived
     measured = sorted(e.provenance["created_at"] for s, e in data.evidence.items()
                       if STAGES[s].timed and e.provenance and e.provenance.get("created_at"))
     counts = Counter(c["verdict"] for c in data.results)
-    shown = [*VERDICTS, *(v for v in counts if v not in VERDICTS)]
     check = data.integrity[CLAIMS_STAGE]
     problem = data.missing(CLAIMS_STAGE) if data.evidence[CLAIMS_STAGE].data is None else (
         f"claims.json MISMATCH: {check['detail']}" if check["status"] == "MISMATCH" else None)
@@ -114,7 +102,8 @@ def summary_card(data: KeyData) -> dict:
             "mismatch": check["status"] == "MISMATCH",
             "changed": [STAGES[s].artifact for s, c in data.integrity.items()
                         if s != CLAIMS_STAGE and c["status"] == "MISMATCH"],
-            "counts": [{"verdict": v, "count": counts[v]} for v in shown],
+            "counts": [{"verdict": v, "count": counts[v]}
+                       for v in dict.fromkeys((*JUDGED, *VERDICTS))],
             "runs": runs_text(data.runs()), "findings": findings(data.results),
             "older_code": [s for s, e in data.evidence.items() if e.provenance and code_changed(
                 layout.REPO_ROOT, s, e.provenance.get("code_files") or {})]}
@@ -134,30 +123,15 @@ def runs_text(runs: dict[str, int]) -> str:
 def findings(results: list[dict]) -> dict:
     """What a machine found: of the claims it can judge (``JUDGED``), how many hold, and
     the ids of those that do not and of those its noise cannot decide."""
-    ids = {v: [r["id"] for r in results if r["verdict"] == v] for v in (*JUDGED, "answered here")}
-    return {"judged": sum(len(ids[v]) for v in JUDGED), "hold": len(ids["reproduced"]),
-            "fail": ids["not reproduced"], "noise": ids["within noise here"],
-            "answered": len(ids["answered here"])}
+    ids = {v: [r["id"] for r in results if r["verdict"] == v] for v in (*JUDGED, ANSWERED)}
+    return {"judged": sum(len(ids[v]) for v in JUDGED), "hold": len(ids[INSIDE]),
+            "fail": ids[OUTSIDE], "noise": ids[STRADDLES], "answered": len(ids[ANSWERED])}
 
 
 def figure_of(claim: Claim) -> str | None:
     """The id of the report figure that shows a claim's evidence (None: no check)."""
-    check = claim.check
-    view = VIEWS[check.stage] if check is not None else None
-    return sections.figure_of(view, check) if view else None
-
-
-def value_text(result: dict) -> str:
-    """A claims.json value for people, with its unit and, where it has one, its 95 %
-    interval: '1.89–2.57× (95 %: 1.85–2.61)'; '—' when there is none."""
-    value, ci = result["value"], result.get("interval")
-    text = with_unit(value, result["unit"])
-    items = value if isinstance(value, list) else [value]
-    nums = [v[-1] if isinstance(v, list) else v for v in items]
-    nums = [v for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
-    if not ci or not nums or ci == [min(nums), max(nums)]:
-        return text  # no interval, or no noise: the value says it all
-    return f"{text} (95 %: {with_unit(ci, result['unit'])})"
+    view = VIEWS[claim.check.stage] if claim.check is not None else None
+    return getattr(view, "FIGURE", view.SECTION["id"]) if view else None
 
 
 def quantity_words(claim: Claim, result: dict) -> str:
@@ -284,7 +258,8 @@ def section(stage: str, view, page: Page) -> dict:
     """Stage ``stage``'s section, from its view, for the template's generic loop."""
     return {**view.SECTION, "title": Markup(view.SECTION["title"]), "missing": page.missing(stage)
             if view.SECTION.get("missing", True) else [],
-            "figures": sections.figures(view, page), "tables": view.tables(page)}
+            "figures": view.figures(page) if hasattr(view, "figures") else [],
+            "tables": view.tables(page)}
 
 
 def page_data(root: Path, keys: list[KeyData]) -> dict:

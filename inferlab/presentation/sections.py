@@ -1,24 +1,15 @@
-"""The report's per-stage hook: what each stage shows on report/index.html, beside the
-stage, so that adding a stage touches the report nowhere else.
+"""The report's per-stage hook, and the blocks a stage's section is made of.
 
-A stage ``name`` with report content has a view, ``inferlab/presentation/views/<name>.py``
-(``pipeline.Stage.view``), exposing
+A stage with something to show has a view, ``inferlab/presentation/views/<stage>.py``
+(``pipeline.Stage.view``), so that adding a stage touches the report nowhere else. It exposes
 
-* ``SECTION``: ``{"id", "title", "caption"}`` (the caption is markup written here, never
-  an artifact's text; ``"missing": False`` when the view says per key itself that a key
-  has nothing to show);
-* ``tables(page) -> list[dict]``, and optionally ``figures(page) -> list[dict]`` (none
-  by default; ``figure``: an anchor, a heading, one SVG per key, a caption); the tables
-  are the blocks below: tables, raw rows, per-key columns;
-* optionally ``figure_of(check) -> str | None`` (by default its section's id): the
-  anchor on the page that shows a claim's evidence, for the claims of its stage.
+* ``SECTION``: ``{"id", "title", "caption"}`` (the caption is markup written here, never an
+  artifact's text; ``"missing": False`` where the view itself says a key has nothing);
+* ``tables(page) -> list[dict]``: the blocks below; optionally ``figures(page)`` (``figure``
+  blocks) and ``FIGURE``, the anchor that shows its claims' evidence (default: the section).
 
-``page`` (``Page``) holds every results key's evidence (``KeyData``), the claims, the fp16
-stand-in per device and the repository root. A stage without a view module has nothing of
-its own on the page (claims: its verdicts are the page's spine, laid out by the report
-itself). ``report`` loops over ``pipeline.STAGES``, loads each view (``load``) and hands its
-section to one generic loop of the template (the views that draw figures first, then the
-claims matrix, then the others), which renders the blocks made here.
+``report`` loads each view (``load``) and renders the views that draw figures, the claims
+matrix, then the others, through one generic loop of the template.
 """
 
 from __future__ import annotations
@@ -29,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+import pandas as pd
 from markupsafe import Markup
 
 from inferlab.core import layout
@@ -37,15 +29,15 @@ from inferlab.evidence.artifacts import Table
 from inferlab.evidence.loading import Evidence, load_evidence
 from inferlab.judging.claims import Claim
 from inferlab.presentation.audit import integrity
+from inferlab.presentation.formats import NOT_MEASURED, table_cell
 
-NOT_MEASURED = "not measured here"
 NOISY_NOTE = ("A hollow marker is a timing flagged noisy: its rounds' medians disagreed by more "
               "than the noise threshold, so read it as a range, not a value.")
 
 
 @dataclass
 class KeyData:
-    """One results key: its artifacts (claims.json included) and what the page says."""
+    """One results key: its artifacts (claims.json included) and their integrity now."""
 
     key: str
     grid: str | None
@@ -60,8 +52,7 @@ class KeyData:
 
     @property
     def environment(self) -> dict:
-        """The environment a stage recorded in its artifact (the probe's), else in a
-        sidecar."""
+        """The environment recorded in an artifact (the probe's), else in a sidecar."""
         recorded = next((e.data["environment"] for e in self.evidence.values()
                          if isinstance(e.data, dict) and e.data.get("environment")), None)
         return recorded or next((e.provenance.get("environment") for e in
@@ -127,21 +118,59 @@ class Page:
     def missing(self, stage: str) -> list[tuple[str, str]]:
         return [(k.key, k.missing(stage)) for k in self.keys if k.frame(stage) is None]
 
-
-def figure_of(view: ModuleType, check) -> str | None:
-    """The anchor of a claim's evidence: the view's ``figure_of``, else its section."""
-    return view.figure_of(check) if hasattr(view, "figure_of") else view.SECTION["id"]
-
-
-def figures(view: ModuleType, page: Page) -> list[dict]:
-    """The view's figures (``figures(page)``), none where it defines none."""
-    return view.figures(page) if hasattr(view, "figures") else []
+    def raw(self, stage: str, columns: dict[str, str]) -> dict:
+        """Every key's rows of ``stage``, each key's in a collapsed <details>."""
+        return raw([raw_block(k.key, stage, k.frame(stage), columns)
+                    for k in self.present(stage)])
 
 
 def load(stage: str) -> ModuleType | None:
     """The view of ``stage``, or None where it has none."""
     name = STAGES[stage].view
     return importlib.import_module(name) if importlib.util.find_spec(name) else None
+
+
+# ---------------------------------------------------------------- raw rows
+
+
+def _cell_kind(column: str, dtype) -> str:
+    """How a column's cells read (``formats.table_cell``), from its name and type."""
+    if column == "causal":
+        return "mask"
+    if column.endswith("_bytes"):
+        return "mib"
+    if column.startswith("frac_"):
+        return "pct"
+    return {"boolean": "yes", "Int64": "int", "float64": "num"}.get(str(dtype), "text")
+
+
+def raw_table(table: Table, columns: dict[str, str], rows: pd.Series | None = None) -> dict:
+    """Rows of ``table`` as cells under ``columns`` (column -> header with its unit; those
+    it lacks left out), noisy rows marked; a computed NaN reads "nan", never "—"."""
+    frame = table.frame if rows is None else table.frame[rows]
+    spec = [(c, _cell_kind(c, frame[c].dtype)) for c in columns if c in frame.columns]
+    nonfinite = table.nonfinite.loc[frame.index]
+    body = []
+    for i, record in zip(frame.index, frame.to_dict("records"), strict=True):
+        cells = [table_cell(record[c], kind, c in nonfinite.columns and bool(nonfinite.at[i, c]))
+                 for c, kind in spec]
+        body.append({"cells": cells, "noisy": record.get("noisy") is True})
+    return {"columns": [columns[c] for c, _ in spec], "rows": body}
+
+
+def raw_block(key: str, stage: str, table: Table, columns: dict[str, str]) -> dict:
+    """A key's rows of ``stage``; rows that only say "unavailable" collapsed to one line
+    per implementation and reason."""
+    frame, keep, notes = table.frame, None, []
+    if {"impl", "status"} <= set(frame.columns):
+        unavailable = frame["status"].fillna("") == "unavailable"
+        why = frame["reason"].fillna("") if "reason" in frame else pd.Series("", frame.index)
+        notes = [f"{impl}: not run in {len(group)} rows: {reason or 'no reason given'}"
+                 for (impl, reason), group in frame[unavailable].assign(_why=why)
+                 .groupby(["impl", "_why"])]
+        keep = ~unavailable
+    return {"key": key, "artifact": STAGES[stage].artifact, "count": len(table),
+            "table": raw_table(table, columns, keep), "notes": notes}
 
 
 # ---------------------------------------------------------------- blocks for the template
@@ -164,7 +193,7 @@ def text(html: str, cls: str = "") -> dict:
 
 
 def raw(blocks: list[dict]) -> dict:
-    """Raw rows (``report_tables.raw_block``), each in a collapsed <details>."""
+    """Raw rows (``raw_block``), each in a collapsed <details>."""
     return {"kind": "raw", "blocks": blocks}
 
 
@@ -183,8 +212,3 @@ def details(cls: str, summary: str, blocks: list[dict]) -> dict:
 def div(blocks: list[dict], cls: str = "", anchor: str | None = None,
         title: str | None = None) -> dict:
     return {"kind": "div", "cls": cls, "id": anchor, "title": title, "blocks": blocks}
-
-
-def per_key(columns: list[tuple[str, list[dict]]]) -> dict:
-    """One column per key, side by side: [(key, its blocks)]."""
-    return div([div(blocks, "key", title=key) for key, blocks in columns], "keys")

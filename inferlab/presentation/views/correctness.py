@@ -9,7 +9,6 @@ from markupsafe import Markup
 from inferlab.judging.numtext import format_value
 from inferlab.presentation import sections
 from inferlab.presentation.formats import table_cell
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "exactness", "title": "Exactness", "caption": Markup(
     "The largest error against a float64 reference, and that error divided by the error of\n"
@@ -32,8 +31,7 @@ def tables(page: sections.Page) -> list[dict]:
         blocks.append(sections.details("raw", f"{k.key}: the largest error of each check, "
                                        f"implementation and dtype ({len(table['rows'])} rows)",
                                        [sections.table(table)]))
-    return blocks + [sections.raw([raw_block(k.key, "correctness", k.frame("correctness"),
-                                             COLUMNS) for k in page.present("correctness")])]
+    return [*blocks, page.raw("correctness", COLUMNS)]
 
 
 def exactness_table(table) -> dict:

@@ -10,7 +10,6 @@ from matplotlib.lines import Line2D
 
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "decode", "title": "Decode", "caption": None}
 COLUMNS = {
@@ -37,8 +36,7 @@ def figures(page: sections.Page) -> list[dict]:
 
 
 def tables(page: sections.Page) -> list[dict]:
-    present = page.present("decode")
-    return [sections.raw([raw_block(k.key, "decode", k.frame("decode"), COLUMNS) for k in present])]
+    return [page.raw("decode", COLUMNS)]
 
 
 def decode_figure(frame: pd.DataFrame, name: str, copy_gbs: float | None) -> str | None:

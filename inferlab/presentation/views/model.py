@@ -5,7 +5,6 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from inferlab.presentation import sections
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "model", "title": "The chapter's arithmetic", "caption": Markup(
     "The chapter's counts and estimates, recomputed by the model stage: from the chapter's own\n"
@@ -38,11 +37,6 @@ def quantity_words(result: dict) -> str:
     return MODEL_WORDS.get(quantity, (quantity or "").replace("_", " "))
 
 
-def figure_of(check) -> str:
-    return FIGURE
-
-
 def tables(page: sections.Page) -> list[dict]:
     """Each key's rows, collapsed (the claims matrix gives the values its claims judge)."""
-    return [sections.raw([raw_block(k.key, "model", k.frame("model"), COLUMNS)
-                          for k in page.present("model")])]
+    return [page.raw("model", COLUMNS)]

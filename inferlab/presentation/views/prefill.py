@@ -20,7 +20,6 @@ from matplotlib.patches import Patch
 
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "prefill", "title": "The chapter's comparison", "caption": None}
 COLUMNS = {
@@ -47,10 +46,6 @@ CHAPTER_FIGURES = (("C13-57", "time", "fused", ("7.8", "13.0"), 1.0),       # ms
 RATIO_CLAIMS = {"tiled": ("C13-07", False), "fused": ("C13-05", True)}
 PANELS = (("median_ms", "time per call (ms)"), ("ratio", "time ÷ naive's (paired)"),
           ("peak_extra_bytes", "peak extra memory (MiB)"))
-
-
-def figure_of(check) -> str:
-    return FIGURE
 
 
 def family(row: dict) -> str | None:
@@ -218,5 +213,4 @@ def figures(page: sections.Page) -> list[dict]:
 
 
 def tables(page: sections.Page) -> list[dict]:
-    return [sections.raw([raw_block(k.key, "prefill", k.frame("prefill"), COLUMNS)
-                          for k in page.present("prefill")])]
+    return [page.raw("prefill", COLUMNS)]

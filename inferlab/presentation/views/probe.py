@@ -8,7 +8,6 @@ from markupsafe import Markup
 from inferlab.judging.numtext import format_value
 from inferlab.measurement.backend_map import cell as map_cell
 from inferlab.presentation import sections
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "backends", "title": "What ran where", "caption": Markup(
     "Each attention backend of PyTorch's SDPA, in how many of the probed cases (dtype × mask)\n"
@@ -38,9 +37,10 @@ def tables(page: sections.Page) -> list[dict]:
                 sections.bullets(backend_map["reasons"])]))
         else:
             blocks.append(sections.text("No backend map: this probe.json predates it.", "nm"))
-        blocks.append(sections.raw([raw_block(k.key, "probe", frame, COLUMNS)]))
+        blocks.append(sections.raw([sections.raw_block(k.key, "probe", frame, COLUMNS)]))
         columns.append((k.key, blocks))
-    return [sections.per_key(columns)]
+    return [sections.div([sections.div(blocks, "key", title=key) for key, blocks in columns],
+                         "keys")]
 
 
 def backends_table(probe: dict, table) -> dict:

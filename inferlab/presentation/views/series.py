@@ -10,7 +10,6 @@ from matplotlib.lines import Line2D
 
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "series", "title": "Series of runs",
            "caption": Markup(
@@ -55,7 +54,7 @@ def tables(page: sections.Page) -> list[dict]:
         pooled = frame.frame["kind"] == "pooled"
         table = type(frame)(frame.frame[pooled].reset_index(drop=True),
                             frame.nonfinite[pooled].reset_index(drop=True))
-        blocks.append(raw_block(k.key, "series", table, COLUMNS))
+        blocks.append(sections.raw_block(k.key, "series", table, COLUMNS))
     return [sections.raw(blocks)]
 
 

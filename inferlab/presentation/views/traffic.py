@@ -21,7 +21,6 @@ from matplotlib.lines import Line2D
 from inferlab.algorithms.traffic import naive_hbm_elements
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
-from inferlab.presentation.report_tables import raw_block
 
 SECTION = {"id": "traffic", "title": "Traffic model", "caption": None}
 COLUMNS = {
@@ -64,8 +63,7 @@ def figures(page: sections.Page) -> list[dict]:
 
 
 def tables(page: sections.Page) -> list[dict]:
-    return [sections.raw([raw_block(k.key, "traffic", k.frame("traffic"), COLUMNS)
-                       for k in page.present("traffic")])]
+    return [page.raw("traffic", COLUMNS)]
 
 
 def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
