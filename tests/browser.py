@@ -1,11 +1,9 @@
 """Headless Chromium for the report's browser tests (tests/test_browser.py).
 
-Playwright drives Debian's ``chromium`` (its own browser download cannot reach the
-network here), found as $INFERLAB_CHROMIUM, ``chromium``, ``chromium-browser`` or
-``google-chrome``.
-Playwright gives every launch a fresh temporary profile (``--user-data-dir``); the flags
-keep the browser off the network. ``why_not()`` says why the tests cannot run here;
-with INFERLAB_REQUIRE_BROWSER=1 (set by .ci/run) that is a failure, not a skip.
+Playwright drives the system's Chromium ($INFERLAB_CHROMIUM, ``chromium``,
+``chromium-browser`` or ``google-chrome``: its own download cannot reach the network here),
+with a fresh profile per launch and flags that keep it off the network. ``why_not()`` says
+why the tests cannot run here; under INFERLAB_REQUIRE_BROWSER=1 (.ci/run) that fails them.
 """
 
 from __future__ import annotations
@@ -110,9 +108,9 @@ def chromium() -> Iterator:
 
 
 def measure(browser, page_path: Path, width: int, phone: bool = False,
-            open_details: bool = False) -> dict:
-    """METRICS of ``page_path`` at ``width`` CSS px (``phone``: a mobile viewport that
-    honours the page's viewport meta, as a phone's browser does)."""
+            open_details: bool = False, script: str = METRICS):
+    """``script``'s result on ``page_path`` at ``width`` CSS px (``phone``: a mobile viewport
+    that honours the page's viewport meta, as a phone's browser does)."""
     context = browser.new_context(viewport={"width": width, "height": SCREEN_HEIGHT},
                                   is_mobile=phone, has_touch=phone)
     try:
@@ -120,6 +118,6 @@ def measure(browser, page_path: Path, width: int, phone: bool = False,
         page.goto(Path(page_path).resolve().as_uri())
         if open_details:
             page.evaluate(OPEN_ALL)
-        return page.evaluate(METRICS)
+        return page.evaluate(script)
     finally:
         context.close()

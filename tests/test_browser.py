@@ -1,12 +1,12 @@
 """The report in a real browser (headless Chromium): it fits a phone and a laptop window,
 the first screen holds every machine's runs, what holds there and its verdict counts, the
 chapter's comparison is the first figure near the top, no text is under 10 px and no
-figure label is cut off, every internal link resolves, no id is repeated, and the page
-stays short with its details closed.
+figure label is cut off, every internal link resolves, no id is repeated, the page stays
+short with its details closed, and the manuscript's tables open and link their files.
 
-Two reports: synthetic evidence for two machines at the book's sizes
-(tests/report_evidence.py), the committed evidence of every machine, and that with one
-machine more. Without a
+Three reports: synthetic evidence for two machines at the book's sizes
+(tests/report_evidence.py, with the CPU key's manuscript), the committed evidence, and that
+with one machine more (the pipeline's own report is checked in test_pipeline). Without a
 browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs one.
 """
 
@@ -15,65 +15,65 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import pytest
 from browser import SCREEN_HEIGHT, measure
 from report_evidence import two_machines
+from test_claims import CPU
+from test_manuscript import make_manuscript
 
 from inferlab.core import layout
+from inferlab.core.pipeline import stage
 from inferlab.evidence import artifacts
 from inferlab.presentation.report import render_report
 
-# the page at 1,400 px, details closed (issue 51: 14,799 px, the first figure at 9,874,
-# after the claims matrix)
-MAX_HEIGHT_PX = 12_000   # at most 12,000 px at 1,400 px wide
+MAX_HEIGHT_PX = 12_000   # the page at 1,400 px wide, details closed
 FIRST_FIGURE_PX = 2_700  # the chapter's comparison starts within the first 2,700 px
 MACHINE_PX = 6_000       # what one machine more may add (its column narrows the matrix)
 MIN_FONT_PX = 12         # body text on a phone
-MIN_TEXT_PX = 10         # any text, a figure's labels too (the decode figure's were 8.3 px)
+MIN_TEXT_PX = 10         # any text, a figure's labels too
 REPORTS = ["synthetic", "committed", "one_more"]
+_MEASURED: dict[tuple, dict] = {}
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
     root = two_machines(tmp_path_factory.mktemp("synthetic"))
+    make_manuscript(root, CPU)
     return render_report(root, layout.report_path(root))
+
+
+def _head(root: Path) -> None:
+    """results/ and evidence/ as git HEAD holds them, under ``root`` (not the working copy's:
+    a reader's `make evidence` adds their machine before `make test` runs)."""
+    import subprocess
+
+    archive = subprocess.run(["git", "archive", "HEAD", "results", "evidence"],
+                             cwd=layout.REPO_ROOT, capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"no committed evidence to read from git: {archive.stderr[-300:]!r}")
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
+    if not layout.keys(root):
+        pytest.skip("HEAD commits no results")
 
 
 @pytest.fixture(scope="module")
 def committed(tmp_path_factory) -> Path:
-    """The report of the evidence this repository commits, as git HEAD holds it (every
-    machine whose evidence is committed: the claims matrix grows a column a machine), made
-    by this checkout's code. Not the working copy's results: a reader's `make evidence`
-    adds their machine to them before `make test` runs."""
+    """The report of every machine whose evidence is committed, made by this checkout."""
     root = tmp_path_factory.mktemp("committed")
-    _head(root, "results", "evidence")
-    if not layout.keys(root):
-        pytest.skip("HEAD commits no results")
+    _head(root)
     return render_report(root, layout.report_path(root))
-
-
-def _head(root: Path, *paths: str) -> None:
-    """``paths`` as git HEAD holds them, under ``root``; the test skips without git."""
-    import subprocess
-
-    archive = subprocess.run(["git", "archive", "HEAD", *paths], cwd=layout.REPO_ROOT,
-                             capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip(f"no committed evidence to read from git: {archive.stderr[-300:]!r}")
-    subprocess.run(["tar", "-x", "-C", str(root)], input=archive.stdout, check=True)
 
 
 @pytest.fixture(scope="module")
 def one_more(tmp_path_factory) -> Path:
     """What a reader sees after `make evidence` on a machine of their own: the committed
-    machines and one more (the synthetic CPU key), the report made anew."""
+    machines and one more (the synthetic CPU key)."""
     import shutil
 
-    from test_claims import CPU
-
     root = tmp_path_factory.mktemp("one-more")
-    _head(root, "results", "evidence")
+    _head(root)
     committed = layout.keys(root)
     synthetic = two_machines(tmp_path_factory.mktemp("synthetic-key"))
     for folder in ("results", "evidence"):
@@ -87,27 +87,29 @@ def report(request) -> Path:
     return request.getfixturevalue(request.param)
 
 
-def _verdict_counts(page: Path) -> dict[str, Counter]:
-    """key -> Counter of verdicts in its claims.json (what the first screen must show)."""
-    root = page.parent.parent
-    return {key: Counter(c["verdict"] for c in
-                         artifacts.read(layout.artifact_path(root, key, "claims"),
-                                        "claims")["claims"])
-            for key in layout.keys(root)}
+def metrics(browser, page: Path, width: int, open_details: bool = False) -> dict:
+    """METRICS of ``page`` at ``width`` (500: a phone), measured once."""
+    key = (page, width, open_details)
+    if key not in _MEASURED:
+        _MEASURED[key] = measure(browser, page, width, width == 500, open_details)
+    return _MEASURED[key]
 
 
 @pytest.mark.parametrize("width", [500, 1400])
 def test_nothing_is_wider_than_the_window(browser, report, width):
     for open_details in (False, True):
-        m = measure(browser, report, width, phone=width == 500, open_details=open_details)
+        m = metrics(browser, report, width, open_details)
         assert m["clientWidth"] == width
         assert m["scrollWidth"] <= width, (width, open_details, m["scrollWidth"])
 
 
 @pytest.mark.parametrize("width", [500, 1400])
 def test_first_screen_shows_every_machines_verdict_counts(browser, report, width):
-    m = measure(browser, report, width, phone=width == 500)
-    expected = _verdict_counts(report)
+    m = metrics(browser, report, width)
+    root = report.parent.parent
+    expected = {key: Counter(c["verdict"] for c in artifacts.read(
+        layout.artifact_path(root, key, "claims"), "claims")["claims"])
+        for key in layout.keys(root)}
     shown: dict[str, Counter] = {key: Counter() for key in expected}
     for c in m["counts"]:
         assert c["shown"] and c["bottom"] <= SCREEN_HEIGHT, c
@@ -115,38 +117,35 @@ def test_first_screen_shows_every_machines_verdict_counts(browser, report, width
         shown[c["key"]][c["verdict"]] = c["count"]
     for key in expected:  # zero counts may be shown or left out, never miscounted
         assert +shown[key] == +expected[key], key
-    for key in expected:  # the four verdicts the chapter's reader asks about, even at 0
+        # the four verdicts the chapter's reader asks about, even at 0
         assert {"reproduced", "not reproduced", "not measurable here", "not checkable"} <= {
             c["verdict"] for c in m["counts"] if c["key"] == key}
 
 
 def test_every_internal_link_resolves_and_no_id_repeats(browser, report):
-    m = measure(browser, report, 1400)
+    m = metrics(browser, report, 1400)
     assert m["links"] > 0 and m["broken"] == []
     assert m["duplicates"] == []
 
 
 def test_page_is_short_with_details_closed(browser, report, request):
-    m = measure(browser, report, 1400)
+    m = metrics(browser, report, 1400)
     assert m["details"] > 0
-    # the goal is the committed page's; a machine more adds its column to the claims
-    # matrix and its rows to every table: 17,553 px with a fourth (7 December 2026)
+    # a machine more adds its column to the claims matrix and its rows to every table
     extra = MACHINE_PX if request.node.callspec.params["report"] == "one_more" else 0
     assert m["height"] <= MAX_HEIGHT_PX + extra
 
 
 def test_a_phone_shows_the_page_at_its_own_width_with_readable_type(browser, report):
-    m = measure(browser, report, 500, phone=True)
+    m = metrics(browser, report, 500)
     assert m["clientWidth"] == 500  # the viewport meta: no zoomed-out 980 px layout
     assert m["minFont"] >= MIN_FONT_PX
 
 
 @pytest.mark.parametrize("width", [500, 1400])
 def test_no_text_is_under_10px_and_no_figure_label_is_cut_off(browser, report, width):
-    """Figures are drawn one panel wide and their legends take the columns that fit: the
-    decode figure's labels rendered at 8.3 px, the H200's series and traffic legends lost
-    their swatches and the ends of their labels past the SVG's edge."""
-    m = measure(browser, report, width, phone=width == 500)
+    """Figures are drawn one panel wide and their legends take the columns that fit."""
+    m = metrics(browser, report, width)
     assert m["smallestText"][0] >= MIN_TEXT_PX, m["smallestText"]
     assert m["svgTexts"] > 0 and m["minSvgFont"] >= MIN_TEXT_PX
     assert m["clipped"] == []
@@ -156,7 +155,7 @@ def test_the_report_leads_with_what_it_found(browser, report):
     """At 1,400 px: every machine's runs and "of the N claims that can be judged here, M
     hold" on the first screen, nothing to expand; then the chapter's comparison as the
     first figure within the first 2,700 px."""
-    m = measure(browser, report, 1400)
+    m = metrics(browser, report, 1400)
     keys = layout.keys(report.parent.parent)
     for found in (m["runs"], m["findings"]):
         assert sorted(f["key"] for f in found) == keys
@@ -184,25 +183,17 @@ def test_a_provenance_link_opens_its_block(browser, synthetic):
         context.close()
 
 
-FIGURE_BOXES = """id => [...document.querySelectorAll(`#${id} .panel`)].map(panel => {
+ROOFLINES = """() => [...document.querySelectorAll('#traffic-roofline .panel')].map(panel => {
   const svg = panel.querySelector('svg'), box = svg.getBoundingClientRect();
-  return {title: svg.querySelector('text') ? [...svg.querySelectorAll('text')]
-            .map(t => t.textContent) : [], width: box.width, height: box.height,
-          panel: panel.getBoundingClientRect().width,
+  return {title: [...svg.querySelectorAll('text')].map(t => t.textContent), width: box.width,
+          height: box.height, panel: panel.getBoundingClientRect().width,
           right: box.right, page: document.documentElement.clientWidth};
 })"""
 
 
 @pytest.mark.parametrize("width", [500, 1400])
 def test_a_roofline_per_machine_is_drawn_inside_its_panel(browser, synthetic, width):
-    context = browser.new_context(viewport={"width": width, "height": SCREEN_HEIGHT},
-                                  is_mobile=width == 500, has_touch=width == 500)
-    try:
-        page = context.new_page()
-        page.goto(synthetic.resolve().as_uri())
-        boxes = page.evaluate(FIGURE_BOXES, "traffic-roofline")
-    finally:
-        context.close()
+    boxes = measure(browser, synthetic, width, width == 500, script=ROOFLINES)
     keys = layout.keys(synthetic.parent.parent)
     assert len(boxes) == len(keys)
     for key, box in zip(keys, boxes, strict=True):
@@ -210,3 +201,23 @@ def test_a_roofline_per_machine_is_drawn_inside_its_panel(browser, synthetic, wi
         assert any(t.startswith("roof: copy") for t in box["title"]), box["title"]
         assert 0 < box["width"] <= box["panel"] + 0.5 and box["right"] <= box["page"]
         assert box["height"] > 100
+
+
+MANUSCRIPT = """() => [...document.querySelectorAll('#manuscript .ms-key')].map(k => {
+  k.querySelector('details').open = true;
+  return {key: k.querySelector('h3').innerText,
+          tables: [...k.querySelectorAll('table')].map(t => {
+            const r = t.getBoundingClientRect();
+            return r.width > 0 && r.height > 0 && t.querySelectorAll('tbody tr').length > 0;
+          }),
+          links: [...k.querySelectorAll('a.ms-file')].map(a => a.href)};
+})"""
+
+
+def test_the_manuscript_section_opens_four_tables_and_links_files_that_exist(browser,
+                                                                             synthetic):
+    """The CPU key's four tables show when opened; the GPU key has no manuscript."""
+    (cpu,) = measure(browser, synthetic, 1400, script=MANUSCRIPT)
+    assert cpu["key"] == CPU and cpu["tables"] == [True] * 4
+    assert len(cpu["links"]) == len(stage("manuscript").derived)
+    assert all(Path(unquote(urlparse(href).path)).is_file() for href in cpu["links"])

@@ -117,15 +117,12 @@ def test_the_comparison_draws_the_series_values_not_a_ratio_of_its_own(column):
     assert drawn == list(fused.sort_values("T")[column])
 
 
-def test_the_chapters_figures_are_those_its_claims_print():
-    by_id = {c.id: c for c in claims.load().claims}
-    for claim_id, panel, family, texts, _factor in prefill.CHAPTER_FIGURES:
-        for text in texts:
-            assert text in by_id[claim_id].chapter_value, (claim_id, text)
-        assert panel in ("time", "memory") and family in ("naive", "tiled", "fused")
-    # the units: C13-38's seconds drawn in ms, the others as printed (ms, MiB)
-    assert {cid: factor for cid, *_, factor in prefill.CHAPTER_FIGURES}["C13-38"] == 1000.0
-    assert " s " in by_id["C13-38"].chapter_value and "ms" in by_id["C13-57"].chapter_value
+def test_the_stars_are_the_figures_the_claims_print_in_the_panels_unit():
+    marks = prefill.stars(claims.load().claims)
+    assert {(panel, family) for panel, family, _ in marks} == {
+        ("time", "fused"), ("time", "tiled"), ("memory", "naive"), ("memory", "tiled"),
+        ("memory", "fused")}
+    assert ("time", "tiled", 1200.0) in marks  # C13-38's "about 1.2 s", drawn in ms
 
 
 def test_ratio_bands_are_the_claims_bounds_in_the_figures_orientation():
@@ -140,7 +137,9 @@ def test_ratio_bands_are_the_claims_bounds_in_the_figures_orientation():
 
 def test_the_comparison_figure_marks_the_chapter():
     rows = prefill.chapter_rows(_points(random.Random(SEED + 2)), "float32")
-    drawn = prefill.comparison_figure(rows, "cpu-key", prefill.ratio_bands(claims.load().claims))
+    loaded = claims.load().claims
+    drawn = prefill.comparison_figure(rows, "cpu-key", prefill.ratio_bands(loaded),
+                                      prefill.stars(loaded))
     for label in ("naive", "tiled B=128", "sdpa_flash", "chapter's figure (its GPU, fp16)",
                   "chapter: fused 5.5–13.5× faster", "chapter: tiled 13–23× slower"):
         assert f">{label}</text>" in drawn, label
@@ -242,7 +241,6 @@ def test_roofline_without_ceilings_still_places_the_points():
 def test_roofline_of_rows_that_did_not_run_is_none():
     prefill = _prefill(random.Random(8), 1024).assign(status="oom")
     assert roofline.roofline_figure(prefill, _traffic(1024), CEILINGS, "k") is None
-    assert roofline.roofline_figures({"prefill": {"k": prefill}}, {"k": CEILINGS}) == []
 
 
 def _series_frame(loads) -> pd.DataFrame:

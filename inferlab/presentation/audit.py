@@ -1,14 +1,9 @@
 """From a claim to the evidence behind its verdict: ``inferlab claims`` and ``inferlab audit``.
 
-``audit`` shows a claim's verdict, value and interval on each results key exactly as
-results/{key}/claims.json records them (the report's numbers: it never judges again), then
-what they rest on: the rows claims.json kept as deciding; for a series claim each row's
-pooled point in series.csv and the runs it pools; each register version behind them
-(artifact, sha256, git commit, config), its retained copy hash-checked now. A derived file
-changed since claims.json was written, or a copy that is no longer its version, fails it.
-``claims`` lists each key's recorded verdicts, marking a key whose evidence fails
-``loading.doubt`` now; ``integrity`` is that check for one artifact, as the report shows it.
-Text output fits WIDTH columns.
+Both show verdicts, values and intervals exactly as results/{key}/claims.json records them
+(the report's numbers: nothing is judged again); ``audit`` adds what they rest on
+(``trail.Trail``) and fails where that no longer holds; ``claims`` marks a key whose evidence
+fails ``loading.doubt`` now. Text output fits WIDTH columns.
 """
 
 from __future__ import annotations
@@ -38,9 +33,6 @@ def _wrap(text: str, indent: int, more: int = 2) -> list[str]:
                          subsequent_indent=" " * (indent + more)) or [" " * indent]
 
 
-# ---------------------------------------------------------------- evidence
-
-
 def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = None) -> dict:
     """Every claim judged now on ``key``'s artifacts (what the claims stage would write)."""
     claims_file = load(claims_path)
@@ -49,13 +41,9 @@ def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = No
                         claims_file.fp16_stand_in, claims_file.chapter_gpu)
 
 
-# ---------------------------------------------------------------- claims table
-
-
 def key_integrity(root: Path | str, key: str) -> dict:
-    """The grid of ``key`` and whether its claims can be trusted now: ``doubts`` lists
-    each of its artifacts (claims.json and what it was computed from) that fails
-    ``loading.doubt``, and a claims.json that names another machine or grid."""
+    """The grid of ``key`` and ``doubts``: each of its artifacts that fails
+    ``loading.doubt`` now, and a claims.json that names another machine or grid."""
     machine, grid = layout.split_key(key)
     doubts = [f"{stage}: {why}" for stage in STAGES
               if layout.artifact_path(root, key, stage).is_file()
@@ -68,8 +56,7 @@ def key_integrity(root: Path | str, key: str) -> dict:
 
 
 def _claims_block(key: str, claims: list[dict], doubted: bool) -> list[str]:
-    """One key's claims in lines of at most WIDTH columns: id, verdict and the value here,
-    wrapped under its own column."""
+    """One key's claims: id, verdict and the value here, wrapped under its own column."""
     grid = layout.split_key(key)[1] or "book (config.yaml)"
     rows = [("claim", "verdict", "value here")] + [
         (c["id"], c["verdict"], value_text(c) if c["value"] is not None else "") for c in claims]
@@ -85,10 +72,9 @@ def _claims_block(key: str, claims: list[dict], doubted: bool) -> list[str]:
 
 
 def cli_claims(root: Path | str, key: str | None = None, as_json: bool = False) -> int:
-    """Each claim's verdict and value on ``key`` (default: one block per key with a
-    claims.json) as claims.json records it, marking a key whose evidence fails its check
-    now; exit 1 then. ``as_json``: {claim id: {key: {verdict, value, interval, unit, grid,
-    trusted}}}."""
+    """Each claim's verdict and value on ``key`` (default: every key with a claims.json);
+    exit 1 where a key's evidence fails its check now. ``as_json``: {claim id: {key:
+    {verdict, value, interval, unit, grid, trusted}}}."""
     if key is not None and not layout.artifact_path(root, key, "claims").is_file():
         raise no_claims(root, key)
     recorded = recorded_results(root, [key] if key else None)
@@ -118,9 +104,6 @@ def cli_claims(root: Path | str, key: str | None = None, as_json: bool = False) 
     return 1 if any(found["doubts"] for found in checked.values()) else 0
 
 
-# ---------------------------------------------------------------- integrity
-
-
 def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
     """Check NOW that the results file is what its record says and was computed from the
     inputs there now (``loading.doubt``); status "sha256 OK", "MISMATCH" or "not run"."""
@@ -130,9 +113,6 @@ def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
     return {"status": "MISMATCH" if why else "sha256 OK",
             "detail": why or "the results file is its record's; its inputs are the files there",
             "results_sha256_now": evidence.sha256_now}
-
-
-# ---------------------------------------------------------------- audit
 
 
 def audit(claim_id: str, root: Path | str, key: str | None = None) -> dict:
@@ -145,9 +125,6 @@ def audit(claim_id: str, root: Path | str, key: str | None = None) -> dict:
     return {"claim": {f: getattr(claim, f) for f in ("id", "sentence", "kind", "chapter_value",
                                                      "source")},
             "machines": rows, "ok": not any(r["problems"] for r in rows)}
-
-
-# ---------------------------------------------------------------- audit as text
 
 
 def _label(row: dict, stage: str) -> str:

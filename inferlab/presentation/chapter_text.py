@@ -1,22 +1,16 @@
-"""The chapter's text as sentences and numbers: what the text check and the coverage list
-read (``manuscript_check``, ``coverage``), from a file ``read_chapter`` accepts as a chapter.
+"""The chapter's text as sentences and numbers, for the text check and the coverage list.
 
-A number is digits (``8,192``, ``9.1``, ``.68``), a power of ten written as the chapter
-writes it (``4.7 \\times 10^{-5}``), a number word up to twenty, a multiple of ten to
-ninety-nine (``sixty-four``) or "a dozen"; with the unit that follows it (``16 MiB``,
-``53 per cent``, ``40 microseconds``) and the decimals it is printed with. Digits glued to
-a letter before them (fp16, A100, ch13) or after "letter-" (FlashAttention-2, ADR-0004)
-are names, not numbers; a version (0.26.0) is one number, matched by its token. A
-sentence's *shape* is its text with every number replaced by ``#``: the key a sentence of
-a draft (a digit changed) is found by in docs/chapter/sentences.yaml. A word beside a
-number may name the dimension of a setting it prints (``dimension``: "tokens", "keys",
-"batch", "blocks of").
+A number is digits (``8,192``, ``9.1``, ``.68``), a power of ten as the chapter writes it
+(``4.7 \\times 10^{-5}``), a number word up to ninety-nine or "a dozen", with the unit that
+follows it (``16 MiB``, ``53 per cent``) and its printed decimals. Digits glued to a letter
+(fp16, A100) or after "letter-" (FlashAttention-2) are names; a version (0.26.0) is one
+number, matched by its token. A sentence's *shape* is its text with every number as ``#``:
+the key a draft's sentence is found by in docs/chapter/sentences.yaml.
 """
 
 from __future__ import annotations
 
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,18 +171,14 @@ def read_chapter(path: Path | str) -> str:
     """The chapter's text: a regular UTF-8 file of at most MAX_BYTES; anything else is an
     error that says what it is and what is expected."""
     path = Path(path)
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        raise ValueError(f"chapter file {str(path)!r} does not exist") from None
-    if not stat.S_ISREG(mode):
-        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe or device)"
-        raise ValueError(f"chapter file {str(path)!r} is {what}; give the chapter's text file")
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise ValueError(f"chapter file {str(path)!r} is {size:,} bytes; the limit is "
-                         f"{MAX_BYTES:,} (a chapter is tens of kB)")
+    if not path.is_file():  # a pipe is refused before it is read: reading it would block
+        what = ("is a folder" if path.is_dir() else "is not a regular file (a pipe or device)"
+                if path.exists() else "does not exist")
+        raise ValueError(f"chapter file {str(path)!r} {what}; give the chapter's text file")
     data = path.read_bytes()
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"chapter file {str(path)!r} is {len(data):,} bytes; the limit is "
+                         f"{MAX_BYTES:,} (a chapter is tens of kB)")
     if b"\0" in data:
         raise ValueError(f"chapter file {str(path)!r} holds NUL bytes: binary, or UTF-16; "
                          "save it as UTF-8 text")

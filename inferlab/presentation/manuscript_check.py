@@ -1,26 +1,21 @@
 """``inferlab manuscript check FILE``: every number a chapter prints, checked by value.
 
-The chapter (plain text or Markdown, like the seeds) is read sentence by sentence; each sentence is
-found in docs/chapter/sentences.yaml by its shape (its text with the numbers as ``#``), which names
-the claims that check it (or why none does) and the numbers of it that are no measurement, by kind
-and value (a chapter number, an exercise number, the experiment's setting:
-docs/chapter/not_claims.yaml lists the kinds). Each number of the sentence, in order, must then be
+Each sentence of the text is found in docs/chapter/sentences.yaml by its shape, which names
+the claims that check it and the numbers of it that are no measurement. Each number of the
+sentence, in order, must then be
 
-* the next figure its claims print (``Claim.figures``, else the check's printed bounds; the
-  entry's ``order`` where two claims' figures interleave), with its unit and value as printed (a
-  per cent as its fraction only): in order, so another claim's figure or a swap does not pass;
-* or a setting of one of its claims (a length of its scope, the blocks it selects), with no unit of
-  a measurement, each value once and in its list's order: of the claim whose figure it stands
-  beside or of a claim that prints none here, and of the dimension a word names ("2,048 tokens");
+* the next figure its claims print (``figures``; the entry's ``order`` where two claims'
+  figures interleave), with its unit and value as printed: another claim's figure or a swap
+  fails;
+* or a setting of one of its claims (a length of its scope, the blocks it selects), without a
+  unit of a measurement, each value once and in order, of the dimension a word beside it
+  names ("2,048 tokens");
 * or a number the sentence declares as no measurement (each declared value once, in order).
 
-Anything else fails, naming the line, the number, the figure expected and the value measured here
-(numbers.json of each results key); so does a figure the listed sentence prints and the text does
-not, and a listed sentence with figures missing between two listed sentences that are there
-(rewritten past its shape). A sentence a line break cut (Markdown wraps) is joined again.
-``--strict`` also fails a figure whose claim is "not reproduced" on the chosen key(s), and is an
-error where there are no numbers to judge by; either way the output names each claim of the
-text's sentences not reproduced on a key, and whether ``--strict`` fails it.
+Anything else fails, naming the line, the number, the figure expected and the value measured
+here (each key's numbers.json); so does a figure the listed sentence prints and the text does
+not, and a listed sentence missing between two that are there. ``--strict`` also fails a
+figure whose claim is "not reproduced" on the chosen key(s).
 """
 
 from __future__ import annotations
@@ -71,10 +66,9 @@ def figures(claim) -> list[Number]:
 
 
 def settings(claim) -> list[tuple[frozenset, list[float]]]:
-    """The numbers of the claim's own setting, one (columns, values) group per dimension or
-    filter in its order: its scope and filters (8,192 tokens, blocks of 128), and the
-    abscissae of approx_at. A dimension printed once for two filters of one value ("blocks
-    of 128": block_q and block_k) is one group with both columns."""
+    """The claim's setting as (columns, values) groups in its order: its scope and filters
+    (8,192 tokens, blocks of 128) and the abscissae of approx_at; two filters of one value
+    ("blocks of 128": block_q and block_k) are one group."""
     check = claim.check
     if check is None:
         return []
@@ -96,9 +90,8 @@ def settings(claim) -> list[tuple[frozenset, list[float]]]:
 
 
 def _take(groups: list[list], matches) -> bool:
-    """Whether a value of one of ``groups`` (lists in print order) is the number; that value
-    is used up with every value before it in its list: each is printed once, in order
-    ("from 1 to 64", never "from 64 to 1")."""
+    """Whether a value of one of ``groups`` is the number; it is used up with every value
+    before it in its list: each is printed once, in order ("from 1 to 64")."""
     for g in groups:
         i = next((i for i, v in enumerate(g) if matches(v)), None)
         if i is not None:
@@ -109,7 +102,7 @@ def _take(groups: list[list], matches) -> bool:
 
 def _declared(left: dict[str, list], number: Number) -> str | None:
     """The kind of the declared value ``number`` prints, taken from ``left`` (kind -> its
-    values in print order; each stands for one number of the sentence)."""
+    values in print order)."""
     for kind, values in left.items():
         if _take([values], lambda v: (isinstance(v, str) and v == number.token) or (
                 not isinstance(v, str) and number.equals(float(v)))):
@@ -130,9 +123,9 @@ def _expected(claim_id: str, figure: Number, measured: dict) -> dict:
 
 
 def _read(text: str, entry: Entry, by_id: dict) -> tuple[list, list[tuple]]:
-    """Each number of ``text`` read against ``entry``: (number, the index of the required
-    figure it prints or misprints, SETTING, the declared kind or None, whether it passes) and the
-    required figures (claim id, figure) in print order."""
+    """Each number of ``text`` as (number, what it was read as: the index of the required
+    figure, SETTING, a declared kind or None; whether it passes), and the required figures
+    (claim id, figure) in print order."""
     lists: dict[tuple, list[str]] = {}  # two claims that print the same figures (C13-30,
     for cid in entry.checked_by:  # C13-47) print them once
         lists.setdefault(tuple((f.value, f.unit) for f in figures(by_id[cid])), []).append(cid)
@@ -178,10 +171,9 @@ def _ordered(cid: str, figure: str, by_id: dict) -> Number:
 
 
 def _setting_owners(entry: Entry, owners: list[list[str]], at: int) -> list[str]:
-    """The claims whose setting a number may be, read before the figure at index ``at``: the
-    claim of that figure or of the one before it ("for blocks of 128, 53 per cent; with
-    blocks of 64, 52": 128 is the 53's claim's, 64 the 52's), and a claim that prints no
-    figure in the sentence (it has no place in it)."""
+    """The claims whose setting a number read before the figure at ``at`` may be: that
+    figure's claim or the one before's ("for blocks of 128, 53 per cent; with blocks of 64,
+    52"), and a claim that prints no figure in the sentence."""
     near = [cid for i in (at - 1, at) if 0 <= i < len(owners) for cid in owners[i]]
     placed = {cid for cids in owners for cid in cids}
     return list(dict.fromkeys(near + [c for c in entry.checked_by if c not in placed]))
@@ -190,8 +182,7 @@ def _setting_owners(entry: Entry, owners: list[list[str]], at: int) -> list[str]
 def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list[dict]:
     """Each number of ``text`` against ``entry``: its claim figure, setting or declared
     kind, or a failure naming what was expected and what is measured here; then each
-    figure that the listed sentence prints and ``text`` does not, as a failure of its own.
-    A setting carries no unit of a measurement (128 seconds is no block size)."""
+    figure the listed sentence prints and ``text`` does not, as a failure."""
     read, required = _read(text, entry, by_id)
     found, seen = [], set()
     for number, what, ok in read:
@@ -221,9 +212,9 @@ def check_sentence(text: str, entry: Entry, by_id: dict, measured: dict) -> list
 
 
 def _listed(found: list, entries: dict[str, Entry]) -> list:
-    """The sentences with a sentence that a line break cut (Markdown wraps its paragraphs)
-    joined again: a sentence the list does not hold is joined to the next line's first one
-    while the join is the start of a listed sentence, and kept joined if it is one."""
+    """The sentences, one that a line break cut (Markdown wraps) joined again: an unlisted
+    sentence takes the next line's first while the join starts a listed sentence, and keeps
+    it if the join is one."""
     prefixes = list(entries)
     out, i = [], 0
     while i < len(found):
@@ -243,10 +234,9 @@ def _listed(found: list, entries: dict[str, Entry]) -> list:
 
 def _gaps(found: list, entries: dict[str, Entry], seeds, by_id: dict,
           measured: dict) -> list[dict]:
-    """A listed sentence that prints its claims' figures, missing from the text between two
-    listed sentences that are there (rewritten beyond the list's shape: "a hundred times"
-    for "sixteen to eighteen times"): its figures are failures, at the line where it was.
-    An excerpt (the text starting or ending elsewhere) has no gap."""
+    """The figures of a listed sentence missing between two listed sentences that are there
+    (rewritten past its shape: "a hundred times" for "sixteen to eighteen"), as failures at
+    the line before; an excerpt's ends are no gap."""
     where = {}  # shape -> line of the text
     for sentence in found:
         where.setdefault(shape(sentence.text), sentence.line)
@@ -318,8 +308,8 @@ def _why(row: dict) -> str:
 
 def not_reproduced(text: str, entries: dict[str, Entry], measured: dict, found: list[dict],
                    strict: bool = False) -> list[str]:
-    """Each claim of the text's sentences "not reproduced" on a key, with its lines and what
-    ``--strict`` does with it: it fails the figures the text prints for it, nothing else."""
+    """Each claim of the text's sentences "not reproduced" on a key, with its lines and
+    whether ``--strict`` fails it (it fails the figures the text prints for it)."""
     figures: dict[str, dict] = {}  # claim -> its figures printed (an ordered set)
     for r in (r for r in found if "verdicts" in r):
         figures.setdefault(r["claim"], {})[f"'{r['number']}'"] = None
@@ -338,8 +328,8 @@ def not_reproduced(text: str, entries: dict[str, Entry], measured: dict, found: 
 
 
 def format_check(found: list[dict], name: str, missed: list[str] = ()) -> str:
-    """The failures, ``missed`` (``not_reproduced``), then every number counted by what it
-    was read as, and how many more fail ``--strict`` (its claim is not reproduced)."""
+    """The failures, ``missed`` (``not_reproduced``), then the numbers counted by what they
+    were read as."""
     lines = [f"{name}:{r['line']}: {r['number'] or '(not printed)'!r}: {_why(r)}\n"
              f"    {r['sentence'][:120]}" for r in found if r.get("failure")] + list(missed)
     by = {"figure": sum("claim" in r and not r.get("failure") for r in found),

@@ -1,12 +1,8 @@
-"""The figures' style and plumbing: matplotlib's settings, one colour and label per
-implementation (the same in every figure, declared in ``algorithms.implementations``),
-line style and marker per dtype, log axes whose ticks are real numbers (1,024, never
-2¹⁰), one series with its error bars and hollow noisy markers, the legend below the
-data, and the SVG a page can inline.
-
-The SVG keeps text as text (``svg.fonttype: none``) and every id is prefixed with the
-figure's own name, so several figures share one page without sharing ids. The figures
-themselves are drawn by each stage's view (``presentation.views``).
+"""The figures' style and plumbing: one colour and label per implementation (declared in
+``algorithms.implementations``), a line style and marker per dtype, log axes whose ticks are
+real numbers (1,024, never 2¹⁰), the legend below the data, and inline SVG whose text stays
+text and whose ids are prefixed with the figure's name (several figures share one page).
+The figures themselves are drawn by each stage's view (``presentation.views``).
 """
 
 from __future__ import annotations
@@ -46,9 +42,9 @@ def impl_label(row: dict) -> str:
     """'tiled B=128', 'splitkv, 4 splits', 'sdpa_flash': an implementation as drawn."""
     impl, block, splits = row["impl"], row.get("block_q"), row.get("splits")
     sized_by = IMPLEMENTATIONS[impl].sized_by if impl in IMPLEMENTATIONS else None
-    if sized_by == "block" and present(block):
+    if sized_by == "block" and pd.notna(block):
         return f"{impl} B={int(block)}"
-    if sized_by == "splits" and present(splits):
+    if sized_by == "splits" and pd.notna(splits):
         return f"{impl}, {int(splits)} split{'s' if int(splits) != 1 else ''}"
     return impl
 
@@ -65,10 +61,6 @@ def colour(label: str) -> str:
     t = max(-0.5, min(0.6, math.log2(int(size.group(1)) / pivot) / scale))
     target = (1.0, 1.0, 1.0) if t > 0 else (0.0, 0.0, 0.0)
     return to_hex([c + abs(t) * (w - c) for c, w in zip(to_rgb(base), target, strict=True)])
-
-
-def present(value) -> bool:
-    return value is not None and not pd.isna(value)
 
 
 def style(dtype) -> tuple[str, str]:
@@ -142,9 +134,8 @@ def legend(fig, colours: dict[str, str], dtypes, noisy: bool, extra=(), ncols=2)
 
 
 def fit_legend(fig, handles: list, ncols: int) -> None:
-    """The legend below the data in as many of ``ncols`` columns as fit the figure's width:
-    a legend wider than its figure is clipped by the SVG's edge (its swatches and the ends
-    of its labels lost), so it takes fewer columns, down to one."""
+    """The legend below the data in as many of ``ncols`` columns as fit the figure's width
+    (the SVG's edge would clip a wider one)."""
     for n in range(min(ncols, len(handles)), 0, -1):
         found = fig.legend(handles=handles, loc="outside lower center", ncols=n,
                            frameon=False)
@@ -161,8 +152,7 @@ def natural(label: str) -> list:
 
 def figure(columns: int = 1, rows: int = 1, legend_rows: int = 2, row_in: float | None = None):
     """Axes ``rows`` x ``columns`` in a figure one panel wide whatever ``columns``: the page
-    shows every figure at a panel's width, so a wider figure would shrink its text (a
-    decode figure 6.4 in wide put 8.3 px labels on the page)."""
+    shows every figure at a panel's width, so a wider figure would shrink its text."""
     height = (row_in or PANEL_IN[1]) * rows + 0.25 * legend_rows
     return plt.subplots(rows, columns, figsize=(PANEL_IN[0], height), squeeze=False,
                         layout="constrained")

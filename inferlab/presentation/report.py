@@ -74,9 +74,9 @@ def _when(measured: list[str], dates: list[str]) -> str:
 
 
 def summary_card(data: KeyData) -> dict:
-    """The first screen for one key: verdict counts, hardware, torch, date, commit, and
-    the stages whose artifact the code of this checkout (the one running) would not compute
-    so (``older_code``: evidence merged from another machine, which only it can remake)."""
+    """The first screen for one key: verdict counts, hardware, torch, date, commit, and the
+    stages this checkout's code would not compute so (``older_code``: evidence merged from
+    another machine, which only it can remake)."""
     env = data.environment
     host, cuda = env.get("host") or {}, env.get("cuda") or {}
     device = cuda.get("device_name") or host.get("cpu_model") or "unknown hardware"
@@ -121,8 +121,8 @@ def runs_text(runs: dict[str, int]) -> str:
 
 
 def findings(results: list[dict]) -> dict:
-    """What a machine found: of the claims it can judge (``JUDGED``), how many hold, and
-    the ids of those that do not and of those its noise cannot decide."""
+    """Of the claims judged here, how many hold; the ids of those that do not and of those
+    its noise cannot decide."""
     ids = {v: [r["id"] for r in results if r["verdict"] == v] for v in (*JUDGED, ANSWERED)}
     return {"judged": sum(len(ids[v]) for v in JUDGED), "hold": len(ids[INSIDE]),
             "fail": ids[OUTSIDE], "noise": ids[STRADDLES], "answered": len(ids[ANSWERED])}
@@ -153,8 +153,7 @@ def quantity_words(claim: Claim, result: dict) -> str:
 
 
 def value_words(claim: Claim, result: dict) -> str:
-    """``value_text``, and where the value has no unit, what it is in words (never a
-    bare '0.115')."""
+    """``value_text``, and where the value has no unit, what it is in words."""
     text = value_text(result)
     if text == "—" or result.get("unit"):
         return text
@@ -193,8 +192,7 @@ def _item(claim: Claim, k: KeyData) -> dict:
 # ---------------------------------------------------------------- provenance
 
 
-def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path,
-                      hardware: str) -> list[dict]:
+def provenance_blocks(claims: list[Claim], keys: list[KeyData], root: Path) -> list[dict]:
     """One block per claim and key: verdict, why, the artifact version and its hash
     (checked now), commit, config and the command that reproduces it."""
     entries = {}
@@ -268,19 +266,17 @@ def page_data(root: Path, keys: list[KeyData]) -> dict:
     page = Page(root, keys, claims, claims_file.fp16_stand_in)
     judged = {r["id"] for k in keys for r in k.results if r["verdict"] in JUDGED}
     views = {stage: section(stage, v, page) for stage, v in VIEWS.items() if v}
-    return {"cards": [summary_card(k) for k in keys],
-            "keys": [k.key for k in keys], "matrix": claim_rows(claims, keys),
+    return {"cards": [summary_card(k) for k in keys], "matrix": claim_rows(claims, keys),
             "hardware": claims_file.hardware, "claim_count": len(claims),
             "judged_nowhere": len(claims) - len(judged),
             "sections": SECTIONS,
             "drawn": [views[s] for s in DRAWN], "tabled": [views[s] for s in TABLED],
-            "provenance": provenance_blocks(claims, keys, root, claims_file.hardware),
+            "provenance": provenance_blocks(claims, keys, root),
             "artifacts": [(k.key, artifact_rows(k)) for k in keys]}
 
 
 def render_report(root: Path | str, out: Path | str, keys: list[str] | None = None) -> Path:
-    """Write the report to ``out`` for ``keys`` (default: every results key under
-    ``root``); return its path."""
+    """Write the report of ``keys`` (default: every results key under ``root``) to ``out``."""
     root, path = Path(root), Path(out)
     names = layout.keys(root) if keys is None else list(keys)
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(layout.TEMPLATE_DIR),

@@ -1,13 +1,9 @@
 """What a claim's verdict rests on, on one results key: ``Trail(root, key).claim(c)``.
 
-It reads what the claims stage recorded and never judges again, so the numbers it gives
-are the report's: claims.json's verdict, value and interval, the rows it kept as deciding;
-for a series claim each row's pooled point in series.csv (and, for a ratio, the point it was
-divided by) with the runs it pools; and each register version behind them (artifact,
-sha256, git commit, config) with its retained copy hash-checked now. ``problems`` names
-what no longer holds: a derived file (series, traffic) changed since claims.json was
-written, a point or version not found, a copy that is no longer its version.
-``inferlab audit`` prints it (``inferlab.presentation.audit``).
+It reads what the claims stage recorded and never judges again: claims.json's verdict, value,
+interval and deciding rows; for a series claim each row's pooled point in series.csv (and a
+ratio's denominator) with the runs it pools; each register version behind them with its kept
+copy hash-checked now. ``problems`` names what no longer holds.
 """
 
 from __future__ import annotations
@@ -71,8 +67,7 @@ def _point(row: dict, columns) -> tuple:
 
 
 class Trail:
-    """One results key's claims.json, series.csv and register, each read once: the trail
-    of any of its claims (``claim``)."""
+    """One results key's claims.json, series.csv and register, each read once."""
 
     def __init__(self, root: Path | str, key: str):
         self.root, self.key = Path(root), layout.check_key(key)
@@ -127,8 +122,8 @@ class Trail:
         return shown
 
     def claim(self, claim: Claim) -> dict:
-        """The claim's entry of claims.json (verdict, value, interval as recorded), the
-        series points it judged with their runs, and the register versions behind them."""
+        """The claim's entry of claims.json, the series points it judged with their runs,
+        and the register versions behind them."""
         mine = self.recorded.get(claim.id) or {"verdict": "not evaluated", "value": None}
         out = {"machine": self.key, "claims_json": f"results/{self.key}/claims.json",
                **{f: mine.get(f) for f in ("verdict", "value", "interval", "unit", "answer",

@@ -2,13 +2,10 @@
 rows of the latest run.
 
 The comparison is the chapter's table drawn per machine: naive, block-wise (tiled, blocks of
-128) and fused attention (PyTorch's SDPA kernels) at 1,024-8,192 tokens with the causal
-mask, in the dtype that stands for the chapter's fp16 there: time per call, time over
-naive's (paired round by round), and peak extra memory, each with its 95 % interval. The
-values are the series' pooled ones (every run of the machine; the latest run's rows where
-there is no series), so they are what the claims are judged on; the chapter's printed
-figures are marked: its 8,192-token times and memory as stars, its ranges of the two
-ratios as bands.
+128) and fused attention (PyTorch's SDPA kernels) at 1,024-8,192 tokens with the causal mask,
+in the dtype that stands for the chapter's fp16 there: time, time over naive's (paired) and
+peak extra memory, the series' pooled values with their 95 % intervals (what the claims are
+judged on), the chapter's printed figures as stars and its ranges of the ratios as bands.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from inferlab.presentation import plotting, sections
+from inferlab.presentation.manuscript_check import figures as printed_figures
 from inferlab.presentation.plotting import colour, impl_label
 
 SECTION = {"id": "prefill", "title": "The chapter's comparison", "caption": None}
@@ -34,13 +32,11 @@ COLUMNS = {
 FIGURE = "comparison"
 LENGTHS = (1024, 8192)  # the chapter's table: "three implementations at 1,024 to 8,192 tokens"
 TILE = 128              # the chapter's blocks of 128
-# The chapter's printed figures at 8,192 tokens (its GPU, fp16), each as the claim whose
-# chapter value prints it: (claim, panel, family, printed text, factor to the panel's unit).
-CHAPTER_FIGURES = (("C13-57", "time", "fused", ("7.8", "13.0"), 1.0),       # ms, two runs
-                   ("C13-38", "time", "tiled", ("1.2",), 1000.0),             # s
-                   ("C13-03", "memory", "naive", ("3,148",), 1.0),            # MiB
-                   ("C13-02", "memory", "tiled", ("16",), 1.0),
-                   ("C13-04", "memory", "fused", ("12",), 1.0))
+# The claims that print the chapter's figures at 8,192 tokens (its GPU, fp16): claim ->
+# (panel, family, factor to the panel's unit: ms, MiB; C13-38 prints seconds).
+STARS = {"C13-57": ("time", "fused", 1.0), "C13-38": ("time", "tiled", 1000.0),
+         "C13-03": ("memory", "naive", 1.0), "C13-02": ("memory", "tiled", 1.0),
+         "C13-04": ("memory", "fused", 1.0)}
 # The chapter's ranges of the ratios, from the claims that judge them, in the figure's
 # orientation (time ÷ naive's): C13-07 is tiled ÷ naive, C13-05 naive ÷ fused (inverted).
 RATIO_CLAIMS = {"tiled": ("C13-07", False), "fused": ("C13-05", True)}
@@ -53,8 +49,7 @@ def family(row: dict) -> str | None:
     another, such as our faster tiling or PyTorch's unfused math backend)."""
     if row["impl"] == "naive":
         return "naive"
-    if row["impl"] == "tiled" and plotting.present(row.get("block_q")) \
-            and int(row["block_q"]) == TILE:
+    if row["impl"] == "tiled" and pd.notna(row.get("block_q")) and int(row["block_q"]) == TILE:
         return "tiled"
     return "fused" if row.get("fused_sdpa") is True else None
 
@@ -82,14 +77,18 @@ def ratio_bands(claims) -> dict[str, tuple[float, float]]:
     return bands
 
 
-def printed(text: str) -> float:
-    return float(text.replace(",", ""))
+def stars(claims) -> list[tuple[str, str, float]]:
+    """The chapter's figures of ``STARS`` as (panel, family, value in the panel's unit)."""
+    by_id = {claim.id: claim for claim in claims}
+    return [(panel, family, figure.value * factor)
+            for claim_id, (panel, family, factor) in STARS.items() if claim_id in by_id
+            for figure in printed_figures(by_id[claim_id])]
 
 
-def comparison_figure(rows: pd.DataFrame, name: str, bands: dict) -> str | None:
+def comparison_figure(rows: pd.DataFrame, name: str, bands: dict, marks=()) -> str | None:
     """Per machine: time, time ÷ naive's and peak extra memory against tokens, one line per
     implementation of the three families with its 95 % interval, the chapter's figures
-    marked (``CHAPTER_FIGURES``, ``ratio_bands``)."""
+    marked (``stars``, ``ratio_bands``)."""
     if rows.empty:
         return None
     rows = rows.assign(label=[impl_label(r) for r in rows.to_dict("records")],
@@ -107,7 +106,7 @@ def comparison_figure(rows: pd.DataFrame, name: str, bands: dict) -> str | None:
             plotting.log_y(ax)
         axes[0][0].set_title(f"{name}, {rows['dtype'].iloc[0]}, causal")
         axes[-1][0].set_xlabel("tokens")
-        extra = _chapter_marks(axes[:, 0], rows, bands)
+        extra = _chapter_marks(axes[:, 0], rows, bands, marks)
         _slopes(axes[2][0], rows)
         plotting.fit_legend(fig, [Line2D([], [], color=colours[label], label=label)
                                   for label in sorted(colours, key=plotting.natural)] + extra, 2)
@@ -130,18 +129,18 @@ def _line(ax, part: pd.DataFrame, column: str, colour_: str) -> None:
                     plotting.noisy(part), bars)
 
 
-def _chapter_marks(axes, rows: pd.DataFrame, bands: dict) -> list:
-    """The chapter's figures: stars at 8,192 tokens (time, memory) in the colour of the
-    family's line (fused: the chapter's own kernel, memory-efficient SDPA, where it ran),
-    bands of its ratio ranges; the legend's entries for them."""
+def _chapter_marks(axes, rows: pd.DataFrame, bands: dict, marks) -> list:
+    """The chapter's figures: stars at 8,192 tokens in the colour of the family's line
+    (fused: the chapter's own kernel, memory-efficient SDPA, where it ran), bands of its
+    ratio ranges; the legend's entries for them."""
     labels = set(rows["label"])
     shade = {fam: colour("sdpa_efficient" if fam == "fused" and "sdpa_efficient" in labels
                          else min(group)) for fam, group in rows.groupby("family")["label"]}
-    for _, panel, fam, texts, factor in CHAPTER_FIGURES:
+    for panel, fam, value in marks:
         if fam in shade:
-            ax = axes[0] if panel == "time" else axes[2]
-            ax.plot([LENGTHS[1]] * len(texts), [printed(t) * factor for t in texts], "*",
-                    color=shade[fam], mec="black", mew=0.6, ms=10, zorder=5)
+            (axes[0] if panel == "time" else axes[2]).plot(
+                [LENGTHS[1]], [value], "*", color=shade[fam], mec="black", mew=0.6, ms=10,
+                zorder=5)
     extra = [Line2D([], [], marker="*", color="#888888", mec="black", mew=0.6, ms=10,
                     linestyle="none", label="chapter's figure (its GPU, fp16)")]
     axes[1].axhline(1, color="#222222", lw=0.8)
@@ -188,13 +187,12 @@ def _dtype(frame: pd.DataFrame, wanted: str | None) -> str | None:
 
 
 def figures(page: sections.Page) -> list[dict]:
-    bands = ratio_bands(page.claims)
-    drawn = []
+    bands, marks, drawn = ratio_bands(page.claims), stars(page.claims), []
     for k in page.keys:
         frame = _frame(k)
         dtype = None if frame is None else _dtype(frame, page.stand_in.get(k.device))
         if dtype is not None:
-            drawn.append(comparison_figure(chapter_rows(frame, dtype), k.key, bands))
+            drawn.append(comparison_figure(chapter_rows(frame, dtype), k.key, bands, marks))
     ranges = "; ".join(f"{fam} ÷ naive {plotting.number(lo)}–{plotting.number(hi)}"
                        for fam, (lo, hi) in bands.items())
     caption = Markup(

@@ -1,6 +1,5 @@
-"""The series on the page: per machine, every run's paired ratio beside the pooled value,
-its confidence and prediction intervals (the figure), and the pooled points with what
-they rest on (a collapsed table)."""
+"""The series on the page: per machine, every run's paired ratio beside the pooled value
+and its two intervals (the figure), and the pooled points (a collapsed table)."""
 
 from __future__ import annotations
 
@@ -8,6 +7,7 @@ import pandas as pd
 from markupsafe import Markup
 from matplotlib.lines import Line2D
 
+from inferlab.evidence.artifacts import Table
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.plotting import colour, impl_label
 
@@ -52,8 +52,8 @@ def tables(page: sections.Page) -> list[dict]:
     for k in page.present("series"):
         frame = k.frame("series")
         pooled = frame.frame["kind"] == "pooled"
-        table = type(frame)(frame.frame[pooled].reset_index(drop=True),
-                            frame.nonfinite[pooled].reset_index(drop=True))
+        table = Table(frame.frame[pooled].reset_index(drop=True),
+                      frame.nonfinite[pooled].reset_index(drop=True))
         blocks.append(sections.raw_block(k.key, "series", table, COLUMNS))
     return [sections.raw(blocks)]
 
@@ -63,12 +63,8 @@ SERIES_PANELS = (("prefill", "T", "÷ naive, paired (prefill, causal)"),
 
 
 def series_figure(frame: pd.DataFrame, name: str) -> str | None:
-    """The series per point, one panel per timed stage, the points grouped by length
-    (decode: cache length and batch), colour by implementation: each run's paired ratio (a
-    dot; a triangle for a run made under load, a hollow square where its load was not
-    recorded; a red ring where it lies outside the
-    prediction interval the other runs give), the pooled value with its 95 % confidence
-    interval (thick bar) and the 95 % prediction interval of one more run (thin bar)."""
+    """One panel per timed stage, its points grouped by length (decode: and batch), colour
+    by implementation, as the figure's caption says."""
     panels = []
     for stage, length, title in SERIES_PANELS:
         rows = frame[(frame["stage"] == stage) & (frame["status"] == "ok")
@@ -100,8 +96,7 @@ def series_figure(frame: pd.DataFrame, name: str) -> str | None:
 
 
 def _load_marker(run) -> str:
-    """A run's marker: a triangle made under load, a hollow square where its load was not
-    recorded (runs made before the load was), a dot made quiet."""
+    """A triangle: made under load; a hollow square: its load not recorded; a dot: quiet."""
     load = run.get("under_load")
     if load is None or pd.isna(load):
         return "s"

@@ -52,14 +52,15 @@ ROOFLINE_CAPTION = (
 
 
 def figures(page: sections.Page) -> list[dict]:
-    frames = {stage: page.frames(stage) for stage in ("prefill", "traffic")}
+    traffic = page.frames("traffic")
     ceilings = {k.key: (k.evidence["probe"].data or {}).get("ceilings") or {}
                 for k in page.keys}
-    return [sections.figure([traffic_figure(f, key)
-                          for key, f in frames["traffic"].items()], TRAFFIC_CAPTION),
-            sections.figure(roofline_figures(frames, ceilings),
-                         Markup(ROOFLINE_CAPTION).format(sections.NOISY_NOTE), ROOFLINE,
-                         "A roofline per machine")]
+    rooflines = [roofline_figure(frame, traffic.get(key), ceilings[key], key)
+                 for key, frame in page.frames("prefill").items()]
+    return [sections.figure([traffic_figure(f, key) for key, f in traffic.items()],
+                            TRAFFIC_CAPTION),
+            sections.figure(rooflines, Markup(ROOFLINE_CAPTION).format(sections.NOISY_NOTE),
+                            ROOFLINE, "A roofline per machine")]
 
 
 def tables(page: sections.Page) -> list[dict]:
@@ -67,10 +68,8 @@ def tables(page: sections.Page) -> list[dict]:
 
 
 def traffic_figure(frame: pd.DataFrame, name: str) -> str | None:
-    """The model's naive/tiled traffic ratio, one line per mask over every length at the
-    assumed tile and, dashed, one per kernel at its known tile; the measured naive/fused
-    time ratios over them (marker by dtype): the fastest fused kernel's and each known
-    tile's kernel's."""
+    """The model's naive/tiled byte ratio per mask at the assumed tile and, dashed, per kernel
+    at its known tile; over them the measured naive/fused time ratios (marker by dtype)."""
     if frame.empty:
         return None
     with plotting.rc():
@@ -138,11 +137,9 @@ def _model_ratio(traffic: pd.DataFrame | None, row: dict) -> tuple[float, str] |
 
 
 def roofline_points(prefill: pd.DataFrame, traffic: pd.DataFrame | None) -> pd.DataFrame:
-    """Per ok prefill row whose bytes the traffic model counts (naive; the fused SDPA
-    kernels and our Triton kernel at their known tile, else the assumed one): arithmetic
-    intensity (the row's FLOPs over the model's bytes, FLOP/B), the attained GFLOP/s and
-    the series label. Plain tiling and sdpa_math are left out: the model does not count
-    the traffic of tiles or scores that go through main memory."""
+    """Per ok prefill row whose bytes the traffic model counts (naive, the fused kernels):
+    its label, intensity (FLOP/B) and attained GFLOP/s. Plain tiling and sdpa_math are left
+    out: the model does not count tiles or scores that go through main memory."""
     points = []
     for row in plotting.ok_rows(prefill).dropna(subset=["median_ms", "flops"]).to_dict("records"):
         size = BYTES_PER_ELEMENT.get(str(row["dtype"]))
@@ -183,17 +180,13 @@ def _roof(ax, copy_gbs: float, peak_gflops: float, dtype, xs: tuple[float, float
 
 def roofline_figure(prefill: pd.DataFrame, traffic: pd.DataFrame | None, ceilings: dict,
                     name: str) -> str | None:
-    """Attained GFLOP/s against arithmetic intensity (FLOPs over the model's bytes), causal
-    rows (every row where none is causal), under the roof of this machine's measured copy
-    bandwidth and matmul ceiling per dtype: left of the ridge a kernel can at best move
-    bytes at the copy rate (the byte model predicts its time), right of it the matmul
-    ceiling bounds it (the byte model does not)."""
+    """The roofline of one machine's causal rows (every row where none is causal) under its
+    roof per dtype (``ceilings``: probe.json's copy_gbs and matmul_gflops)."""
     causal = plotting.flag(prefill, "causal")
     points = roofline_points(prefill[causal] if causal.any() else prefill, traffic)
     if points.empty:
         return None
-    copy_gbs = (ceilings or {}).get("copy_gbs")
-    peaks = (ceilings or {}).get("matmul_gflops") or {}
+    copy_gbs, peaks = ceilings.get("copy_gbs"), ceilings.get("matmul_gflops") or {}
     with plotting.rc():
         fig, axes = plotting.figure(legend_rows=3)
         ax = axes[0][0]
@@ -218,14 +211,3 @@ def roofline_figure(prefill: pd.DataFrame, traffic: pd.DataFrame | None, ceiling
                ylabel="attained GFLOP/s", title=name)
         plotting.legend(fig, colours, dtypes, bool(points["noisy"].any()), extra, ncols=2)
         return plotting.svg(fig, f"roofline-{name}")
-
-
-def roofline_figures(frames: dict[str, dict[str, pd.DataFrame]],
-                     ceilings: dict[str, dict]) -> list[str]:
-    """One roofline per key with prefill rows: ``frames`` maps a stage (prefill,
-    traffic) to {key: its rows}; ``ceilings`` each key's probe.json ceilings (copy_gbs,
-    matmul_gflops per dtype)."""
-    traffic = frames.get("traffic", {})
-    drawn = [roofline_figure(frame, traffic.get(key), ceilings.get(key) or {}, key)
-             for key, frame in frames["prefill"].items()]
-    return [figure for figure in drawn if figure]
