@@ -37,14 +37,16 @@ def test_implementation_labels(row, label):
     assert plotting.impl_label(row) == label
 
 
-def test_our_triton_kernels_have_colours_of_their_own():
+def test_each_implementation_and_dtype_has_its_own_style():
     grey = "#7f7f7f"  # what an implementation without a colour gets
     labels = ["triton_flash B=64", "triton_flash B=128", "triton_decode, 4 splits",
-              "triton_decode, 16 splits", "sdpa_flash", "tiled B=64", "tiled B=128",
+              "triton_decode, 16 splits", "sdpa_flash", "sdpa_efficient", "sdpa_math",
+              "sdpa_cudnn", "tiled_fast B=128", "tiled B=64", "tiled B=128", "tiled B=512",
               "splitkv, 4 splits", "splitkv, 16 splits", "naive"]
     colours = [plotting.colour(label) for label in labels]
     assert grey not in colours
     assert len(set(colours)) == len(labels)
+    assert len({plotting.style(d) for d in ("float32", "bfloat16", "float16")}) == 3
 
 
 @pytest.mark.parametrize("columns", [1, 2, 3])

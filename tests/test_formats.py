@@ -69,14 +69,19 @@ def test_a_value_with_its_unit(value, unit, text):
 
 
 @pytest.mark.parametrize(("latex", "plain"), [
-    (r"\(S^n\)", "Sⁿ"), (r"\(10^{(2)}\)", "10⁽²⁾"), (r"\(x^{ab}\)", "x^(ab)"),
+    (r"\(O(S^2)\)", "O(S²)"), (r"\(4.7 \times 10^{-5}\)", "4.7 × 10⁻⁵"),
+    (r"a \(1\times S\) vector", "a 1×S vector"), (r"\(O(S\cdot d)\)", "O(S·d)"),
+    (r"\(3 \times 10^{-5}\) and \(2 \times 10^{-4}\)", "3 × 10⁻⁵ and 2 × 10⁻⁴"),
+    (r"\(e^{(\cdot)}\)", "e^(·)"), ("O(S^2) -> O(S·d)", "O(S²) → O(S·d)"),
+    ("no maths", "no maths"), (r"\(S^n\)", "Sⁿ"), (r"\(10^{(2)}\)", "10⁽²⁾"),
+    (r"\(x^{ab}\)", "x^(ab)"),
     (r"\(x^{(ab)}\)", "x^(ab)"), (r"\(a \le b \ge c\)", "a ≤ b ≥ c"),
     (r"\(a\,b\)", "a b"), (r"\(\infty\)", "∞"), (r"\(a \unknown x\)", "a unknown x"),
     (r"\(a \approx b\)", "a ≈ b"), (r"\(x^{+}\)", "x⁺"), ("a -> b", "a → b"),
     (r"\(10^{+3}\)", "10⁺³"), (r"\(x^y\)", "x^(y)"), (r"\(x^{(a}\)", "x^((a)"),
     (r"\(x^{a)}\)", "x^(a))"), (r"\(a \Delta b\)", "a Delta b"),
 ])
-def test_more_latex_as_plain_unicode(latex, plain):
+def test_latex_as_plain_unicode(latex, plain):
     assert formats.plain_text(latex) == plain
 
 

@@ -1,6 +1,6 @@
 """The report: first screen, claims matrix, figures, raw data and provenance, read from
-the HTML (well-formed, escaped, self-contained, unique ids); the browser's view is
-tests/test_browser.py. Evidence: two machines at the book's sizes (report_evidence.py)."""
+the HTML (well-formed, escaped, self-contained); the browser's view is tests/test_browser.py.
+Evidence: two machines at the book's sizes (report_evidence.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from inferlab.core import layout
 from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
-from inferlab.presentation import formats, plotting
+from inferlab.presentation import formats
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
 from inferlab.presentation.report import (
     NOT_MEASURED,
@@ -32,7 +32,6 @@ from inferlab.presentation.report import (
     value_text,
     value_words,
 )
-from inferlab.presentation.views import prefill as prefill_view
 from inferlab.presentation.views.model import MODEL_WORDS
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
@@ -104,24 +103,15 @@ def without_svg(text: str) -> str:
 # ---------------------------------------------------------------- page
 
 
-def test_report_is_written_where_asked(report_html):
-    _, path = report_html
-    assert path == layout.report_path(path.parent.parent)
-
-
-def test_report_parses_with_balanced_tags(page):
+def test_the_page_is_well_formed_self_contained_and_its_figures_text(page, report_html):
     assert page.problems == [] and page.stack == []
-
-
-def test_no_id_is_repeated_not_even_inside_the_figures(page):
-    repeated = [i for i, n in Counter(page.ids).items() if n > 1]
-    assert repeated == []
-    assert {"svg", "text"} <= set(page.tags)  # figures are there, their labels are text
-
-
-def test_figure_text_is_text_not_outlined_glyphs(report_html):
+    assert [i for i, n in Counter(page.ids).items() if n > 1] == []  # inside figures too
+    assert {"svg", "text", "table", "style"} <= set(page.tags)
+    assert not {"script", "link", "iframe", "img"} & set(page.tags)
     text = report_html[0]
-    assert "<text" in text and "DejaVuSans" not in text.replace("font-family", "")
+    assert "DejaVuSans" not in text.replace("font-family", "")  # text, not outlined glyphs
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") \
+        .replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
 
 
 def test_report_has_every_section_figure_and_claim(report_html, page):
@@ -134,18 +124,6 @@ def test_report_has_every_section_figure_and_claim(report_html, page):
             assert f'href="#prov-{claim.id}-{key}"' in text
 
 
-def test_viewport_meta_for_phones(report_html):
-    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' \
-        in report_html[0]
-
-
-def test_report_is_self_contained(page, report_html):
-    assert {"svg", "table", "style"} <= set(page.tags)
-    assert not {"script", "link", "iframe", "img"} & set(page.tags)
-    assert "http://" not in report_html[0].replace('xmlns="http://www.w3.org/2000/svg"', "") \
-        .replace('xmlns:xlink="http://www.w3.org/1999/xlink"', "")
-
-
 def test_artifact_strings_are_escaped(report_html):
     text = report_html[0]
     assert EVIL not in text and "<script" not in text.lower()
@@ -153,21 +131,6 @@ def test_artifact_strings_are_escaped(report_html):
 
 
 # ---------------------------------------------------------------- first screen, matrix
-
-
-def test_first_screen_counts_each_machines_verdicts(report_html, evidence_root):
-    summary = section(report_html[0], "summary")
-    for key in (CPU, GPU):
-        counts = Counter(c["verdict"] for c in recorded(evidence_root, key)["claims"])
-        card = summary[summary.index(f'data-key="{key}"'):]
-        for verdict in ("reproduced", "not reproduced", "within noise here", "answered here",
-                        "not measurable here", "not checkable"):  # each counted, 0 too
-            assert (f'data-verdict="{verdict}" data-count="{counts[verdict]}"'
-                    in card[:card.index("</div>")])
-    assert "not refuted" in summary or "not that" in summary  # what "not reproduced" means
-    assert "within noise here" in summary  # the rule's legend is with the claims
-    assert "95 % interval" in section(report_html[0], "claims")
-    assert "2.13.0" in summary and "Synthetic GPU" in summary and "Synthetic CPU" in summary
 
 
 def _matrix_rows(text: str) -> dict[str, str]:
@@ -239,14 +202,19 @@ def test_every_model_quantity_has_words_that_start_with_its_unit():
         assert (MODEL_WORDS[quantity] + " ").startswith(unit_words.get(unit, unit) + " "), quantity
 
 
-def test_first_screen_says_runs_and_what_holds(report_html, evidence_root):
-    """Per machine: the runs its series pools, and "of the N claims that can be judged
-    here, M hold; these do not: ..." linked to the claims."""
+def test_each_machines_card_counts_its_verdicts_and_says_runs_and_what_holds(report_html,
+                                                                              evidence_root):
+    """Per machine: each verdict counted (0 too), the runs its series pools, and "of the N
+    claims that can be judged here, M hold; these do not: ..." linked to the claims."""
     summary = section(report_html[0], "summary")
     for key in (CPU, GPU):
         results = recorded(evidence_root, key)["claims"]
         card = summary[summary.index(f'data-key="{key}"'):]
         card = card[:card.index("</div>")]
+        counts = Counter(c["verdict"] for c in results)
+        for verdict in ("reproduced", "not reproduced", "within noise here", "answered here",
+                        "not measurable here", "not checkable"):
+            assert f'data-verdict="{verdict}" data-count="{counts[verdict]}"' in card
         judged = [r for r in results if r["verdict"] in
                   ("reproduced", "not reproduced", "within noise here")]
         hold = sum(r["verdict"] == "reproduced" for r in judged)
@@ -264,22 +232,14 @@ def test_first_screen_says_runs_and_what_holds(report_html, evidence_root):
         else:
             assert "no series of runs" in card
     assert escape(claims.load().hardware) in summary  # the chapter's GPU, named first
+    assert "not that" in summary  # what "not reproduced" means
+    assert "2.13.0" in summary and "Synthetic GPU" in summary and "Synthetic CPU" in summary
 
 
 def test_claim_sentences_are_plain_unicode(report_html):
     text = report_html[0]
     assert "\\(" not in text and "\\times" not in text
     assert "O(S²)" in text and "4.7 × 10⁻⁵" in text and "1×S" in text
-
-
-@pytest.mark.parametrize(("latex", "plain"), [
-    (r"\(O(S^2)\)", "O(S²)"), (r"\(4.7 \times 10^{-5}\)", "4.7 × 10⁻⁵"),
-    (r"a \(1\times S\) vector", "a 1×S vector"), (r"\(O(S\cdot d)\)", "O(S·d)"),
-    (r"\(3 \times 10^{-5}\) and \(2 \times 10^{-4}\)", "3 × 10⁻⁵ and 2 × 10⁻⁴"),
-    (r"\(e^{(\cdot)}\)", "e^(·)"), ("O(S^2) -> O(S·d)", "O(S²) → O(S·d)"),
-    ("no maths", "no maths")])
-def test_plain_text_of_latex(latex, plain):
-    assert formats.plain_text(latex) == plain
 
 
 def test_missing_stage_says_not_measured_here(report_html):
@@ -346,13 +306,6 @@ def test_tampered_claims_and_unreadable_artifact_are_shown(tmp_path, evidence_ro
     assert "fused_sdpa" in section(text, "prefill")  # the reader's error names the column
 
 
-def test_rows_that_only_say_unavailable_draw_no_figure(evidence_root):
-    frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
-    refused = frame[frame["status"] != "ok"]
-    assert prefill_view.comparison_figure(prefill_view.chapter_rows(refused, "float32"),
-                                          CPU, {}) is None
-
-
 # ---------------------------------------------------------------- figures
 
 
@@ -366,35 +319,28 @@ def test_the_first_figure_is_the_chapters_comparison_and_the_claims_follow_the_f
     assert comparison.count("<svg") == 2  # every machine, side by side
 
 
-def test_each_implementation_has_its_own_colour(evidence_root):
-    frame = artifacts.read(layout.artifact_path(evidence_root, CPU, "prefill"), "prefill").frame
-    labels = sorted({plotting.impl_label(r) for r in frame.to_dict("records")})
-    assert len(labels) >= 6
-    assert len({plotting.colour(label) for label in labels}) == len(labels)
-    assert len({plotting.DTYPE_STYLE[d] for d in ("float32", "bfloat16", "float16")}) == 3
-
-
-def test_prefill_ticks_are_the_real_lengths(report_html):
-    prefill = section(report_html[0], "prefill")
-    for length in ("1,024", "2,048", "4,096", "8,192"):  # the chapter's lengths
-        assert f">{length}</text>" in prefill
-    assert ">512</text>" not in prefill  # measured, but outside the chapter's table
-    assert "×10" not in prefill and "10^" not in prefill
+@pytest.mark.parametrize(("section_id", "drawn", "never"), [
+    # the chapter's lengths as real numbers; 512 is measured, but outside its table
+    ("prefill", [">1,024</text>", ">2,048</text>", ">4,096</text>", ">8,192</text>"],
+     [">512</text>", "×10", "10^"]),
+    ("decode", ["batch 1</text>", "batch 4</text>", "batch 8</text>"], [])])  # every batch
+def test_each_figure_draws_what_its_section_says(report_html, section_id, drawn, never):
+    text = section(report_html[0], section_id)
+    assert [t for t in drawn if t not in text] == [] and [t for t in never if t in text] == []
 
 
 def test_traffic_figure_has_one_model_line_per_mask(report_html):
     traffic = section(report_html[0], "traffic")
-    assert traffic.count(">model, full</text>") == 1
-    assert traffic.count(">model, causal</text>") == 1
+    assert traffic.count(">model, full</text>") == traffic.count(">model, causal</text>") == 1
 
 
-def test_decode_figure_shows_every_batch(report_html):
-    decode = section(report_html[0], "decode")
-    for batch in (1, 4, 8):
-        assert f"batch {batch}</text>" in decode
+# ---------------------------------------------------------------- backend map, series, model
 
-
-# ---------------------------------------------------------------- backend map, between runs, model
+MODEL_ROWS = [
+    {"quantity": "launches", "dtype": None, "value": 29120.0, "unit": "launches",
+     "source": "counted here", "inputs": "2080 block pairs x 14 ops", "status": "ok"},
+    {"quantity": "decode_floor_us", "dtype": None, "value": 427.4, "unit": "µs",
+     "source": "measured here", "inputs": "48 MiB at <118> GB/s", "status": "ok"}]
 
 
 @pytest.fixture(scope="module")
@@ -403,12 +349,19 @@ def map_rows_here() -> list[dict]:
     return map_rows(map_cases((32, 80), 16, 4, 2, 0.1), (torch.float32,), 4, 16, "cpu", 0)
 
 
-def test_backend_map_is_a_grid_with_the_reasons(tmp_path, evidence_root, map_rows_here):
-    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
+@pytest.fixture(scope="module")
+def more(tmp_path_factory, evidence_root, map_rows_here) -> str:
+    """The page with the CPU key's backend map and model rows, and no series of the GPU's."""
+    root = Path(shutil.copytree(evidence_root, tmp_path_factory.mktemp("more") / "root"))
     probe = artifacts.read(layout.artifact_path(root, CPU, "probe"), "probe")
     write_stage(root, CPU, "probe", {**probe, "backend_map": map_rows_here}, "cpu")
-    backends = section(render_report(root, layout.report_path(root), [CPU]).read_text(),
-                       "backends")
+    write_stage(root, CPU, "model", pd.DataFrame(MODEL_ROWS), "cpu")
+    layout.artifact_path(root, GPU, "series").unlink()
+    return render_report(root, layout.report_path(root), [CPU, GPU]).read_text()
+
+
+def test_backend_map_is_a_grid_with_the_reasons(more, report_html, map_rows_here):
+    backends = section(more, "backends")
     grid = backends[backends.index('<details class="map">'):]
     grid = grid[:grid.index("</details>")]
     order = list(dict.fromkeys(r["backend"] for r in map_rows_here))
@@ -423,35 +376,23 @@ def test_backend_map_is_a_grid_with_the_reasons(tmp_path, evidence_root, map_row
     assert f"{len(map_rows_here) - len(refused)} ran, {len(refused)} refused" in grid
     for r in refused:  # every refusal's reason is on the page, escaped
         assert str(escape(r["reason"] or r["error"])) in grid
-    # a probe.json from before the map says so instead of an empty grid
-    assert "No backend map" in section(
-        render_report(evidence_root, tmp_path / "old.html", [CPU]).read_text(), "backends")
+    # a probe.json without a map says so instead of an empty grid
+    assert "No backend map" in section(report_html[0], "backends")
 
 
-def test_the_series_section_draws_each_run_and_the_pooled_intervals(tmp_path, evidence_root):
-    """The series replaces the between-run tables: per machine a figure of every run's
-    paired ratio beside the pooled value and its two intervals, and the pooled points in
-    a collapsed table; a machine without a series says so."""
-    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
-    layout.artifact_path(root, GPU, "series").unlink()
-    text = section(render_report(root, layout.report_path(root), [CPU, GPU]).read_text(),
-                   "series")
+def test_the_series_section_draws_each_run_and_the_pooled_intervals(more, evidence_root):
+    """Per machine a figure of every run's paired ratio beside the pooled value and its two
+    intervals, and the pooled points in a collapsed table; a machine without one says so."""
+    text = section(more, "series")
     assert text.count("<svg") == 1 and "prediction interval" in text
-    series = artifacts.read(layout.artifact_path(root, CPU, "series"), "series").frame
+    series = artifacts.read(layout.artifact_path(evidence_root, CPU, "series"), "series").frame
     pooled = int((series["kind"] == "pooled").sum())
     assert f"{CPU}: the {pooled} rows of series.csv" in text
     assert f"{GPU}: {NOT_MEASURED} (series.csv is missing" in text
 
 
-def test_model_rows_are_shown_with_units_and_sources(tmp_path, evidence_root):
-    root = Path(shutil.copytree(evidence_root, tmp_path / "root"))
-    rows = [{"quantity": "launches", "dtype": None, "value": 29120.0, "unit": "launches",
-             "source": "counted here", "inputs": "2080 block pairs x 14 ops", "status": "ok"},
-            {"quantity": "decode_floor_us", "dtype": None, "value": 427.4, "unit": "µs",
-             "source": "measured here", "inputs": "48 MiB at <118> GB/s", "status": "ok"}]
-    write_stage(root, CPU, "model", pd.DataFrame(rows), "cpu")
-    text = section(render_report(root, layout.report_path(root), [CPU, GPU]).read_text(),
-                   "model")
+def test_model_rows_are_shown_with_units_and_sources(more):
+    text = section(more, "model")
     assert "<td>launches</td><td>—</td><td>29120</td><td>launches</td><td>counted here</td>" \
         in text
     assert "<td>427</td><td>µs</td><td>measured here</td>" in text
@@ -482,8 +423,6 @@ def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence
 
 
 def test_the_card_says_when_the_evidence_was_measured_apart_from_derived():
-    """R8-23: the AVX2 card gave the date its claims were derived here, a day after its
-    timed stages ran there."""
     from inferlab.presentation.report import _when
 
     assert _when(["2026-12-02T01:01:00"], ["2026-12-02T01:01:30", "2026-12-03T10:11:00"]) == \

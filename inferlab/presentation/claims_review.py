@@ -1,10 +1,6 @@
-"""docs/claims-review.md: every claim's reading, for a reviewer to check against the seeds.
-
-One row per claim of ``claims.yaml``: the sentence, the quantity judged and why its region
-is what the sentence says (the claim's ``reading``), and the scope (device class, dtype,
-mask, lengths and the other rows) and the region, both rendered from the check itself, so
-the table says what the code judges, never a copy of it. ``python -m inferlab claims
---review`` writes it; a test keeps the committed file equal to this output.
+"""docs/claims-review.md: every claim's reading, for a reviewer to check against the seeds
+(``inferlab claims --review``). Its scope and region are rendered from the check itself, so
+the table says what the code judges, never a copy of it.
 """
 
 from __future__ import annotations
@@ -14,7 +10,7 @@ from pathlib import Path
 from inferlab.judging.claims import Check, ClaimsFile, Condition, load
 from inferlab.judging.selection import describe
 from inferlab.presentation.claim_text import describe_expect, premises_text
-from inferlab.presentation.formats import plain_text
+from inferlab.presentation.formats import md_cell, plain_text
 
 REVIEW_FILE = Path("docs") / "claims-review.md"
 # the columns of a check's rows that say the sentence's lengths and sizes
@@ -122,17 +118,13 @@ def region_text(kind: str, check: Check | None) -> str:
     return f"shown, not judged (would be: {words})" if kind == "author-code" else words
 
 
-def _cell(text: str) -> str:
-    return plain_text(str(text)).replace("|", "\\|").replace("\n", " ")
-
-
 def review_markdown(claims_file: ClaimsFile) -> str:
     """The review table of every claim, as Markdown."""
     lines = []
     for c in claims_file.claims:
         reading = c.reading
         scope = scope_text(c.kind, c.check) if c.check else f"reported by {c.source}"
-        lines.append("| " + " | ".join(_cell(x) for x in (
+        lines.append("| " + " | ".join(md_cell(plain_text(str(x))) for x in (
             c.id, c.kind, c.sentence, reading.quantity if reading else "—", scope,
             region_text(c.kind, c.check), reading.why if reading else "—")) + " |")
     return HEADER + "\n".join(lines) + "\n"

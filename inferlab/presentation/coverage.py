@@ -1,16 +1,11 @@
-"""docs/chapter/sentences.yaml: every sentence of both seeds, each with the claims that
-check it or a reason of a fixed kind, and the numbers of it that are not measurements;
-and docs/claims-coverage.md, generated from it (``python -m inferlab claims --coverage``).
-It is where each sentence is stored: a claim's sentence is the text of the entries whose
-``claims:`` name it (``inferlab.judging.claims.sentences_of``).
+"""docs/chapter/sentences.yaml, where each sentence of both seeds is stored with the claims
+that check it (or a reason of a fixed kind) and its numbers that are no measurement; and
+docs/claims-coverage.md, generated from it (``inferlab claims --coverage``).
 
-An entry is ``{text, claims: [ids], by?, why?}`` or ``{text, reason, by?, why?}`` with
-``reason`` one of ``REASONS``; ``by`` beside ``claims`` names the claims of other sentences
-that check the rest of what it says (its numbers are still matched to its own claims);
-``numbers: {kind: [values]}`` declares the numbers of the sentence that are no measurement,
-each kind one of docs/chapter/not_claims.yaml's (a chapter number, an exercise number, the
-experiment's setting, ...). ``inferlab manuscript check`` matches every other number of a
-sentence to its claims' figures.
+An entry is ``{text, claims: [ids]}`` or ``{text, reason}`` (``REASONS``), with optional
+``by`` (claims of other sentences that check the rest of it), ``why``, ``numbers: {kind:
+[values]}`` (kinds from docs/chapter/not_claims.yaml) and ``order`` (where two claims'
+figures interleave: ``[[claim, figure], ...]`` in print order).
 """
 
 from __future__ import annotations
@@ -23,6 +18,7 @@ import yaml
 
 from inferlab.judging.claims import SENTENCES_FILE
 from inferlab.presentation.chapter_text import sentences, shape
+from inferlab.presentation.formats import md_cell
 
 NOT_CLAIMS_FILE = Path("docs") / "chapter" / "not_claims.yaml"
 COVERAGE_FILE = Path("docs") / "claims-coverage.md"
@@ -44,8 +40,7 @@ class Entry:
     by: tuple[str, ...] = ()
     why: str | None = None
     numbers: dict = field(default_factory=dict)   # kind -> declared values
-    order: tuple[tuple[str, str], ...] = ()       # (claim, figure) in print order, where
-    #                                               the claims' figures interleave
+    order: tuple[tuple[str, str], ...] = ()       # (claim, figure) in print order
 
     @property
     def checked_by(self) -> tuple[str, ...]:
@@ -75,8 +70,7 @@ def _load_yaml(path: Path, what: str):
 
 
 def load_kinds(path: Path | str) -> dict[str, str]:
-    """docs/chapter/not_claims.yaml: {kind: reason} of the numbers that are no
-    measurement; every entry needs a kind and a reason, each kind once."""
+    """docs/chapter/not_claims.yaml: {kind: reason} of the numbers that are no measurement."""
     path = Path(path)
     data = _load_yaml(path, "not-claims file")
     if not isinstance(data, dict) or not isinstance(data.get("kinds"), list):
@@ -180,10 +174,6 @@ def unlisted(root: Path | str, seeds: tuple[Seed, ...]) -> list[str]:
     return problems
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def coverage_markdown(seeds: tuple[Seed, ...], claims) -> str:
     """docs/claims-coverage.md: per seed, every sentence and what covers it."""
     kinds = {c.id: c.kind for c in claims}
@@ -205,8 +195,8 @@ def coverage_markdown(seeds: tuple[Seed, ...], claims) -> str:
             reason = (e.reason or ("also covered by" if e.by else "")) + \
                 (f" {', '.join(e.by)}" if e.by else "") + (f": {e.why}" if e.why else "")
             numbers = "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in e.numbers.items())
-            lines.append(f"| {i} | {_cell(e.text)} | {ids} | {_cell(reason)} | "
-                         f"{_cell(numbers)} |")
+            lines.append(f"| {i} | {md_cell(e.text)} | {ids} | {md_cell(reason)} | "
+                         f"{md_cell(numbers)} |")
     orphans = [c.id for c in claims if c.id not in used]
     lines += ["", "## Claims no sentence names", "",
               ", ".join(orphans) if orphans else "None: every claim checks a sentence."]

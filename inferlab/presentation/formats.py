@@ -14,6 +14,11 @@ from inferlab.judging.numtext import format_value
 NOT_MEASURED = "not measured here"
 
 
+def md_cell(text) -> str:
+    """A Markdown table cell: its bars escaped, on one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 def with_unit(value: Any, unit: str | None) -> str:
     """'2.48–43.4×', '704–1,070 µs', '—' when there is no value."""
     if value is None:

@@ -18,7 +18,7 @@ import unicodedata
 
 from inferlab.judging.numtext import format_value
 from inferlab.presentation.claim_text import STATUS_WORDS
-from inferlab.presentation.formats import NOT_MEASURED, with_unit
+from inferlab.presentation.formats import NOT_MEASURED, md_cell, with_unit
 
 REPRODUCED = "reproduced"
 TITLES = {"traffic": "Traffic of the direct and block-wise implementations",
@@ -143,15 +143,11 @@ def tables_of(manuscript: dict) -> list[dict]:
 # ------------------------------------------------------------------ Markdown and LaTeX
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def markdown(table: dict, key: str) -> str:
     lines = [f"**{table['title']}** ({key})", "",
-             "| " + " | ".join(map(_md_cell, table["columns"])) + " |",
+             "| " + " | ".join(map(md_cell, table["columns"])) + " |",
              "|" + "|".join("---" for _ in table["columns"]) + "|"]
-    lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in table["rows"]]
+    lines += ["| " + " | ".join(map(md_cell, row)) + " |" for row in table["rows"]]
     return "\n".join([*lines, "", *(f"_{n}_" for n in table["notes"])]) + "\n"
 
 

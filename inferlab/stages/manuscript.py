@@ -1,16 +1,11 @@
 """manuscript -> manuscript.json: the values of the chapter's four tables and every number
 it cites, with their references, from this key's artifacts.
 
-The artifact holds values, enums and references only (issue 31): per table its rows as
-numbers (a length the key did not measure: the cause, as claims.json gives causes), per
-claim its value, interval, unit, verdict, the chapter's figures and the artifact version
-and commit it comes from, and the sha256 of each file derived from it. The runner writes
-those files (``derived_files``: inferlab.presentation.manuscript renders tables.md,
-tables.tex, numbers.json and numbers.tex) into results/{key}/manuscript/ after the
-artifact is registered.
-
-``inputs`` is the one place that reads the stage's input tables (the timed stages' points
-as the series pools them), so the input stage can be switched there.
+The artifact holds values, enums and references only: per table its rows as numbers (a
+length not measured: its cause), per claim its value, interval, unit, verdict, the
+chapter's figures and the artifact version and commit it comes from, and the sha256 of each
+file rendered from it (``derived_files``: tables.md, tables.tex, numbers.json, numbers.tex),
+which the runner writes into results/{key}/manuscript/ after registering the artifact.
 """
 
 from __future__ import annotations
@@ -48,8 +43,8 @@ class Params:
 
 
 def inputs(ctx) -> dict:
-    """The tables the stage reads: traffic, prefill and decode (prefill and decode as the
-    series pools them), the probe's lists and claims.json."""
+    """The tables the stage reads: traffic, prefill and decode as the series pools them, the
+    probe's lists and claims.json."""
     data = {name: e.data for name, e in judged(ctx.evidence).items()}
     return {"traffic": data["traffic"].frame, "prefill": data["prefill"].frame,
             "decode": data["decode"].frame, "probe": data["probe"], "claims": data["claims"]}
