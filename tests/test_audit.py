@@ -62,7 +62,8 @@ def series_runs(key: str) -> dict[tuple, list[int]]:
     """(stage, point...) -> the versions of its run rows, read from series.csv with pandas:
     an independent reading of what each pooled point rests on."""
     frame = pd.read_csv(layout.artifact_path(ROOT, key, "series"))
-    runs = frame[frame["kind"] == "run"]
+    frame = frame.reindex(columns=[*frame.columns, *(c for c in POINT if c not in frame)])
+    runs = frame[frame["kind"] == "run"]  # a key column the file lacks: empty in every row
     return {tuple(cell(v) for v in point): sorted(int(v) for v in group["version"])
             for point, group in runs.groupby(POINT, dropna=False)}
 

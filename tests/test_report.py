@@ -245,6 +245,7 @@ def test_claim_sentences_are_plain_unicode(report_html):
 def test_missing_stage_says_not_measured_here(report_html):
     traffic = section(report_html[0], "traffic")
     assert f"{GPU}: {NOT_MEASURED}" in traffic and f"{CPU}: {NOT_MEASURED}" not in traffic
+    assert f"{CPU}: {NOT_MEASURED}: the manuscript stage did not run" in report_html[0]
 
 
 # ---------------------------------------------------------------- raw data, provenance
