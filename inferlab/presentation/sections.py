@@ -45,12 +45,6 @@ class KeyData:
     integrity: dict[str, dict]
 
     @property
-    def device(self) -> str:
-        """'cuda' or 'cpu': the device it recorded, else its key's prefix."""
-        return "cuda" if str(self.environment.get("device") or self.key).startswith("cuda") \
-            else "cpu"
-
-    @property
     def environment(self) -> dict:
         """The environment recorded in an artifact (the probe's), else in a sidecar."""
         recorded = next((e.data["environment"] for e in self.evidence.values()

@@ -76,7 +76,6 @@ class Trail:
         self.recorded = {c["id"]: c for c in recorded_results(root, [key])[key]["claims"]}
         self.register = Register(root, key)
         self._series: dict | None = None
-        self._history: dict[str, dict[int, dict]] = {}
         self._versions: dict[tuple[str, int], dict] = {}
 
     def series(self) -> dict:
@@ -100,26 +99,23 @@ class Trail:
     def version(self, stage: str, version: int) -> dict:
         """A register version as the audit shows it: artifact, sha256, commit, config, and
         whether its kept file is still that artifact (``problem`` where not)."""
-        if (stage, version) in self._versions:
-            return self._versions[stage, version]
-        if stage not in self._history:
-            self._history[stage] = {e["version"]: e for e in self.register.history(stage)}
-        entry = self._history[stage].get(version)
-        shown = {"stage": stage, "version": version}
-        if entry is None:
-            shown["problem"] = f"the register of {self.key} holds no {stage} version {version}"
-        else:
+        if (stage, version) not in self._versions:
+            shown = self._versions[stage, version] = {"stage": stage, "version": version}
+            try:
+                entry = self.register.entry(stage, version)
+            except ValueError as exc:  # not in the register
+                shown["problem"] = str(exc)
+                return shown
             prov = entry.get("provenance") or {}
-            kept = relative(self.register.version_path(entry), self.root)
-            shown |= {"path": kept, "sha256": entry.get("sha256"),
+            shown |= {"path": relative(self.register.version_path(entry), self.root),
+                      "sha256": entry.get("sha256"),
                       **{f: prov.get(f) for f in ("created_at", "git_commit", "config_sha256",
                                                   "config")}, "copy": "sha256 OK"}
             try:
                 self.register.read_copy(entry)
             except ValueError as exc:
                 shown["copy"] = shown["problem"] = str(exc)
-        self._versions[stage, version] = shown
-        return shown
+        return self._versions[stage, version]
 
     def claim(self, claim: Claim) -> dict:
         """The claim's entry of claims.json, the series points it judged with their runs,

@@ -15,6 +15,7 @@ from markupsafe import Markup
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from inferlab.evidence.loading import device_of
 from inferlab.presentation import plotting, sections
 from inferlab.presentation.manuscript_check import figures as printed_figures
 from inferlab.presentation.plotting import colour, impl_label
@@ -190,7 +191,8 @@ def figures(page: sections.Page) -> list[dict]:
     bands, marks, drawn = ratio_bands(page.claims), stars(page.claims), []
     for k in page.keys:
         frame = _frame(k)
-        dtype = None if frame is None else _dtype(frame, page.stand_in.get(k.device))
+        device = device_of(k.evidence["probe"], k.key)  # as the manuscript stage reads it
+        dtype = None if frame is None else _dtype(frame, page.stand_in.get(device))
         if dtype is not None:
             drawn.append(comparison_figure(chapter_rows(frame, dtype), k.key, bands, marks))
     ranges = "; ".join(f"{fam} ÷ naive {plotting.number(lo)}–{plotting.number(hi)}"
