@@ -23,7 +23,6 @@ from inferlab.presentation.coverage import (
     coverage_markdown,
     load_kinds,
     load_sentences,
-    unlisted,
 )
 from inferlab.workflow.cli import main as cli_main
 
@@ -31,6 +30,18 @@ ROOT = layout.REPO_ROOT
 COMPARISON = re.compile(r"\b(?:faster|slower|more|less|fewer|larger|smaller|bigger|longer|"
                         r"same|identical|than|halves|doubl\w*|exact\w*|equal\w*|drops?|beat|"
                         r"grows?|scales?|saved?|lost|overflows?)\b", re.IGNORECASE)
+
+
+def unlisted(root: Path, listed) -> list[str]:
+    """'seed: sentence' for each sentence of a seed's text the list does not hold, in
+    order, and each entry no longer in its text."""
+    problems = []
+    for s in listed:
+        found = [x.text for x in sentences((root / s.copy).read_text(encoding="utf-8"))]
+        entries = [e.text for e in s.entries]
+        problems += [f"{s.name}: not listed: {t}" for t in found if t not in entries]
+        problems += [f"{s.name}: not in the text: {t}" for t in entries if t not in found]
+    return problems
 
 
 def seeds():

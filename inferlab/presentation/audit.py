@@ -111,8 +111,7 @@ def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
         return {"status": "not run", "detail": "no artifact and no record"}
     why = doubt(root, key, evidence.stage)
     return {"status": "MISMATCH" if why else "sha256 OK",
-            "detail": why or "the results file is its record's; its inputs are the files there",
-            "results_sha256_now": evidence.sha256_now}
+            "detail": why or "the results file is its record's; its inputs are the files there"}
 
 
 def audit(claim_id: str, root: Path | str, key: str | None = None) -> dict:

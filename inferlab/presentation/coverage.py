@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from inferlab.judging.claims import SENTENCES_FILE
-from inferlab.presentation.chapter_text import sentences, shape
+from inferlab.presentation.chapter_text import shape
 from inferlab.presentation.formats import md_cell
 
 NOT_CLAIMS_FILE = Path("docs") / "chapter" / "not_claims.yaml"
@@ -159,19 +159,6 @@ def load_sentences(root: Path | str, known_ids: set[str], kinds: dict[str, str]
 def index(seeds: tuple[Seed, ...]) -> dict[str, Entry]:
     """Every entry by its sentence's shape (numbers as '#')."""
     return {shape(e.text): e for s in seeds for e in s.entries}
-
-
-def unlisted(root: Path | str, seeds: tuple[Seed, ...]) -> list[str]:
-    """'seed: sentence' for each sentence of a seed's text the list does not hold, in
-    order, and each entry no longer in its text."""
-    problems = []
-    for s in seeds:
-        text = (Path(root) / s.copy).read_text(encoding="utf-8")
-        found = [x.text for x in sentences(text)]
-        listed = [e.text for e in s.entries]
-        problems += [f"{s.name}: not listed: {t}" for t in found if t not in listed]
-        problems += [f"{s.name}: not in the text: {t}" for t in listed if t not in found]
-    return problems
 
 
 def coverage_markdown(seeds: tuple[Seed, ...], claims) -> str:

@@ -78,7 +78,7 @@ def backend_map_table(probe: dict) -> dict | None:
             why = r["reason"] or r["error"] or "no reason given"
             refusals.setdefault((r["backend"], why), []).append(f"{r['case']} {r['dtype']}")
     ran = sum(bool(r["ran"]) for r in rows)
-    return {"columns": ["case", "dtype", *backends], "noisy": False,
+    return {"columns": ["case", "dtype", *backends],
             "rows": [{"cells": [case, dtype, *(cells.get(b, "—") for b in backends)],
                       "noisy": False} for (case, dtype), cells in grid.items()],
             "summary": f"{len(grid)} inputs (case × dtype) × {len(backends)} backends: {ran} ran, "
