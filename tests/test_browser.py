@@ -82,8 +82,9 @@ def one_more(tmp_path_factory) -> Path:
     return render_report(root, layout.report_path(root))
 
 
-@pytest.fixture(params=REPORTS)
+@pytest.fixture(scope="module", params=REPORTS)
 def report(request) -> Path:
+    """Each report, made once: the tests run report by report (a module-scoped param)."""
     return request.getfixturevalue(request.param)
 
 

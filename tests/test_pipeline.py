@@ -250,11 +250,11 @@ def test_a_ctrl_c_during_a_forced_rerun_is_made_good_by_the_next_run(copy, tmp_p
     assert cli_verify(copy) == 1
     assert f"results/{KEY}/model.csv or its sidecar is missing" in capsys.readouterr().out
     lines = layout.register_path(copy, KEY).read_text().splitlines()
-    again = run(copy, "--cores", "1")
-    assert again.returncode == 0, again.stderr[-3000:]
+    again = run(copy, "--cores", "1", "model")  # the next run (of what reads it too: the
+    assert again.returncode == 0, again.stderr[-3000:]  # rerun tests of test_triggers)
     assert versions(copy, KEY)["model"] == 2 and artifact.is_file()
     assert layout.register_path(copy, KEY).read_text().splitlines()[:len(lines)] == lines
-    assert cli_verify(copy) == 0, capsys.readouterr().out
+    assert Register(copy, KEY).problems() == []
 
 
 def test_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(copy):
