@@ -37,8 +37,7 @@ REPORTS = ["synthetic", "committed", "one_more"]
 _MEASURED: dict[tuple, dict] = {}
 
 
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory) -> Path:
+def _synthetic(tmp_path_factory) -> Path:
     root = two_machines(tmp_path_factory.mktemp("synthetic"))
     make_manuscript(root, CPU)
     return render_report(root, layout.report_path(root))
@@ -58,16 +57,14 @@ def _head(root: Path) -> None:
         pytest.skip("HEAD commits no results")
 
 
-@pytest.fixture(scope="module")
-def committed(tmp_path_factory) -> Path:
+def _committed(tmp_path_factory) -> Path:
     """The report of every machine whose evidence is committed, made by this checkout."""
     root = tmp_path_factory.mktemp("committed")
     _head(root)
     return render_report(root, layout.report_path(root))
 
 
-@pytest.fixture(scope="module")
-def one_more(tmp_path_factory) -> Path:
+def _one_more(tmp_path_factory) -> Path:
     """What a reader sees after `make evidence` on a machine of their own: the committed
     machines and one more (the synthetic CPU key)."""
     import shutil
@@ -82,10 +79,26 @@ def one_more(tmp_path_factory) -> Path:
     return render_report(root, layout.report_path(root))
 
 
+_MAKERS = {"synthetic": _synthetic, "committed": _committed, "one_more": _one_more}
+_MADE: dict[str, Path] = {}
+
+
+def made(name: str, tmp_path_factory) -> Path:
+    """Report ``name``, rendered once per session: pytest tears a module-scoped param's
+    fixtures down when the param changes, and the tests ask for each report again."""
+    if name not in _MADE:
+        _MADE[name] = _MAKERS[name](tmp_path_factory)
+    return _MADE[name]
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    return made("synthetic", tmp_path_factory)
+
+
 @pytest.fixture(scope="module", params=REPORTS)
-def report(request) -> Path:
-    """Each report, made once: the tests run report by report (a module-scoped param)."""
-    return request.getfixturevalue(request.param)
+def report(request, tmp_path_factory) -> Path:
+    return made(request.param, tmp_path_factory)
 
 
 def metrics(browser, page: Path, width: int, open_details: bool = False) -> dict:

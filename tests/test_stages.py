@@ -240,7 +240,7 @@ def test_decode_rows_bandwidth_floor_and_pairing(tmp_path):
     ceilings = probe["ceilings"]
     params = _params("decode", [
         TIMING, "decode.d=8", "decode.splits=[1, 5, 1000]", "decode.backends=[flash, math]",
-        "decode.cpu={heads: 2, cache_lens: [300], batches: [1, 3], dtypes: [float32]}"])
+        "decode.cpu={heads: 2, cache_lens: [300], batches: [1, 3], dtypes: [float32], workers: 2}"])
     rows = _table("decode", decode.run(params, _ctx(tmp_path, "decode", probe=probe)))
     assert set(rows["splits"].dropna()) == {1, 5}  # 1000 splits > 300 keys: skipped
     cache_bytes = 2 * rows["batch"] * 2 * 300 * 8 * 4
@@ -259,7 +259,7 @@ def test_decode_rows_bandwidth_floor_and_pairing(tmp_path):
     assert set(ours["cause"]) <= {"no_cuda_device", "no_triton"} and ours["reason"].isna().all()
 
 
-GROUPED = ("decode.cpu={heads: 2, cache_lens: [64], batches: [1], dtypes: [float32], "
+GROUPED = ("decode.cpu={heads: 2, cache_lens: [64], batches: [1], dtypes: [float32], workers: 2, "
            "grouped: [{heads: 6, kv_heads: 2, cache_lens: [96], batches: [1, 2]}]}")
 
 
