@@ -20,6 +20,7 @@ from inferlab.core.pipeline import STAGES, code_files
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.measurement.environment import fingerprint
+from inferlab.workflow import adopt
 from inferlab.workflow.adopt import cli_adopt
 from inferlab.workflow.config import load_config, resolve
 from tests.pipeline_repo import copy_repo, git
@@ -78,6 +79,16 @@ def repo(made, tmp_path) -> tuple[Path, str, object, dict]:
     return root, made[1], config, environment
 
 
+@pytest.fixture(autouse=True)
+def recorded(monkeypatch) -> list:
+    """What adopt hands Snakemake to record (``adopt.record``, run for real by
+    test_pipeline's fresh clone): here only noted, as the stages it names."""
+    calls: list = []
+    monkeypatch.setattr(adopt, "record", lambda root, paths, machine, configfiles:
+                        calls.append(sorted(p.name.split(".")[0] for p in paths)))
+    return calls
+
+
 def _adopt(root: Path, capsys, **kwargs) -> dict[str, str]:
     assert cli_adopt(root, machine=MACHINE, **kwargs) == 0
     said = {}
@@ -87,17 +98,21 @@ def _adopt(root: Path, capsys, **kwargs) -> dict[str, str]:
     return said
 
 
-def test_committed_current_evidence_is_adopted_whole(repo, capsys):
+def test_committed_current_evidence_is_adopted_whole(repo, capsys, recorded):
     root, key, _, _ = repo
     assert set(_adopt(root, capsys).values()) == {"adopted (current)"}
+    assert recorded == [sorted(STAGES)]  # Snakemake is told of every stage
     assert layout.artifact_path(root, key, "claims").stat().st_mtime > \
         layout.artifact_path(root, key, "probe").stat().st_mtime  # in DAG order
 
 
-def test_a_run_made_here_since_the_last_commit_reruns(repo, capsys):
+def test_a_run_made_here_since_the_last_commit_reruns(repo, capsys, recorded):
     root, key, config, env = repo
     _write(root, key, "prefill", config, env, content=b"made prefill again\n")
     said = _adopt(root, capsys)
+    # Snakemake records the adopted stages only: the others it reruns by their old mtimes
+    assert recorded == [sorted(s for s, why in said.items() if why == "adopted (current)")]
+    assert "prefill" not in recorded[0] and "probe" in recorded[0]
     assert said["probe"] == "adopted (current)"
     assert said["prefill"].startswith(f"will rerun: evidence/{key}/prefill/v2.csv, results/"
                                       f"{key}/prefill.csv, results/{key}/prefill.csv.prov.json "
@@ -127,12 +142,13 @@ def test_a_register_never_committed_is_not_vouched_for(made, tmp_path, capsys):
     assert "differ from the last commit" in said["probe"]
 
 
-def test_without_git_everything_reruns_saying_why(repo, capsys, monkeypatch):
+def test_without_git_everything_reruns_saying_why(repo, capsys, monkeypatch, recorded):
     root, _, _, _ = repo
     monkeypatch.setenv("PATH", "/nonexistent")
     said = _adopt(root, capsys)
     assert said["probe"] == "will rerun: git cannot vouch for it (git is not on the PATH)"
     assert "adopted (current)" not in said.values()
+    assert recorded == []
 
 
 @pytest.mark.parametrize("change", ["code", "config", "threads", "hardware"])

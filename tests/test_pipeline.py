@@ -134,6 +134,13 @@ def test_make_evidence_on_a_fresh_clone_adopts_the_committed_evidence_twice(clon
     assert git(clone, "status", "--porcelain", "--", "results", "evidence") == ""
     stamps = [p.stat().st_mtime for p in (clone / "results" / KEY).iterdir()]
     assert max(stamps) <= time.time()  # never in the future (Snakemake's clock-skew check)
+    # What Snakemake compares by its records, not by mtimes, still reruns an adopted stage:
+    # a moved bound of a claim (params.computed_from), a stage's config (params.config).
+    claims = (clone / "claims.yaml").read_text()
+    (clone / "claims.yaml").write_text(claims.replace("between: [13, 23]", "between: [12, 23]"))
+    assert jobs(run(clone, "--dry-run")) == {"claims", "manuscript", "report"}
+    (clone / "claims.yaml").write_text(claims)
+    assert jobs(run(clone, "--dry-run", "--config", "seed=7")) >= {"probe", "prefill", "decode"}
 
 
 def test_another_grid_and_machine_write_only_their_folders(clone):

@@ -19,12 +19,16 @@ decides instead, stage by stage in DAG order. A stage is *current* when
 A current stage's outputs get mtimes newer than every code file its rule reads and than
 its upstream outputs, yet in the past (Snakemake stops a run whose outputs look older
 than their inputs, and fails the report on a file from the future); every other stage,
-and all downstream of it, an old one, so that it reruns.
+and all downstream of it, an old one, so that it reruns. Then Snakemake records the
+current ones (``record``): without a record it never compares their params.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import subprocess
+import sys
 import time
 from base64 import urlsafe_b64encode
 from pathlib import Path
@@ -150,4 +154,25 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
             stale.add(name)
         print(f"adopt: {config.key}: {name}: " +
               ("adopted (current)" if why is None else f"will rerun: {why}"))
+    adopted = [layout.artifact_path(root, config.key, n) for n in STAGES if n not in stale]
+    if adopted:
+        record(root, adopted, machine, configfiles)
     return 0
+
+
+def record(root: Path, artifacts: list[Path], machine: str | None, configfiles) -> None:
+    """Have Snakemake record the adopted stages as if it had run them (``--touch`` writes its
+    metadata: code, params, inputs), so that what it compares by record, not by mtime (a
+    stage's config, a claim's check: ``params``), reruns an adopted stage when it changes.
+    Without a record Snakemake compares mtimes only. The adopted stages are closed upstream
+    (a stage with a stale input is stale), so forcing their DAG touches only them."""
+    command = [sys.executable, "-m", "snakemake", "--touch", "--forceall", "--cores", "1",
+               "--quiet", "all",
+               *(arg for path in configfiles for arg in ("--configfile", str(path))),
+               *(["--config", f"machine={machine}"] if machine else []),
+               "--", *(p.relative_to(root).as_posix() for p in artifacts)]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ValueError(f"adopt: `{shlex.join(command[2:])}` (recording the adopted stages "
+                         f"in Snakemake's metadata) failed: {done.stderr.strip()[-1500:]}")
+    print(f"adopt: Snakemake records the {len(artifacts)} adopted stages (snakemake --touch)")
