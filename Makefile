@@ -61,7 +61,7 @@ smoke: $(STAMP)
 TEST_JOBS ?= 2
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup -m "not serial" --durations=12
+	$(VPY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=12
 	$(VPY) -m pytest -q -m serial --durations=8
 
 # The numerics tests again under every ATen CPU capability from `default` up to this host's

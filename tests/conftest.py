@@ -101,26 +101,22 @@ SERIAL_FILES = {"test_measure.py"}
 # them made one fail once in a parallel run (it passes alone).
 SERIAL_TESTS = {"test_the_steady_process_keeps_freed_buffers_warm_and_records_it",
                 "test_the_steady_process_keeps_buffers_warm_past_two_gib"}
-# The files that start the local Slurm cluster (one per session, tests/slurm_cluster.py):
-# two xdist workers would each find none running and start one on the same ports, so they
-# are one xdist group (``make test`` runs ``--dist loadgroup``). Most of their time is
-# waiting for Slurm, which the other worker fills.
-SLURM_FILES = {"test_slurm_toy.py", "test_slurm_pipeline.py"}
+# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: each file goes
+# whole to one worker (its module fixtures, a rendered report, the Slurm cluster, are made
+# once), in the order below. The files that take longest start first, so that neither
+# worker is left with a long file at the end: the Slurm tests (mostly waiting for Slurm,
+# which the other worker fills; they skip at once without it) and the session's pipeline
+# (tests/pipeline_repo.built), then the next longest.
+FIRST = ("test_slurm.py", "test_pipeline.py", "test_browser.py", "test_stages.py",
+         "test_kernels.py", "test_triggers.py", "test_report.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test file is one xdist group (its module's fixtures, a rendered report, a
-    browser, are made once), unless a test names its own: the session's pipeline run
-    (tests/pipeline_repo.PIPELINE) and the Slurm files. The pipeline's group goes first:
-    started last it would leave the other worker idle at the end."""
     for item in items:
         if item.path.name in SERIAL_FILES or item.originalname in SERIAL_TESTS:
             item.add_marker(pytest.mark.serial)
-        if item.path.name in SLURM_FILES:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-        elif item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group").args[0] != "pipeline")
+    items.sort(key=lambda item: (FIRST.index(item.path.name) if item.path.name in FIRST
+                                 else len(FIRST)))
 
 
 # ---------------------------------------------------------------- the checkout as found

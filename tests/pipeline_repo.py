@@ -8,8 +8,8 @@ fixed machine id, every stage made by ``snakemake --cores 1`` and committed, as 
 clone of this project finds its evidence (only much smaller). Tests take a ``clone_of`` it
 (what ``git clone`` gives: no .snakemake/) or a ``copy_of`` it (the tree as the run left
 it, .snakemake/ metadata included). It is built once per session, under a lock, by the
-first test that asks: the tests that use it share an xdist group (``PIPELINE``), so one
-worker builds it while the other runs the rest.
+first test that asks: only tests/test_pipeline.py asks, and pytest-xdist gives a file to
+one worker (``--dist loadfile``), so one worker builds it while the other runs the rest.
 """
 
 from __future__ import annotations
@@ -87,8 +87,6 @@ def tree_hashes(folder: Path) -> dict[str, str]:
 
 # The one pipeline's machine id and results key: never this host's own
 MACHINE = KEY = "test-box"
-# pytest.mark.xdist_group of every test that uses it (``--dist loadgroup``)
-PIPELINE = "pipeline"
 
 
 def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -34,7 +34,6 @@ from inferlab.workflow.cli import main as cli_main
 from tests.pipeline_repo import (
     KEY,
     MACHINE,
-    PIPELINE,
     built,
     clone_of,
     copy_of,
@@ -48,7 +47,6 @@ from tests.pipeline_repo import (
     versions,
 )
 
-pytestmark = pytest.mark.xdist_group(PIPELINE)
 VENV = Path(sys.prefix)
 REPO = layout.REPO_ROOT
 
