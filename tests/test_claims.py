@@ -927,7 +927,7 @@ def test_the_dram_count_the_refuted_premise_states_holds_on_the_committed_eviden
     the measured speed-ups there are a tenth or less of that. Each figure it prints is
     recomputed here from ncu-bytes.csv and traffic.csv."""
     (premise,) = [p for p in claims.find("C13-21", claims.load().claims).check.premises
-                  if p.refuted_on]
+                  if p.name == "kv_read_per_query_tile"]
     text = premise.measured
     ncu = pd.read_csv(NCU_BYTES).set_index("case")
     moved = ncu["dram_read_bytes"] + ncu["dram_write_bytes"]
@@ -962,6 +962,35 @@ def test_the_dram_count_the_refuted_premise_states_holds_on_the_committed_eviden
     assert f"the same {read['triton_flash block=64']:.1f} MB at B_q 64 and 128" in halved
     kernels = ncu["kernels"].str.count("; ") + 1
     assert kernels["naive"] == 3 and (kernels.drop("naive") == 1).all()  # sentences.yaml
+
+
+def test_the_fused_kernels_bandwidth_the_refuted_premise_states_holds_on_the_evidence():
+    """The premise fused_bytes_bound states how fast each fused kernel moved its bytes at
+    the same point: its Nsight Compute bytes over its median time in prefill.csv, against
+    the probe's copy ceiling. Each figure it prints is recomputed here."""
+    import json
+
+    (premise,) = [p for p in claims.find("C13-21", claims.load().claims).check.premises
+                  if p.name == "fused_bytes_bound"]
+    assert premise.refuted_on == ("cuda-nvidia-h200",)
+    ncu = pd.read_csv(NCU_BYTES).set_index("case")
+    moved = (ncu["dram_read_bytes"] + ncu["dram_write_bytes"]).drop("naive")
+    prefill = committed_h200("prefill.csv")
+    point = prefill[(prefill["T"] == 4096) & (prefill["dtype"] == "float16")
+                    & ~prefill["causal"]]
+    gbs = {}
+    for case, moved_bytes in moved.items():
+        impl, _, block = case.partition(" block=")
+        rows = point[point["impl"] == impl]
+        rows = rows[rows["block_q"] == int(block)] if block else rows
+        gbs[case] = moved_bytes / (float(rows["median_ms"].iloc[0]) * 1e-3) / 1e9
+    gbs = pd.Series(gbs)
+    copy = json.loads((H200 / "probe.json").read_text())["ceilings"]["copy_gbs"]
+    text = " ".join(premise.measured.split())
+    assert f"its {moved.min() / 1e6:.1f} to {moved.max() / 1e6:.1f} MB" in text
+    assert f"at {gbs.min():.0f} to {gbs.max():.0f} GB/s" in text
+    assert (f"{100 * gbs.min() / copy:.1f} to {100 * gbs.max() / copy:.1f} % of the probe's "
+            f"{copy:,.0f} GB/s copy ceiling") in text
 
 
 def test_the_tiled_loop_keeps_its_tiles_in_float32_whatever_the_input_dtype():

@@ -1006,10 +1006,15 @@ def test_the_split_implementation_is_set_beside_the_chapters_fused_kernel(cid):
     on_gpu["decode"] = Evidence("decode", on_gpu["decode"].path, table("decode", fp16),
                                 on_gpu["decode"].entry, None)
     result = verdicts.evaluate(claim, on_gpu, GPU_KEY, ROOT)
-    assert result["verdict"] == "about the author's code"
+    # C13-29's direction (one split beat the fused kernel, by batched matrix products, as
+    # this project's split does) is judged; C13-27's times are the author's code's
+    judged = "reproduced" if cid == "C13-29" else "about the author's code"
+    assert result["verdict"] == judged
     assert result["value"] == (6.5 if cid == "C13-29" else [3.25, 6.5])
     on_cpu = verdicts.evaluate(claim, evidence_of("decode", rows), CPU_KEY, ROOT)
-    assert on_cpu["verdict"] == "about the author's code" and on_cpu["value"] is None
+    assert on_cpu["verdict"] == ("not measurable here" if cid == "C13-29"
+                                 else "about the author's code")
+    assert on_cpu["value"] is None
     assert on_cpu["cause"] == {"kind": "device_cannot", "needs": "cuda", "device": "cpu"}
 
 
