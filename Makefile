@@ -23,13 +23,11 @@ endif
 
 setup: $(STAMP)
 
-# --no-compile: pip would byte-compile every file of torch and its kin (about half a minute
-# here); Python compiles what is imported, once, on first use.
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -c 'import torch' 2>/dev/null || \
-	  $(VPY) -m pip install -q --no-compile $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)') '$(TORCH_SPEC)'
-	$(VPY) -m pip install -q --no-compile -e '.[test,kernels]'
+	  $(VPY) -m pip install -q $(if $(TORCH_INDEX),--index-url '$(TORCH_INDEX)') '$(TORCH_SPEC)'
+	$(VPY) -m pip install -q -e '.[test,kernels]'
 	$(VPY) -m inferlab.measurement.environment
 	touch $(STAMP)
 
