@@ -18,13 +18,21 @@ from pathlib import Path
 
 import pandas as pd
 from series_helper import series_rows
-from test_claims import CPU, GPU, SEED, _cells, correctness_rows, probe_json, write_stage
+from test_claims import (
+    CPU,
+    GPU,
+    SEED,
+    _cells,
+    correctness_rows,
+    evaluate_key,
+    probe_json,
+    write_stage,
+)
 
 from inferlab.algorithms.traffic import decode_cache_bytes
 from inferlab.evidence import artifacts
 from inferlab.evidence.loading import Evidence
 from inferlab.measurement.status import status_fields
-from inferlab.presentation.audit import evaluate_key
 from inferlab.stages import traffic
 from inferlab.stages.traffic import CPU_FLASH_OP
 from inferlab.workflow.runner import StageContext

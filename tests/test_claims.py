@@ -24,7 +24,6 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.judging import claims, verdicts
-from inferlab.presentation.audit import evaluate_key
 from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.report import value_text
 from tests.series_helper import series_rows
@@ -42,6 +41,19 @@ ENV = {"cpu": {"device": "cpu", "build": {"torch": "2.13.0", "cpu_capability": "
 
 
 # ---------------------------------------------------------------- evidence builders
+
+def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = None) -> dict:
+    """Every claim judged now on ``key``'s artifacts: what the claims stage would write."""
+    from inferlab.core.pipeline import STAGES
+    from inferlab.evidence.loading import load_evidence
+    from inferlab.judging.series_view import judged
+    from inferlab.judging.verdicts import evaluate_all
+
+    claims_file = claims.load(claims_path)
+    evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
+    return evaluate_all(claims_file.claims, judged(evidence), key, Path(root),
+                        claims_file.fp16_stand_in, claims_file.chapter_gpu)
+
 
 
 def _cells(frame: pd.DataFrame) -> list[dict]:

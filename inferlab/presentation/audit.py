@@ -14,11 +14,9 @@ from pathlib import Path
 
 from inferlab.core import layout
 from inferlab.core.pipeline import STAGES
-from inferlab.evidence.loading import Evidence, doubt, load_evidence
+from inferlab.evidence.loading import Evidence, doubt
 from inferlab.judging.claims import find, load
 from inferlab.judging.numtext import format_value
-from inferlab.judging.series_view import judged
-from inferlab.judging.verdicts import evaluate_all
 from inferlab.presentation.formats import value_text
 from inferlab.presentation.trail import SERIES, Trail, no_claims, recorded_results
 
@@ -31,14 +29,6 @@ def _wrap(text: str, indent: int, more: int = 2) -> list[str]:
     """``text`` in lines of at most WIDTH columns, indented, continued ``more`` deeper."""
     return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, break_on_hyphens=False,
                          subsequent_indent=" " * (indent + more)) or [" " * indent]
-
-
-def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = None) -> dict:
-    """Every claim judged now on ``key``'s artifacts (what the claims stage would write)."""
-    claims_file = load(claims_path)
-    evidence = {s: load_evidence(root, key, s) for s in STAGES if s != "claims"}
-    return evaluate_all(claims_file.claims, judged(evidence), key, Path(root),
-                        claims_file.fp16_stand_in, claims_file.chapter_gpu)
 
 
 def key_integrity(root: Path | str, key: str) -> dict:
