@@ -26,6 +26,7 @@ import yaml
 from inferlab.core import layout, pipeline
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
+from inferlab.evidence.loading import load_evidence
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.evidence.verify import cli_verify
@@ -182,7 +183,7 @@ def test_an_edited_claims_json_is_marked_by_verify_claims_and_audit(clone, capsy
     assert cli_main(["--root", str(clone), "claims"]) == 1
     out = capsys.readouterr().out
     assert f"{KEY} !" in out and "MISMATCH claims:" in out
-    evidence = audit.load_evidence(clone, KEY, "claims")
+    evidence = load_evidence(clone, KEY, "claims")
     assert audit.integrity(clone, KEY, evidence)["status"] == "MISMATCH"
 
 
