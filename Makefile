@@ -85,7 +85,7 @@ test-isa: $(STAMP)
 # Mutation testing (docs/testing.md): slow, a periodic check, not part of CI.
 # MUTATE names the modules of inferlab/ to mutate (layer.module); [tool.mutmut] in pyproject.toml the tests.
 MUTATE ?= judging.claims judging.selection judging.verdicts judging.numtext presentation.formats \
-          measurement.measure algorithms.traffic evidence.register evidence.provenance core.files \
+          measurement.measure algorithms.traffic evidence.register core.files \
           evidence.loading evidence.verify
 MUTMUT_JOBS ?= 2
 mutation: $(STAMP)

@@ -31,7 +31,7 @@ from test_claims import (
 
 from inferlab.algorithms.traffic import decode_cache_bytes
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence
+from inferlab.evidence.register import Evidence
 from inferlab.measurement.status import status_fields
 from inferlab.stages import traffic
 from inferlab.stages.traffic import CPU_FLASH_OP

@@ -17,8 +17,7 @@ import pytest
 from inferlab.core import layout
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, code_files
-from inferlab.evidence.provenance import write_artifact
-from inferlab.evidence.register import Register
+from inferlab.evidence.register import Register, write_artifact
 from inferlab.measurement.environment import fingerprint
 from inferlab.workflow import adopt
 from inferlab.workflow.adopt import cli_adopt

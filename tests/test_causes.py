@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence
+from inferlab.evidence.register import Evidence
 from inferlab.judging import claims, verdicts
 from inferlab.judging.causes import CAUSES, NotMeasurable, row_cause
 from inferlab.judging.claims import Claim

@@ -2,7 +2,7 @@
 synthetic evidence written by the real artifact writer, and the audit chain with tamper
 detection.
 
-The evidence is written with ``artifacts.encode`` and ``provenance.write_artifact`` (the
+The evidence is written with ``artifacts.encode`` and ``register.write_artifact`` (the
 one writer), so the fixtures and the pipeline cannot drift apart in format.
 """
 
@@ -21,8 +21,7 @@ import yaml
 
 from inferlab.core import layout
 from inferlab.evidence import artifacts
-from inferlab.evidence.provenance import write_artifact
-from inferlab.evidence.register import Register
+from inferlab.evidence.register import Register, write_artifact
 from inferlab.judging import claims, verdicts
 from inferlab.presentation.claim_text import reason_text
 from inferlab.presentation.report import value_text
@@ -45,7 +44,7 @@ ENV = {"cpu": {"device": "cpu", "build": {"torch": "2.13.0", "cpu_capability": "
 def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = None) -> dict:
     """Every claim judged now on ``key``'s artifacts: what the claims stage would write."""
     from inferlab.core.pipeline import STAGES
-    from inferlab.evidence.loading import load_evidence
+    from inferlab.evidence.register import load_evidence
     from inferlab.judging.series_view import judged
     from inferlab.judging.verdicts import evaluate_all
 

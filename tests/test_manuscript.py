@@ -20,7 +20,7 @@ from test_claims import CPU, GPU, SEED, write_stage
 from inferlab.core import layout
 from inferlab.core.pipeline import stage
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import load_evidence
+from inferlab.evidence.register import load_evidence
 from inferlab.judging.claims import load
 from inferlab.presentation.manuscript import (
     backends_table,

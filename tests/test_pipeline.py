@@ -26,9 +26,7 @@ import yaml
 from inferlab.core import layout, pipeline
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import load_evidence
-from inferlab.evidence.provenance import write_artifact
-from inferlab.evidence.register import Register
+from inferlab.evidence.register import Register, load_evidence, write_artifact
 from inferlab.evidence.verify import cli_verify
 from inferlab.presentation import audit
 from inferlab.workflow.cli import main as cli_main

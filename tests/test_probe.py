@@ -118,7 +118,7 @@ def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
     """bf16 flagged a slow path by the probe: its points are rows 'dropped: ...' naming the
     rates, nothing timed in it; fp32 is timed as usual."""
     from inferlab.evidence import artifacts
-    from inferlab.evidence.loading import Evidence
+    from inferlab.evidence.register import Evidence
     from inferlab.stages import prefill
 
     raw = load_config(overrides=[

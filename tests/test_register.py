@@ -1,5 +1,5 @@
 """The evidence register, the provenance writer and the bytes under them
-(``evidence.register``, ``evidence.provenance``, ``evidence.loading``, ``evidence.verify``,
+(``evidence.register``, ``evidence.loading``, ``evidence.verify``,
 ``core.files``).
 
 The threats are an honest author's (docs/contracts.md): a stale file, a hand edit, another
@@ -32,9 +32,15 @@ from inferlab.core import files, layout
 from inferlab.core.files import canonical_json, git_state, sha256_bytes
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence.history import kept_versions
-from inferlab.evidence.loading import doubt, read_input
-from inferlab.evidence.provenance import code_hash, config_hash, sidecar_bytes, write_artifact
-from inferlab.evidence.register import Register
+from inferlab.evidence.register import (
+    Register,
+    code_hash,
+    config_hash,
+    doubt,
+    read_input,
+    sidecar_bytes,
+    write_artifact,
+)
 from inferlab.evidence.verify import cli_history, cli_verify
 from tests.pipeline_repo import git, small_tmpfs
 
@@ -328,7 +334,7 @@ _KILLED_CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
 from pathlib import Path
-import inferlab.evidence.provenance as prov
+import inferlab.evidence.register as prov
 
 real_replace, seen = os.replace, []
 def slow_replace(src, dst):
@@ -507,7 +513,6 @@ def test_code_hash_sees_edits_and_renames_and_names_a_missing_file(tmp_path):
     ({"seed": 1.0}, "seed=1.0 must be an int"),
     ({"command": " "}, "command=' ' must be the command line"),
     ({"environment": None}, "environment=None must be a dict"),
-    ({"schema_version": 0}, "schema_version=0 must be an int >= 1"),
 ])
 def test_write_artifact_names_a_bad_argument_and_writes_nothing(tmp_path, change, message):
     args = {"content": b"T\n1\n", "config": {}, "code_files": [], "inputs": [], "seed": 0,

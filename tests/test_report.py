@@ -408,7 +408,7 @@ def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence
     import dataclasses
 
     from inferlab.core.pipeline import code_files
-    from inferlab.evidence.provenance import file_hashes
+    from inferlab.evidence.register import file_hashes
     from inferlab.presentation.report import summary_card
     from inferlab.presentation.sections import load_key
 

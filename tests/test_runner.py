@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inferlab.core import layout
-from inferlab.evidence.provenance import write_artifact
+from inferlab.evidence.register import write_artifact
 from inferlab.workflow.cli import main as cli_main
 from tests.pipeline_repo import git
 
@@ -91,7 +91,7 @@ def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
     those entries, and flags exactly the computing files that differ today."""
     from inferlab.core.pipeline import bookkeeping_files, code_files
     from inferlab.evidence.loading import code_changed
-    from inferlab.evidence.provenance import file_hashes
+    from inferlab.evidence.register import file_hashes
 
     root = layout.REPO_ROOT
     code = file_hashes([root / f for f in code_files("prefill")], root)

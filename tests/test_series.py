@@ -17,8 +17,7 @@ import pytest
 from inferlab.core import layout
 from inferlab.evidence import artifacts
 from inferlab.evidence.history import kept_versions
-from inferlab.evidence.provenance import write_artifact
-from inferlab.evidence.register import Register
+from inferlab.evidence.register import Register, write_artifact
 from inferlab.judging.claims import load
 from inferlab.measurement.environment import fingerprint
 from inferlab.stages import series

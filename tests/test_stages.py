@@ -14,7 +14,7 @@ import torch
 from inferlab.algorithms.traffic import block_pairs, implied_block_q, traffic_ratio
 from inferlab.core import layout
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence
+from inferlab.evidence.register import Evidence
 from inferlab.stages import common, correctness, decode, prefill, traffic
 from inferlab.workflow.config import effective_config, load_config
 from inferlab.workflow.runner import StageContext
@@ -432,7 +432,7 @@ def test_the_committed_evidence_of_an_older_version_feeds_traffic_and_claims(key
     """Every machine's committed evidence, another machine's made by older code (schema
     version 1: cpu-amd-epyc-avx2-2c at 04247cb) included, is read by the stages that
     derive from it: traffic computes its rows, claims judges every claim."""
-    from inferlab.evidence.loading import load_evidence
+    from inferlab.evidence.register import load_evidence
     from inferlab.stages import claims
 
     reads = ("probe", "correctness", "prefill", "decode", "traffic", "model")

@@ -228,7 +228,7 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None 
     from pathlib import Path
 
     from inferlab.evidence import artifacts
-    from inferlab.evidence.loading import Evidence
+    from inferlab.evidence.register import Evidence
     from inferlab.stages import traffic
     from inferlab.workflow.runner import StageContext
     from tests.series_helper import series_table

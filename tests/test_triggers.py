@@ -78,7 +78,7 @@ DIRECT_USERS = {
 
 # Everything a stage's run loads besides its computing code, from the list.
 BOOKKEEPING_FILES = [
-    "inferlab/evidence/register.py", "inferlab/evidence/provenance.py",
+    "inferlab/evidence/register.py",
     "inferlab/evidence/history.py", "inferlab/core/files.py", "inferlab/evidence/artifacts.py",
     "inferlab/evidence/loading.py", "inferlab/core/layout.py", "inferlab/workflow/config.py",
     "inferlab/core/pipeline.py", "inferlab/workflow/runner.py",

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence
+from inferlab.evidence.register import Evidence
 from inferlab.judging import claims, verdicts
 from inferlab.judging import rule as judging
 from inferlab.judging.claims import Claim, Expect, Measure

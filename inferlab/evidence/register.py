@@ -1,4 +1,5 @@
-"""The evidence register of one results key: every version of a measured stage, kept.
+"""The evidence register of one results key: every version of a measured stage, kept, with
+the one check made before a stage computes from an artifact and the one writer of artifacts.
 
 What a stage measured on the device (probe, correctness, prefill, decode, model: a
 ``pipeline.Stage.measured`` stage) cannot be made again, so each version is kept:
@@ -16,10 +17,25 @@ nothing is appended to such a register. The threats are an honest author's (a st
 a hand edit, a copy over another machine's folder, an interrupted write, a full disk); an
 adversary with commit rights is out of scope, so no hash chain pretends to stop one.
 
-A version is written under the register's lock (``locked``), kept file first and its line
-last, each write atomic (``core.files``): a kill or a full disk at any point leaves every
-complete line as it was, and at worst a kept file no line names yet, which the next write
-of that stage replaces.
+Reading (``read_input``): an artifact is read after one check, ``doubt``: the file is what
+its record says (its sidecar's sha256; for a measured stage, the register's latest version)
+and the inputs it recorded are the files there now (a traffic.csv computed from prefill
+version 1 is no evidence about version 4).
+
+Writing (``write_artifact``, the only function that writes into ``results/``): the stage has
+computed everything in memory first; then, for a measured stage under the register's lock
+(``Register.locked``):
+
+1. keep the artifact as its version's file, ``evidence/{key}/{stage}/v{N}.csv``;
+2. write the artifact, then its sidecar, into ``results/{key}/``, each atomically (a temp
+   file in the same folder, fsynced, then ``os.replace``);
+3. append the register line, last.
+
+A kill at any point leaves complete files only, and at worst a kept file no line names yet,
+which the next write of that stage replaces; a results file no line names is what ``doubt``
+and ``inferlab verify`` name. A write that *fails* (a full disk) raises and leaves the
+register as it was and results/ holding the files it held before (``restored_on_failure``).
+A derived stage writes step 2 only.
 """
 
 from __future__ import annotations
@@ -28,11 +44,27 @@ import fcntl
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import CannotCheck, canonical_json, durable_append, git_file, sha256_bytes
-from inferlab.core.pipeline import STAGES
+from inferlab.core.files import (
+    CannotCheck,
+    atomic_write,
+    canonical_json,
+    durable_append,
+    git_file,
+    git_state,
+    reject_nonfinite,
+    relative,
+    restored_on_failure,
+    sha256_bytes,
+    sha256_file,
+    utc_now_iso,
+)
+from inferlab.core.pipeline import STAGES, content_sha256
+from inferlab.evidence import artifacts
+from inferlab.evidence.artifacts import Table
 
 FIELDS = ("stage", "version", "sha256", "provenance")
 
@@ -216,10 +248,271 @@ def record_fault(root: Path | str, key: str, stage: str, entry: dict | None) -> 
         return (f"{rel} is not the register's latest version of {stage} (version "
                 f"{entry['version']}): edited, or a run was interrupted before it registered "
                 f"it; {fix}")
-    try:
-        recorded = json.loads(sidecar.read_bytes()).get("provenance")
-    except (ValueError, AttributeError):
-        recorded = None
-    if recorded != entry["provenance"]:
+    if (sidecar_record(artifact) or {}).get("provenance") != entry["provenance"]:
         return f"{rel}.prov.json is not the sidecar of register version {entry['version']}; {fix}"
     return None
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class Evidence:
+    """One stage's artifact on one results key, as a check sees it."""
+
+    stage: str
+    path: Path
+    data: Table | dict | None   # None when the artifact is missing
+    entry: dict | None          # its record: the register's latest line, else the sidecar's
+    sha256_now: str | None
+    error: str | None = None    # why the file could not be read (then data is None)
+
+    @property
+    def table(self) -> Table:
+        """The rows a check reads (probe.json: its availability list)."""
+        return artifacts.probe_availability(self.data) if self.stage == "probe" else self.data
+
+    @property
+    def provenance(self) -> dict:
+        return (self.entry or {}).get("provenance") or {}
+
+    def describe(self, root: Path) -> dict:
+        entry = self.entry or {}
+        return {"stage": self.stage, "path": relative(self.path, root),
+                "version": entry.get("version"), "sha256": entry.get("sha256")}
+
+
+def sidecar_record(path: Path) -> dict | None:
+    """The sidecar beside ``path`` as an entry ({stage, version None, sha256, provenance}),
+    or None when it is missing or no sidecar."""
+    try:
+        sidecar = json.loads(layout.sidecar_path(path).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(sidecar, dict) or not isinstance(sidecar.get("provenance"), dict):
+        return None
+    return {"stage": sidecar["provenance"].get("stage"), "version": None,
+            "sha256": sidecar.get("sha256"), "provenance": sidecar["provenance"]}
+
+
+def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
+    """Read one stage's artifact (typed) with its record."""
+    path = layout.artifact_path(root, key, stage)
+    entry = Register(root, key).latest(stage) if STAGES[stage].measured else None
+    entry = entry or sidecar_record(path)
+    if not path.is_file():
+        return Evidence(stage, path, None, entry, None)
+    sha = sha256_file(path)
+    try:
+        return Evidence(stage, path, artifacts.read(path, stage), entry, sha)
+    except (ValueError, UnicodeDecodeError) as exc:  # corrupted or edited: say so, go on
+        return Evidence(stage, path, None, entry, sha, error=str(exc))
+
+
+def doubt(root: Path | str, key: str, stage: str) -> str | None:
+    """Why the artifact of ``stage`` in results/{key}/ cannot be computed from now, or
+    None: it is not what its record says, or its recorded inputs are not the files there."""
+    root = Path(root)
+    path = layout.artifact_path(root, key, stage)
+    rel = relative(path, root)
+    if STAGES[stage].measured:
+        fault = record_fault(root, key, stage, Register(root, key).latest(stage))
+        if fault:
+            return fault
+    record = sidecar_record(path)
+    if record is None:
+        return f"{rel} or its sidecar is missing or unreadable; rerun the {stage!r} stage"
+    if not path.is_file() or sha256_file(path) != record["sha256"]:
+        return (f"{rel} is not the file its sidecar describes (edited, or a write was "
+                f"interrupted); rerun the {stage!r} stage (snakemake --forcerun {stage})")
+    return stale_inputs(root, record)
+
+
+def stale_inputs(root: Path | str, entry: dict) -> str | None:
+    """Why the inputs ``entry`` recorded ({path: sha256}) are not the files there now, or
+    None: 'it was computed from another version of results/k/prefill.csv than the one
+    there now (from prefill version 1; there now: prefill version 4)'."""
+    root = Path(root)
+    inputs = (entry.get("provenance") or {}).get("inputs")
+    if not isinstance(inputs, dict):
+        return "its provenance records no inputs"
+    for rel, sha in sorted(inputs.items()):
+        path = root / rel
+        if not path.is_file():
+            return f"its input {rel} is missing"
+        now = sha256_file(path)
+        if now != sha:
+            return (f"it was computed from another version of {rel} than the one there now "
+                    f"(from {_version_of(root, rel, sha)}; there now: "
+                    f"{_version_of(root, rel, now)}); rerun it")
+    return None
+
+
+def _version_of(root: Path, rel: str, sha: str) -> str:
+    """'prefill version 1' for a recorded input of a measured stage, else its sha256."""
+    parts = rel.split("/")
+    stage = next((s for s in STAGES if STAGES[s].artifact == parts[-1]), None)
+    versions = []
+    if stage and STAGES[stage].measured and len(parts) == 3 and parts[0] == "results":
+        try:
+            versions = Register(root, parts[1]).history(stage)
+        except ValueError:  # not a key, or an unreadable register: the sha256 says enough
+            versions = []
+    found = [e["version"] for e in versions if e["sha256"] == sha]
+    return f"{stage} version {found[-1]}" if found else f"sha256 {sha[:12]}…"
+
+
+def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
+    """An upstream artifact, read once ``doubt`` finds nothing; else a ValueError naming
+    the file, what is wrong and what to rerun."""
+    if path.resolve() != layout.artifact_path(root, key, name).resolve():
+        raise ValueError(f"stage input {path} is not where results/{key}/ keeps {name}: "
+                         f"{layout.artifact_path(root, key, name)}")
+    if not path.is_file():
+        raise ValueError(f"stage input {relative(path, root)} does not exist: run the {name!r} "
+                         f"stage for {key!r} first")
+    why = doubt(root, key, name)
+    if why is not None:
+        raise ValueError(f"stage input {relative(path, root)} cannot be used: {why}. Refusing "
+                         "to compute from it (`inferlab verify` shows every such file)")
+    evidence = load_evidence(root, key, name)
+    if evidence.error is not None:  # recorded, yet not what its schema describes
+        version = (evidence.entry or {}).get("version")
+        which = "" if version is None else f" (register version {version})"
+        raise ValueError(f"stage input {relative(path, root)}{which} is not a valid {name} "
+                         f"artifact: {evidence.error}. Rerun the {name!r} stage (e.g. "
+                         f"snakemake --forcerun {name})")
+    return evidence
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def config_hash(config: dict) -> str:
+    if not isinstance(config, dict):
+        raise ValueError(f"config={config!r} must be a dict")
+    return sha256_bytes(canonical_json(config))
+
+
+def file_hashes(files: list[Path | str], root: Path | str) -> dict[str, str]:
+    """{relative path: sha256} for each file; a missing file is a ValueError naming it."""
+    hashes = {}
+    for f in files:
+        if not Path(f).is_file():
+            raise ValueError(f"file {str(f)!r} does not exist (or is not a file)")
+        # claims.yaml by what a stage computes from (pipeline.content_sha256), so that an
+        # edited note is no change of a stage's code
+        hashes[relative(f, root)] = content_sha256(Path(f))
+    return dict(sorted(hashes.items()))
+
+
+def code_hash(files: list[Path | str], root: Path | str) -> str:
+    """sha256 over the sorted (relative path, file sha256) pairs: renames count too."""
+    return _hash_of_file_hashes(file_hashes(files, root))
+
+
+def _hash_of_file_hashes(hashes: dict[str, str]) -> str:
+    return sha256_bytes(canonical_json(sorted(hashes.items())))
+
+
+def build_provenance(root, key, stage, *, config, code_files, inputs, seed, command,
+                     environment, bookkeeping_files=None) -> dict:
+    """The sidecar's provenance dict (docs/contracts.md). ``code_files`` computed the
+    artifact (they decide whether it is current); ``bookkeeping_files``, when given, are
+    the rest of what ran (recorded, no rerun trigger)."""
+    git = git_state(root)
+    code = file_hashes(code_files, root)
+    machine, grid = layout.split_key(key)
+    bookkeeping = {} if bookkeeping_files is None else {
+        "bookkeeping_sha256": code_hash(bookkeeping_files, root),
+        "bookkeeping_files": file_hashes(bookkeeping_files, root)}
+    return {**bookkeeping,
+        "stage": stage,
+        "machine": machine,
+        "grid": grid,
+        "created_at": utc_now_iso(),
+        "git_commit": git["commit"],
+        "git_dirty": git["dirty"],
+        "code_sha256": _hash_of_file_hashes(code),
+        "code_files": code,
+        "config_sha256": config_hash(config),
+        "config": config,
+        "environment": environment,
+        "seed": seed,
+        "inputs": file_hashes(inputs, root),
+        "command": command,
+    }
+
+
+def sidecar_bytes(stage: str, artifact_name: str, content: bytes, provenance: dict) -> bytes:
+    """The sidecar file: indented for people to read, keys sorted so it is reproducible,
+    non-ASCII escaped (as in the register: no character of a value is a line break)."""
+    sidecar = {
+        "schema": f"inferlab/{stage}",
+        "schema_version": artifacts.schema_version(stage),
+        "artifact": artifact_name,
+        "sha256": sha256_bytes(content),
+        "provenance": provenance,
+    }
+    reject_nonfinite(sidecar, "sidecar")
+    return (json.dumps(sidecar, sort_keys=True, indent=2, ensure_ascii=True,
+                       allow_nan=False) + "\n").encode("utf-8")
+
+
+def _check_write_args(content, seed, command, environment) -> None:
+    if not isinstance(content, bytes):
+        raise ValueError(f"content must be bytes (the artifact as written), got "
+                         f"{type(content).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} must be an int")
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError(f"command={command!r} must be the command line that reproduces it")
+    if not isinstance(environment, dict):
+        raise ValueError(f"environment={environment!r} must be a dict (environment.fingerprint)")
+
+
+def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
+                   config: dict, code_files: list, inputs: list[Path], seed: int,
+                   command: str, environment: dict,
+                   bookkeeping_files: list | None = None) -> dict:
+    """Write one stage artifact with its sidecar (and for a measured stage its kept version
+    and register line); return the entry (``version`` None for a derived stage). See the
+    module docstring for why the steps come in this order.
+
+    Args:
+        content: the artifact's bytes (CSV or JSON text), computed in memory by the stage.
+        config: the effective stage config; code_files: library and script files that ran;
+        inputs: artifacts this one was computed from; environment: environment.fingerprint;
+        bookkeeping_files: the other files that ran (runner, register ...), recorded only.
+    """
+    _check_write_args(content, seed, command, environment)
+    artifact = layout.artifact_path(root, key, stage)
+    provenance = build_provenance(root, key, stage, config=config, code_files=code_files,
+                                  inputs=inputs, seed=seed, command=command,
+                                  environment=environment, bookkeeping_files=bookkeeping_files)
+    sidecar = sidecar_bytes(stage, artifact.name, content, provenance)
+    written = ((artifact, content), (layout.sidecar_path(artifact), sidecar))
+    entry = {"stage": stage, "version": None, "sha256": sha256_bytes(content),
+             "provenance": provenance}
+
+    def write_results() -> None:
+        with restored_on_failure([path for path, _ in written]):
+            for path, data in written:
+                atomic_write(path, data)
+            if entry["version"] is not None:
+                register.append(stage, entry["version"], entry["sha256"], provenance)
+
+    if not STAGES[stage].measured:
+        write_results()
+        return entry
+    register = Register(root, key)
+    with register.locked():  # the whole write: another run on this key waits for it
+        entry["version"] = register.next_version(stage)
+        kept = layout.version_path(root, key, stage, entry["version"])
+        atomic_write(kept, content)
+        try:
+            write_results()
+        except BaseException:
+            kept.unlink(missing_ok=True)  # no line names it: the register is as it was
+            raise
+    return entry

@@ -3,7 +3,7 @@
 ``verify`` checks every results key (or one): its register (``Register.problems``: each
 line an entry, versions in order, each kept file hashing to its line, results/ holding
 each measured stage's latest version, the committed register a prefix of the working
-one), then every derived artifact (``loading.doubt``: the file its sidecar describes,
+one), then every derived artifact (``register.doubt``: the file its sidecar describes,
 computed from the inputs there now) and the files derived from them. A check that cannot
 run (git missing, or refusing the repository) fails: "could not check", never a pass.
 ``--repair`` first removes what a killed write can leave: a torn final register line and
@@ -17,8 +17,8 @@ from pathlib import Path
 from inferlab.core import layout
 from inferlab.core.files import BACKUP_SUFFIX, TMP_SUFFIX
 from inferlab.core.pipeline import STAGES
-from inferlab.evidence.loading import derived_faults, doubt
-from inferlab.evidence.register import Register
+from inferlab.evidence.loading import derived_faults
+from inferlab.evidence.register import Register, doubt
 
 
 def _debris(root: Path, key: str) -> list[Path]:

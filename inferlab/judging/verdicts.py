@@ -48,7 +48,8 @@ from inferlab.core import layout
 from inferlab.core.pipeline import STAGES
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
-from inferlab.evidence.loading import Evidence, device_of, gpu_of
+from inferlab.evidence.loading import device_of, gpu_of
+from inferlab.evidence.register import Evidence
 from inferlab.judging.causes import READINGS, NotMeasurable, primary
 from inferlab.judging.claims import (
     ELEMENT_BYTES,

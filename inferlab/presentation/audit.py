@@ -3,7 +3,7 @@
 Both show verdicts, values and intervals exactly as results/{key}/claims.json records them
 (the report's numbers: nothing is judged again); ``audit`` adds what they rest on
 (``trail.Trail``) and fails where that no longer holds; ``claims`` marks a key whose evidence
-fails ``loading.doubt`` now. Text output fits WIDTH columns.
+fails ``register.doubt`` now. Text output fits WIDTH columns.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from inferlab.core import layout
 from inferlab.core.pipeline import STAGES
-from inferlab.evidence.loading import Evidence, doubt
+from inferlab.evidence.register import Evidence, doubt
 from inferlab.judging.claims import find, load
 from inferlab.judging.numtext import format_value
 from inferlab.presentation.formats import value_text
@@ -33,7 +33,7 @@ def _wrap(text: str, indent: int, more: int = 2) -> list[str]:
 
 def key_integrity(root: Path | str, key: str) -> dict:
     """The grid of ``key`` and ``doubts``: each of its artifacts that fails
-    ``loading.doubt`` now, and a claims.json that names another machine or grid."""
+    ``register.doubt`` now, and a claims.json that names another machine or grid."""
     machine, grid = layout.split_key(key)
     doubts = [f"{stage}: {why}" for stage in STAGES
               if layout.artifact_path(root, key, stage).is_file()
@@ -96,7 +96,7 @@ def cli_claims(root: Path | str, key: str | None = None, as_json: bool = False) 
 
 def integrity(root: Path | str, key: str, evidence: Evidence) -> dict:
     """Check NOW that the results file is what its record says and was computed from the
-    inputs there now (``loading.doubt``); status "sha256 OK", "MISMATCH" or "not run"."""
+    inputs there now (``register.doubt``); status "sha256 OK", "MISMATCH" or "not run"."""
     if evidence.sha256_now is None and evidence.entry is None:
         return {"status": "not run", "detail": "no artifact and no record"}
     why = doubt(root, key, evidence.stage)

@@ -26,7 +26,7 @@ from markupsafe import Markup
 from inferlab.core import layout
 from inferlab.core.pipeline import CLAIMS_STAGE, STAGES
 from inferlab.evidence.artifacts import Table
-from inferlab.evidence.loading import Evidence, load_evidence
+from inferlab.evidence.register import Evidence, load_evidence
 from inferlab.judging.claims import Claim
 from inferlab.presentation.audit import integrity
 from inferlab.presentation.formats import NOT_MEASURED, table_cell

@@ -5,7 +5,7 @@ Snakemake would either redo everything or trust whatever happens to look newer. 
 decides instead, stage by stage in DAG order. A stage is *current* when
 
 * its artifact is what its record says and was computed from the inputs there now
-  (``loading.doubt``), and the files derived from it are the ones it recorded;
+  (``register.doubt``), and the files derived from it are the ones it recorded;
 * git vouches for it: its artifact and sidecar (and for a measured stage its kept version
   and its register line) are committed and unmodified (``git status``, the register as
   committed at HEAD); a run made here since the last commit is rerun;
@@ -36,9 +36,8 @@ from pathlib import Path
 from inferlab.core import layout
 from inferlab.core.files import CannotCheck, canonical_json, git_changed, git_file
 from inferlab.core.pipeline import STAGES, code_files
-from inferlab.evidence.loading import code_changed, derived_faults, doubt, sidecar_record
-from inferlab.evidence.provenance import config_hash
-from inferlab.evidence.register import Register
+from inferlab.evidence.loading import code_changed, derived_faults
+from inferlab.evidence.register import Register, config_hash, doubt, sidecar_record
 from inferlab.measurement.environment import fingerprint, hardware
 from inferlab.workflow.config import Config, load_config, resolve, resolve_threads
 

@@ -1,6 +1,6 @@
 """Runs one stage end to end: the process settled (``process``) -> its inputs read and
-checked (``loading.read_input``) -> ``Params.from_config`` -> ``run(params, ctx)`` -> the
-artifact's bytes (``artifacts``) -> ``provenance.write_artifact`` (results/, and for a
+checked (``register.read_input``) -> ``Params.from_config`` -> ``run(params, ctx)`` -> the
+artifact's bytes (``artifacts``) -> ``register.write_artifact`` (results/, and for a
 measured stage its kept version and register line), the log to stderr and the rule's log
 file (``logs``).
 
@@ -27,7 +27,8 @@ from inferlab.core import layout
 from inferlab.core.files import relative
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
-from inferlab.evidence.loading import Evidence, nonfinite_cells, read_input
+from inferlab.evidence.loading import nonfinite_cells
+from inferlab.evidence.register import Evidence, read_input
 from inferlab.measurement import machine_load
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
@@ -168,7 +169,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     so an interrupted or failing stage leaves no artifact and no register line.
     """
     process = steady_process()  # before torch is imported
-    from inferlab.evidence.provenance import write_artifact
+    from inferlab.evidence.register import write_artifact
     from inferlab.measurement.environment import fingerprint, host_device
 
     declared = stage(job.stage)
@@ -209,8 +210,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
         environment={**fingerprint(ctx.device if declared.needs_device
                                    else host_device(ctx.device), collect_env=False),
                      "process": process,
-                     "load": machine_load.during(load_before)},
-        schema_version=artifacts.schema_version(job.stage))
+                     "load": machine_load.during(load_before)})
     write_derived(job.root, job.key, job.stage, module, content)
     version = "" if entry["version"] is None else f" (version {entry['version']})"
     log(f"[{job.stage}] wrote {relative(job.output, job.root)}{version} "
