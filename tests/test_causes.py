@@ -18,9 +18,10 @@ from inferlab.judging import claims, verdicts
 from inferlab.judging.causes import CAUSES, NotMeasurable, row_cause
 from inferlab.judging.claims import Claim
 from inferlab.presentation.claim_text import cause_text, reason_text
+from tests.test_verdicts import CPU_KEY as KEY
+from tests.test_verdicts import evidence_of as evidence
 
 ROOT = Path("/nonexistent-root")
-KEY = "cpu-test-box"
 LENGTHS = {"T": [1024, 8192], "causal": [True]}
 
 
@@ -34,16 +35,6 @@ def prefill_row(**cells) -> dict:
 
 NOT_RUN = {"median_ms": None, "ratio": None}
 DROPPED = {"status": "dropped", "cause": "budget", "budget_left_s": 0.0, **NOT_RUN}
-
-
-def evidence(stage: str, rows: list[dict] | None, **more) -> dict:
-    found = {}
-    for name, content in {stage: rows, **more}.items():
-        table = None if content is None else artifacts.decode(name, artifacts.encode(name,
-                                                                                   content))
-        path = ROOT / "results" / KEY / artifacts.declared(name).artifact
-        found[name] = Evidence(name, path, table, None, None)
-    return found
 
 
 def judged(spec: dict, found: dict, stage: str = "prefill", kind: str = "measured",

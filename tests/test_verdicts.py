@@ -47,10 +47,16 @@ def table(stage: str, rows: list[dict]) -> artifacts.Table:
     return artifacts.decode(stage, artifacts.encode(stage, rows))
 
 
-def evidence_of(stage: str, rows: list[dict] | None, error: str | None = None) -> dict:
-    data = None if rows is None else table(stage, rows)
-    path = ROOT / "results" / CPU_KEY / artifacts.declared(stage).artifact
-    return {stage: Evidence(stage, path, data, None, None, error=error)}
+def evidence_of(stage: str, rows: list[dict] | None, error: str | None = None,
+                **more: list[dict]) -> dict:
+    """``stage``'s rows (and ``more`` stages' rows) as a stage's inputs, read back typed."""
+    found = {}
+    for name, content in {stage: rows, **more}.items():
+        data = None if content is None else table(name, content)
+        path = ROOT / "results" / CPU_KEY / artifacts.declared(name).artifact
+        found[name] = Evidence(name, path, data, None, None,
+                               error=error if name == stage else None)
+    return found
 
 
 class Rendered(dict):
