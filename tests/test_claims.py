@@ -24,7 +24,7 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.provenance import write_artifact
 from inferlab.evidence.register import Register
 from inferlab.judging import claims, verdicts
-from inferlab.presentation.report import value_text
+from inferlab.presentation.formats import value_text
 from tests.series_helper import series_rows
 from tests.test_verdicts import Rendered, _claims_yaml
 

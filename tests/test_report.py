@@ -24,14 +24,8 @@ from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
 from inferlab.presentation import formats
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
-from inferlab.presentation.report import (
-    NOT_MEASURED,
-    SECTIONS,
-    figure_of,
-    render_report,
-    value_text,
-    value_words,
-)
+from inferlab.presentation.formats import NOT_MEASURED, value_text
+from inferlab.presentation.report import SECTIONS, figure_of, render_report, value_words
 from inferlab.presentation.views.model import MODEL_WORDS
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
