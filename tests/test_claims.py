@@ -404,7 +404,7 @@ def test_the_file_level_fields_are_loaded(tmp_path):
 
 
 def test_each_sentence_is_stored_once_and_a_claim_reads_every_sentence_naming_it(tmp_path):
-    """Issue 50: a sentence lives in docs/chapter/sentences.yaml only; a claim checking two
+    """A sentence lives in docs/chapter/sentences.yaml only; a claim checking two
     sentences of the seeds gets both, in their order."""
     path = write_claims(tmp_path, claim("C13-01"), claim("C13-02"))
     write_sentences(tmp_path, {"text": "First.", "claims": ["C13-02"]},
@@ -536,7 +536,7 @@ def test_the_columns_a_check_may_name():
     allowed = claims.artifact_columns(between)
     assert {"status", "impl", "cache_len", "splits", "median_ms_new", "median_ms_spread",
             "ratio_spread"} <= allowed
-    # the series has no _old or _diff (R8-11: the loader once allowed them, the judge died)
+    # the series has no _old or _diff: a check naming them would fail only when judged
     assert not {"median_ms_old", "median_ms_diff", "ratio_old", "ratio_new"} & allowed
     assert "median_ms" not in allowed and "achieved_gbs" not in allowed
     probe = claims._check({"stage": "probe", "value": {"column": "ran", "stat": "max"},
@@ -1011,9 +1011,8 @@ def test_what_a_fused_kernel_allocates_beside_its_output_varies_as_c13_04_says()
 
 
 def test_c13_46_s_chapter_value_names_the_spread_its_region_accepts():
-    """Second review: C13-46's label said 'within 2.7x' (1,070 / 400) while its region,
-    the printed bounds at their rounding (1,075 / 350), accepts 3.07x: the label names the
-    bound the check judges."""
+    """C13-46's label names the bound its region accepts (the printed bounds at their
+    rounding, 1,075 / 350), not the printed ratio (1,070 / 400)."""
     c46 = claims.find("C13-46", claims.load().claims)
     low, high = 400 - claims.printed_rounding(400), 1070 + claims.printed_rounding(1070)
     assert c46.check.expect.target == pytest.approx(high / low - 1, abs=0.005)
@@ -1027,7 +1026,7 @@ CPUS = ("cpu-amd-epyc-avx2-2c", "cpu-amd-epyc-avx512bf16-2c")
 def test_c13_40_on_the_cpus_the_loop_wins_only_under_causal_as_its_why_says(key):
     """C13-40's why: on both CPUs the tiled loop (blocks of 128, fp32) is slower than naive
     attention with the full mask at every length measured, and faster only under causal,
-    where it skips the tiles above the diagonal (second review: the why named caches)."""
+    where it skips the tiles above the diagonal (not for its caches)."""
     path = ROOT_DIR / "results" / key / "series.csv"
     if not path.is_file():
         pytest.skip(f"no committed {path}")
@@ -1050,9 +1049,8 @@ def test_q13_07_the_loop_s_excess_flops_are_its_scale_multiply_and_its_rescale(b
     """Q13-07's why: over naive attention's 4·T²·d (per head), the profiler counts for the
     loop T² more for its separate multiply by the scale (1/(4d): naive attention folds the
     scale into its product) and 2·T·d per key tile for the accumulator's rescale and add
-    (1/(2B_k)), plus 2·T per key tile for the normaliser's; the second review found the
-    why saying 'only the rescale, about 1/B_k', which at d = 64 and B_k = 128 is a
-    coincidence of the two."""
+    (1/(2B_k)), plus 2·T per key tile for the normaliser's ('only the rescale, about
+    1/B_k' would match at d = 64 and B_k = 128 by coincidence alone)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 

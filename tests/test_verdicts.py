@@ -342,7 +342,7 @@ def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
 
 
 def test_the_rows_claims_json_keeps_are_references_and_numbers_never_prose():
-    """Issue 31: a deciding row keeps its key, the columns the check names, its status and
+    """A deciding row keeps its key, the columns the check names, its status and
     the claim's value; a column of prose (a method, a note, PyTorch's reason) stays in the
     artifact."""
     rows = [decode_row(timing_method="torch.utils.benchmark.Timer", median_ms=2.0)]
@@ -375,7 +375,7 @@ def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason():
     assert result["artifact"] == {"stage": "decode", "version": None, "sha256": None,
                                   "path": f"results/{CPU_KEY}/decode.csv"}
     assert result["id"] == "C13-99" and result["interval"] == [3.0, 3.0]
-    assert "figure" not in result and "value_text" not in result  # the report's: issue 21
+    assert "figure" not in result and "value_text" not in result  # the report's
 
 
 def test_a_value_missing_the_sentence_is_not_reproduced_and_given():
@@ -523,8 +523,8 @@ def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_anoth
 
 def test_a_statement_about_any_gpu_is_judged_on_every_gpu_and_shown_on_a_cpu():
     """``gpu: any``: a device-specific CUDA claim about GPUs in general (Q13-15: naive
-    attention bound by HBM traffic) is judged on an H200 too, and a CPU shows it; the
-    independent review of 5 December 2026 found it judged on the CPUs, which have no HBM."""
+    attention bound by HBM traffic) is judged on an H200 too, and a CPU, which has no HBM,
+    shows it."""
     spec = {"stage": "decode", "device": "cuda", "gpu": "any",
             "value": {"column": "median_ms", "unit": "us", "stat": "max"}, "expect": {"max": 1}}
     chapter = {"multiprocessors": 34}
@@ -831,8 +831,8 @@ def test_several_values_take_the_worst_verdict():
 
 @pytest.mark.parametrize("width", ["tolerance", "rel", "abs"])
 def test_no_width_but_the_printed_figure_s_rounding_is_a_word_of_the_vocabulary(width):
-    """Issue 20: a width may express only the rounding of the chapter's printed figure;
-    rel and abs, which no claim used, are gone (issue 50) and refused as unknown words."""
+    """A width may express only the rounding of the chapter's printed figure: any other
+    is refused as an unknown word."""
     with pytest.raises(claims.Bad, match=f"unknown key '{width}'"):
         claims._expect({"approx": 1.2, width: 0.1})
 
@@ -849,7 +849,7 @@ SLOWER = {"value": {"column": "ratio", "stat": "range"},
 
 def test_a_ratio_significantly_below_one_is_not_slower():
     """C13-28 on the committed evidence: at 4,096 keys split-KV was faster (interval highs
-    below 1); a 10 % tolerance once made it 'reproduced'."""
+    below 1): no tolerance makes it 'reproduced'."""
     rows = split_rows([(0.914, 0.90, 0.935), (0.95, 0.93, 0.97), (1.5, 1.4, 1.6),
                        (0.99, 0.97, 0.979)])
     result = verdict(SLOWER, rows)
@@ -967,7 +967,7 @@ def _claims_yaml(cid: str) -> tuple[dict, str]:
 
 @pytest.mark.parametrize("cid", ["C13-27", "C13-29"])
 def test_the_split_implementation_is_set_beside_the_chapters_fused_kernel(cid):
-    """Review 5: C13-27/28/29's "the fused kernel" (992 µs) is the chapter's memory-efficient
+    """C13-27/28/29's "the fused kernel" (992 µs) is the chapter's memory-efficient
     backend, not the fastest one: the value is that backend's time over split-KV's, however
     much faster a third backend (cuDNN on the H200) is; on a CPU, where that backend cannot
     run, the author's figure stays shown and the cause says this device cannot."""
@@ -997,10 +997,10 @@ def test_the_split_implementation_is_set_beside_the_chapters_fused_kernel(cid):
     assert on_cpu["cause"] == {"kind": "device_cannot", "needs": "cuda", "device": "cpu"}
 
 
-# ---------------------------------------------------------------- the readings of issue 51
+# ---------------------------------------------------------------- claims.yaml's readings
 #
 # Each test judges a claim of claims.yaml (its committed check and kind) on rows made to
-# tell the reading from the one it replaced: each fails on the reading before issue 51.
+# tell its reading from a plausible wrong one.
 
 
 def committed(cid: str) -> Claim:
@@ -1091,12 +1091,9 @@ def test_where_a_dram_count_refuted_the_model_s_bytes_nothing_is_judged_on_them(
 
 @pytest.mark.parametrize("cid", BYTE_CLAIMS)
 def test_where_nothing_measures_the_model_s_bytes_nothing_is_judged_on_them(cid):
-    """Second review (issue 51): a premise without a check counted as holding wherever no
-    measurement refuted it, so a GPU where no one counted bytes judged the model's bytes as
-    the kernels' (C13-21 'reproduced' there) while the H200, which counted them, could not.
-    A premise holds only where something shows it: on any machine no measurement covered,
-    the claim is not measurable, its cause saying that nothing here measures the premise
-    and where it was measured."""
+    """A premise holds only where something shows it, never where it merely was not
+    refuted: on any machine no measurement covered, the claim is not measurable, its cause
+    saying that nothing here measures the premise and where it was measured."""
     for key, multiprocessors in (("cuda-test-box", 34), ("cuda-other-box", 132)):
         result = judged_on(cid, "traffic", [], key, traffic_on_a_gpu(byte_rows(), multiprocessors))
         assert result["verdict"] == "not measurable here" and result["value"] is None, key
@@ -1112,7 +1109,7 @@ def test_where_nothing_measures_the_model_s_bytes_nothing_is_judged_on_them(cid)
 def test_c13_49_a_dram_count_at_a_known_tile_answers_whether_the_model_holds_there():
     """'Does the model hold at a tile we know?' (C13-49): the H200's DRAM count at our
     Triton kernel's own tiles (18.9 MB read, where the model counts 415 and 818 MB) answers
-    it, no, where the second review found it 'not measurable here'. Where nothing measures
+    it: no. Where nothing measures
     the model's bytes it stays unanswered; on a CPU naive attention is not bound by its
     bytes (the premise checked first), so neither."""
     on_h200 = judged_on("C13-49", "traffic", [], "cuda-nvidia-h200",
@@ -1137,10 +1134,8 @@ def model_row(quantity: str, value: float) -> dict:
 
 def test_c13_45_the_chapter_s_count_is_judged_alike_on_every_machine():
     """'Doubling B_q halves the K and V traffic' is the chapter's count ('the traffic can be
-    counted ... moves, in elements'), 2 in the model. The second review found it
-    'reproduced' on the CPUs, where nothing counted bytes, and 'not measurable' on the
-    H200: a premise no one measured decided it. The count is judged as the model's own
-    arithmetic: the same verdict everywhere."""
+    counted ... moves, in elements'), 2 in the model, judged as the model's own
+    arithmetic: the same verdict everywhere, whatever premise a machine measured."""
     row = model_row("kv_traffic_ratio_half_tile", 2.0)
     found = on_a_gpu(132)
     found["model"] = Evidence("model", ROOT / "model.csv", table("model", [row]),
@@ -1164,9 +1159,8 @@ def model_traffic_rows(dtype: str) -> list[dict]:
 
 def test_q13_02_the_asymptotic_statement_is_judged_on_the_model_on_every_machine():
     """'HBM traffic drops from O(S²) to O(S·d)': a growth rate, which only the analysis
-    gives (the model's naive / tiled ratio levels off: tiled traffic stays quadratic). The
-    second review found it 'not reproduced' on the CPUs, on the model, and 'not measurable'
-    on the H200, whose one DRAM count (one length) has no growth rate. Judged on the model
+    gives (the model's naive / tiled ratio levels off: tiled traffic stays quadratic); the
+    H200's one DRAM count (one length) has no growth rate. Judged on the model
     everywhere: not reproduced on each, the same slope."""
     on_cpu = judged_on("Q13-02", "traffic", model_traffic_rows("float32"))
     on_h200 = judged_on("Q13-02", "traffic", [], "cuda-nvidia-h200",
@@ -1215,9 +1209,9 @@ def test_c13_02_the_tiled_loop_s_peak_is_shown_as_the_author_s_code_s_as_c13_03_
 def test_c13_04_the_printed_12_mib_is_judged_on_the_chapter_s_kernel_only():
     """'needed 12 MiB' (one output) is what the chapter's kernel, the memory-efficient
     backend, allocated; what a fused kernel allocates beside its output is the kernel's
-    (the H200's flash backend: 9.2 outputs at 1,024 tokens). The second review found it
-    judged to +-4 % on whichever fused kernel was fastest (the CPU flash kernel, 1.039).
-    Judged on the memory-efficient backend alone: not on a CPU, where it cannot run."""
+    (the H200's flash backend: 9.2 outputs at 1,024 tokens), not whichever fused kernel
+    was fastest. Judged on the memory-efficient backend alone: not on a CPU, where it
+    cannot run."""
     output = 12 * 8192 * 64 * 2
     fused = {"T": 8192, "fused_sdpa": True, "dtype": "float16", "median_ms": 1.0}
     rows = [prefill_row(impl="sdpa_flash", **fused, peak_extra_bytes=output),
@@ -1319,8 +1313,7 @@ def test_c13_68_and_c13_69_only_the_explicit_skip_saves_the_masked_work(cid, imp
 
 # ---------------------------------------------------------------- sentences without a claim
 #
-# The independent review of issue 51 listed checkable sentences no claim judged; these
-# claims read them from artifacts the stages already write.
+# Checkable sentences that these claims read from artifacts the stages already write.
 
 
 @pytest.mark.parametrize(("split_ms", "verdict"), [
