@@ -15,10 +15,12 @@ import pandas as pd
 import pytest
 import torch
 from markupsafe import escape
-from report_evidence import CUDA_ONLY, EVIL, two_machines
+from report_evidence import CUDA_ONLY, EVIL, traffic_rows, two_machines
 from test_claims import CPU, GPU, write_stage
+from test_manuscript import make_manuscript
 
 from inferlab.core import layout
+from inferlab.core.pipeline import stage
 from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
@@ -327,13 +329,20 @@ def map_rows_here() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def more(tmp_path_factory, evidence_root, map_rows_here) -> str:
-    """The page with the CPU key's backend map and model rows, no series of the GPU's, the
-    GPU's claims.json rewritten and the CPU's prefill.csv edited after it was registered
-    (one render for all of them: each changes what a different section says)."""
+    """The page with the CPU key's backend map and model rows, the GPU's traffic, both keys'
+    manuscripts (the GPU's numbers.tex edited), no series of the GPU's, the GPU's
+    claims.json rewritten and the CPU's prefill.csv edited after it was registered (one
+    render for all of them: each changes what a different section says)."""
     root = Path(shutil.copytree(evidence_root, tmp_path_factory.mktemp("more") / "root"))
     probe = artifacts.read(layout.artifact_path(root, CPU, "probe"), "probe")
     write_stage(root, CPU, "probe", {**probe, "backend_map": map_rows_here}, "cpu")
     write_stage(root, CPU, "model", pd.DataFrame(MODEL_ROWS), "cpu")
+    gpu_series = artifacts.read(layout.artifact_path(root, GPU, "series"), "series").frame
+    write_stage(root, GPU, "traffic", traffic_rows(gpu_series, "cuda"), "cuda")
+    for key in (CPU, GPU):  # the manuscript reads traffic
+        make_manuscript(root, key)
+    with open(layout.derived_path(root, GPU, "manuscript", "numbers.tex"), "a") as f:
+        f.write("\\renewcommand{\\ILCThirteenFive}{13.5}\n")
     layout.artifact_path(root, GPU, "series").unlink()
     claims_json = layout.artifact_path(root, GPU, "claims")
     claims_json.write_text(json.dumps(json.loads(claims_json.read_text()), indent=1))
@@ -392,6 +401,18 @@ def test_tampered_claims_and_unreadable_artifact_are_shown(more):
     assert head.count("MISMATCH") == 1 and head.index(GPU) < head.index("MISMATCH")
     assert f"{CPU}: prefill.csv cannot be read" in section(more, "prefill")
     assert "fused_sdpa" in section(more, "prefill")  # the reader's error names the column
+
+
+def test_the_manuscript_section_shows_each_machines_tables_and_links_its_files_checked_now(
+        more):
+    text = section(more, "manuscript")
+    for key in (CPU, GPU):
+        assert f'id="manuscript-{key}"' in text
+        for name in stage("manuscript").derived:
+            assert f'href="../results/{key}/manuscript/{name}"' in text
+    assert text.count("<h4>") == 8 and "(sha256 OK)" in text
+    assert "not measured here: 8,192 tokens is not in this machine&#39;s grid" in text
+    assert text.count("(changed since the stage wrote it)") == 1  # the edited file
 
 
 def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence_root):
