@@ -13,6 +13,7 @@ browser the tests skip with the reason (tests/browser.py); CI (.ci/run) installs
 from __future__ import annotations
 
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -37,8 +38,17 @@ REPORTS = ["synthetic", "committed", "one_more"]
 _MEASURED: dict[tuple, dict] = {}
 
 
+def _evidence(tmp_path_factory) -> Path:
+    """The synthetic evidence (report_evidence.py), made once: both reports copy it."""
+    if "evidence" not in _MADE:
+        _MADE["evidence"] = two_machines(tmp_path_factory.mktemp("evidence"))
+    return _MADE["evidence"]
+
+
 def _synthetic(tmp_path_factory) -> Path:
-    root = two_machines(tmp_path_factory.mktemp("synthetic"))
+    root = tmp_path_factory.mktemp("synthetic")
+    for folder in ("results", "evidence"):
+        shutil.copytree(_evidence(tmp_path_factory) / folder, root / folder)
     make_manuscript(root, CPU)
     return render_report(root, layout.report_path(root))
 
@@ -67,12 +77,10 @@ def _committed(tmp_path_factory) -> Path:
 def _one_more(tmp_path_factory) -> Path:
     """What a reader sees after `make evidence` on a machine of their own: the committed
     machines and one more (the synthetic CPU key)."""
-    import shutil
-
     root = tmp_path_factory.mktemp("one-more")
     _head(root)
     committed = layout.keys(root)
-    synthetic = two_machines(tmp_path_factory.mktemp("synthetic-key"))
+    synthetic = _evidence(tmp_path_factory)
     for folder in ("results", "evidence"):
         shutil.copytree(synthetic / folder / CPU, root / folder / CPU)
     assert layout.keys(root) == sorted([*committed, CPU])

@@ -18,9 +18,10 @@ from inferlab.judging import claims, verdicts
 from inferlab.judging.causes import CAUSES, NotMeasurable, row_cause
 from inferlab.judging.claims import Claim
 from inferlab.presentation.claim_text import cause_text, reason_text
+from tests.test_verdicts import CPU_KEY as KEY
+from tests.test_verdicts import evidence_of as evidence
 
 ROOT = Path("/nonexistent-root")
-KEY = "cpu-test-box"
 LENGTHS = {"T": [1024, 8192], "causal": [True]}
 
 
@@ -34,16 +35,6 @@ def prefill_row(**cells) -> dict:
 
 NOT_RUN = {"median_ms": None, "ratio": None}
 DROPPED = {"status": "dropped", "cause": "budget", "budget_left_s": 0.0, **NOT_RUN}
-
-
-def evidence(stage: str, rows: list[dict] | None, **more) -> dict:
-    found = {}
-    for name, content in {stage: rows, **more}.items():
-        table = None if content is None else artifacts.decode(name, artifacts.encode(name,
-                                                                                   content))
-        path = ROOT / "results" / KEY / artifacts.declared(name).artifact
-        found[name] = Evidence(name, path, table, None, None)
-    return found
 
 
 def judged(spec: dict, found: dict, stage: str = "prefill", kind: str = "measured",
@@ -243,10 +234,9 @@ READ_8192 = {"scope": {"T": [4096, 8192]}, "where": {"impl": "naive"},
 
 
 def test_a_reading_not_taken_is_stopped_at_the_limit_not_that_it_does_not_apply():
-    """Issue 51: the H200's prefill (4 December 2026) stopped reading at its step limit, so
-    its 8,192-token rows have no peak memory; C13-02, 03 and 04 said "not applicable" and
-    C13-39, 41, Q13-03, 04 and 08 noted "(not applicable)". A timed row whose reading was
-    not taken is that value of the sentence not measured, stopped at the limit."""
+    """A stage that stops reading at its step limit leaves timed rows without peak memory:
+    such a value of the sentence is not measured, stopped at the limit (not "not
+    applicable")."""
     scores = 12 * 4096 * 4096 * 4
     rows = [prefill_row(T=4096, peak_extra_bytes=int(2.05 * scores)),
             prefill_row(T=8192, peak_extra_bytes=None)]
@@ -296,11 +286,17 @@ RESTS = {"dtype": "any", "premises": ["bytes_bound", "reread"],
 PREMISES = {"bytes_bound": BYTES_BOUND, "reread": REREAD}
 
 
+FASTER = claims.Premise("faster", "the fused kernel is faster", check=claims._check({
+    "stage": "traffic", "dtype": "any",
+    "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}))
+NOISY = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
+                                           measured_ratio_ci_low=0.9, measured_ratio_ci_high=1.5)])
+
+
 def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
-    """Issue 51: C13-21 compared a CPU's speed-up with the traffic model's byte ratio, and
-    C13-49 answered "no" there, although on a CPU naive attention is not bound by its
-    bytes (its intensity above the machine's balance): the premise under which a ratio of
-    times stands for one of bytes fails, so nothing is judged, nor shown beside."""
+    """On a CPU naive attention is not bound by its bytes (its intensity above the
+    machine's balance): the premise under which a ratio of times stands for one of bytes
+    (C13-21, C13-49) fails, so nothing is judged, nor shown beside."""
     found = evidence("traffic", [intensity_row(1024, 30.0), intensity_row(2048, 25.0)])
     for kind in ("measured", "device-specific", "question"):
         result = judged({**RESTS, "device": "cuda"} if kind == "device-specific" else RESTS,
@@ -320,9 +316,8 @@ def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
 
 
 def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured():
-    """Issue 51: on the H200 Nsight Compute found the fused kernels reading K and V once,
-    where the traffic model counts them re-read per query tile; C13-21, C13-49 and Q13-02
-    were judged or shown on the model's bytes there. The cause names the premise and the
+    """On the H200 Nsight Compute found the fused kernels reading K and V once, where the
+    traffic model counts them re-read per query tile. The cause names the premise and the
     machine; the words give the measurement and what would make it a check."""
     found = evidence("traffic", [intensity_row(1024, 3.0)])
     result = judged(RESTS, found, stage="traffic", premises=PREMISES, key="cuda-h200-box")
@@ -336,12 +331,9 @@ def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured(
 
 
 def test_a_premise_nothing_measures_here_leaves_no_verdict_on_any_machine_alike():
-    """Second review (issue 51): a premise without a check counted as holding wherever no
-    measurement refuted it, so two CPUs where nothing counted bytes judged C13-45 and Q13-02
-    on the model's count while the H200, the one machine that counted them, could not. A
-    premise holds only where something shows it: on every machine a measurement did not
-    cover, the cause says nothing here measures it, where it was measured, and what would
-    make it a check."""
+    """A premise holds only where something shows it, never where it merely was not
+    refuted: on every machine a measurement did not cover, the cause says nothing here
+    measures it, where it was measured, and what would make it a check."""
     found = evidence("traffic", [intensity_row(1024, 3.0)])
     for key in ("cuda-other-box", KEY):
         result = judged(RESTS, found, stage="traffic", premises=PREMISES, key=key)
@@ -366,26 +358,14 @@ def test_a_question_about_a_premise_is_answered_by_it_where_it_fails():
     assert refuted["text"].endswith("; answered here: no; judged on cuda-h200-box")
     unmeasured = judged(asks, found, "traffic", "question", PREMISES)
     assert unmeasured["verdict"] == "not measurable here" and unmeasured["answer"] is None
-    faster = claims.Premise("faster", "the fused kernel is faster", check=claims._check({
-        "stage": "traffic", "dtype": "any",
-        "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}))
-    noisy = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
-                                               measured_ratio_ci_low=0.9,
-                                               measured_ratio_ci_high=1.5)])
     spec = {**asks, "premises": ["faster"], "asks": "faster"}
-    assert judged(spec, noisy, "traffic", "question", {"faster": faster})["answer"] == \
+    assert judged(spec, NOISY, "traffic", "question", {"faster": FASTER})["answer"] == \
         "undecided"
 
 
 def test_a_premise_within_noise_is_not_established_and_one_not_measurable_says_why():
-    faster = claims.Premise("faster", "the fused kernel is faster", check=claims._check({
-        "stage": "traffic", "dtype": "any",
-        "value": {"column": "measured_ratio", "stat": "range"}, "expect": {"direction": ">1"}}))
     spec = {**RESTS, "premises": ["faster"], "value": {"column": "model_ratio", "stat": "max"}}
-    noisy = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
-                                               measured_ratio_ci_low=0.9,
-                                               measured_ratio_ci_high=1.5)])
-    result = judged(spec, noisy, stage="traffic", premises={"faster": faster})
+    result = judged(spec, NOISY, stage="traffic", premises={"faster": FASTER})
     assert result["cause"]["verdict"] == "within noise here"
     assert result["text"].startswith("its premise faster is not established here (within "
                                      "noise): the fused kernel is faster; its value here is "

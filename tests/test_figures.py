@@ -107,8 +107,8 @@ def test_the_comparison_keeps_the_chapters_three_implementations_at_its_lengths(
 
 @pytest.mark.parametrize("column", ["median_ms", "ratio"])
 def test_the_comparison_draws_the_series_values_not_a_ratio_of_its_own(column):
-    """The fused kernel's time over naive's on a CPU is drawn (it was not: the figure drew
-    only the claims' rows, and C13-05 has none on a CPU), as the series pooled it."""
+    """The fused kernel's time over naive's is drawn as the series pooled it, not only
+    where a claim's rows hold it (C13-05 has none on a CPU)."""
     rows = prefill.chapter_rows(_points(random.Random(SEED + 1)), "float32")
     fused = rows[rows["impl"] == "sdpa_flash"].assign(ratio=lambda f: f["ratio"] * 1.5)
     with plotting.rc():
@@ -262,8 +262,8 @@ def _series_frame(loads) -> pd.DataFrame:
 
 
 def test_a_run_whose_load_was_not_recorded_is_not_drawn_as_a_quiet_one():
-    """Runs made before the load was recorded (the AVX2 machine's, at 98ee466) are drawn
-    with a marker of their own and named in the legend, not as quiet runs' dots."""
+    """Runs made before the load was recorded are drawn with a marker of their own and
+    named in the legend, not as quiet runs' dots."""
     quiet = series.series_figure(_series_frame([False, False]), "quiet")
     unknown = series.series_figure(_series_frame([False, pd.NA]), "unknown")
     busy = series.series_figure(_series_frame([True, False]), "busy")

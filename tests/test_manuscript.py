@@ -1,7 +1,7 @@
 """The manuscript stage (the values of the chapter's four tables and its numbers, rendered
-as Markdown, LaTeX and JSON) and the report's "For the manuscript" section, on synthetic
-evidence of two machines (tests/report_evidence.py). ``inferlab manuscript check`` is
-tests/test_manuscript_check.py's."""
+as Markdown, LaTeX and JSON) on synthetic evidence of two machines
+(tests/report_evidence.py). The report's "For the manuscript" section is
+tests/test_report.py's, ``inferlab manuscript check`` tests/test_manuscript_check.py's."""
 
 from __future__ import annotations
 
@@ -31,7 +31,6 @@ from inferlab.presentation.manuscript import (
     numbers_tex,
     tables_of,
 )
-from inferlab.presentation.report import render_report
 from inferlab.stages import manuscript as manuscript_stage
 from inferlab.workflow.runner import StageContext, write_derived
 
@@ -244,26 +243,6 @@ def test_numbers_tex_and_tables_tex_build_into_a_latex_document(two_keys, tmp_pa
     result = subprocess.run([engine, "-interaction=nonstopmode", "-halt-on-error", "doc.tex"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:]
-
-
-# ------------------------------------------------------------------ the report
-
-
-def test_the_report_shows_each_machines_tables_and_links_its_files_checked_now(two_keys,
-                                                                             tmp_path):
-    root = shutil.copytree(two_keys, tmp_path / "copy")
-    with open(layout.derived_path(root, GPU, "manuscript", "numbers.tex"), "a") as f:
-        f.write("\\renewcommand{\\ILCThirteenFive}{13.5}\n")
-    page = render_report(root, layout.report_path(root)).read_text()
-    section = page[page.index('<section id="manuscript">'):]
-    section = section[:section.index("</section>")]
-    for key in (CPU, GPU):
-        assert f'id="manuscript-{key}"' in section
-        for name in stage("manuscript").derived:
-            assert f'href="../results/{key}/manuscript/{name}"' in section
-    assert section.count("<h4>") == 8 and "(sha256 OK)" in section
-    assert "not measured here: 8,192 tokens is not in this machine&#39;s grid" in section
-    assert section.count("(changed since the stage wrote it)") == 1  # the edited file
 
 
 def test_the_runner_refuses_derived_files_the_stage_does_not_declare(two_keys, tmp_path):

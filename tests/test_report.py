@@ -15,23 +15,19 @@ import pandas as pd
 import pytest
 import torch
 from markupsafe import escape
-from report_evidence import CUDA_ONLY, EVIL, two_machines
+from report_evidence import CUDA_ONLY, EVIL, traffic_rows, two_machines
 from test_claims import CPU, GPU, write_stage
+from test_manuscript import make_manuscript
 
 from inferlab.core import layout
+from inferlab.core.pipeline import stage
 from inferlab.evidence import artifacts
 from inferlab.judging import claims
 from inferlab.measurement.backend_map import cell, map_cases, map_rows
 from inferlab.presentation import formats
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text
-from inferlab.presentation.report import (
-    NOT_MEASURED,
-    SECTIONS,
-    figure_of,
-    render_report,
-    value_text,
-    value_words,
-)
+from inferlab.presentation.formats import NOT_MEASURED, value_text
+from inferlab.presentation.report import SECTIONS, figure_of, render_report, value_words
 from inferlab.presentation.views.model import MODEL_WORDS
 
 VOID = {"meta", "br", "hr", "img", "input", "link", "col", "area", "base", "wbr", "path",
@@ -288,25 +284,6 @@ def test_provenance_block_per_claim_and_machine(report_html, evidence_root):
     assert text.count(escape(claims.load().hardware)) == 1  # the shared caveat, said once
 
 
-def test_tampered_claims_and_unreadable_artifact_are_shown(tmp_path, evidence_root):
-    root = tmp_path / "root"
-    shutil.copytree(evidence_root, root)
-    claims_json = layout.artifact_path(root, GPU, "claims")
-    claims_json.write_text(json.dumps(json.loads(claims_json.read_text()), indent=1))
-    prefill = layout.artifact_path(root, CPU, "prefill")
-    pd.read_csv(prefill).drop(columns=["fused_sdpa"]).to_csv(prefill, index=False)
-    text = render_report(root, layout.report_path(root), [CPU, GPU]).read_text()
-    summary = section(text, "summary")
-    gpu, cpu = (summary[summary.index(f'data-key="{k}"'):] for k in (GPU, CPU))
-    assert "claims.json MISMATCH" in gpu[:gpu.index("</div>")]
-    assert "claims.json" not in cpu[:cpu.index("</div>")]
-    assert "MISMATCH): prefill.csv" in cpu[:cpu.index("</div>")]  # edited after registering
-    head = section(text, "claims").split("</thead>")[0]
-    assert head.count("MISMATCH") == 1 and head.index(GPU) < head.index("MISMATCH")
-    assert f"{CPU}: prefill.csv cannot be read" in section(text, "prefill")
-    assert "fused_sdpa" in section(text, "prefill")  # the reader's error names the column
-
-
 # ---------------------------------------------------------------- figures
 
 
@@ -352,12 +329,25 @@ def map_rows_here() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def more(tmp_path_factory, evidence_root, map_rows_here) -> str:
-    """The page with the CPU key's backend map and model rows, and no series of the GPU's."""
+    """The page with the CPU key's backend map and model rows, the GPU's traffic, both keys'
+    manuscripts (the GPU's numbers.tex edited), no series of the GPU's, the GPU's
+    claims.json rewritten and the CPU's prefill.csv edited after it was registered (one
+    render for all of them: each changes what a different section says)."""
     root = Path(shutil.copytree(evidence_root, tmp_path_factory.mktemp("more") / "root"))
     probe = artifacts.read(layout.artifact_path(root, CPU, "probe"), "probe")
     write_stage(root, CPU, "probe", {**probe, "backend_map": map_rows_here}, "cpu")
     write_stage(root, CPU, "model", pd.DataFrame(MODEL_ROWS), "cpu")
+    gpu_series = artifacts.read(layout.artifact_path(root, GPU, "series"), "series").frame
+    write_stage(root, GPU, "traffic", traffic_rows(gpu_series, "cuda"), "cuda")
+    for key in (CPU, GPU):  # the manuscript reads traffic
+        make_manuscript(root, key)
+    with open(layout.derived_path(root, GPU, "manuscript", "numbers.tex"), "a") as f:
+        f.write("\\renewcommand{\\ILCThirteenFive}{13.5}\n")
     layout.artifact_path(root, GPU, "series").unlink()
+    claims_json = layout.artifact_path(root, GPU, "claims")
+    claims_json.write_text(json.dumps(json.loads(claims_json.read_text()), indent=1))
+    prefill = layout.artifact_path(root, CPU, "prefill")
+    pd.read_csv(prefill).drop(columns=["fused_sdpa"]).to_csv(prefill, index=False)
     return render_report(root, layout.report_path(root), [CPU, GPU]).read_text()
 
 
@@ -399,6 +389,30 @@ def test_model_rows_are_shown_with_units_and_sources(more):
     assert "<td>427</td><td>µs</td><td>measured here</td>" in text
     assert "&lt;118&gt;" in text  # an artifact's string is text
     assert f"{GPU}: {NOT_MEASURED} (model.csv is missing" in text
+
+
+def test_tampered_claims_and_unreadable_artifact_are_shown(more):
+    summary = section(more, "summary")
+    gpu, cpu = (summary[summary.index(f'data-key="{k}"'):] for k in (GPU, CPU))
+    assert "claims.json MISMATCH" in gpu[:gpu.index("</div>")]
+    assert "claims.json" not in cpu[:cpu.index("</div>")]
+    assert "MISMATCH): prefill.csv" in cpu[:cpu.index("</div>")]  # edited after registering
+    head = section(more, "claims").split("</thead>")[0]
+    assert head.count("MISMATCH") == 1 and head.index(GPU) < head.index("MISMATCH")
+    assert f"{CPU}: prefill.csv cannot be read" in section(more, "prefill")
+    assert "fused_sdpa" in section(more, "prefill")  # the reader's error names the column
+
+
+def test_the_manuscript_section_shows_each_machines_tables_and_links_its_files_checked_now(
+        more):
+    text = section(more, "manuscript")
+    for key in (CPU, GPU):
+        assert f'id="manuscript-{key}"' in text
+        for name in stage("manuscript").derived:
+            assert f'href="../results/{key}/manuscript/{name}"' in text
+    assert text.count("<h4>") == 8 and "(sha256 OK)" in text
+    assert "not measured here: 8,192 tokens is not in this machine&#39;s grid" in text
+    assert text.count("(changed since the stage wrote it)") == 1  # the edited file
 
 
 def test_a_card_names_the_stages_made_by_other_code_than_this_checkouts(evidence_root):

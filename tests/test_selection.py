@@ -11,8 +11,8 @@ import pytest
 
 from inferlab.evidence import artifacts
 from inferlab.judging import claims, selection
+from inferlab.judging.causes import NotMeasurable
 from inferlab.judging.claims import Best, Condition, Rows
-from inferlab.judging.selection import NotMeasurable
 from inferlab.presentation.claim_text import cause_text, missing_text
 
 STAND_IN = {"cpu": "float32", "cuda": "float16"}

@@ -685,15 +685,19 @@ def _ids(data: dict, name: str) -> list[str]:
     return ids
 
 
+def _yaml(text: str, name: str) -> Any:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is 10x faster
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+
+
 def sentences_of(text: str, name: str) -> dict[str, str]:
     """{claim id: its sentence}: the sentences of docs/chapter/sentences.yaml whose
     ``claims:`` name it, in the order of the seeds (joined by a space). The list's other
     rules are ``inferlab.presentation.coverage``'s."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        data = yaml.load(text, Loader=loader)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+    data = _yaml(text, name)
     found: dict[str, list[str]] = {}
     seeds = data.get("seeds") if isinstance(data, dict) else None
     for seed in seeds if isinstance(seeds, list) else []:
@@ -708,11 +712,7 @@ def sentences_of(text: str, name: str) -> dict[str, str]:
 def _parse(text: str, sentences_text: str | None, name: str, sentences_name: str
            ) -> ClaimsFile:
     # cached on the texts: the report and audit read the same file for every machine
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader is 10x faster
-    try:
-        data = yaml.load(text, Loader=loader)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{name} is not valid YAML: {' '.join(str(exc).split())}") from None
+    data = _yaml(text, name)
     try:
         _file(data)
         premises = _premises(data)

@@ -30,10 +30,6 @@ from inferlab.core.pipeline import STAGES
 from inferlab.judging.causes import NotMeasurable, primary, row_cause
 from inferlab.judging.claims import Check, Condition, Rows
 
-__all__ = ["NONFINITE", "NotMeasurable", "Selection", "apply_scope", "apply_where",
-           "drop_failed", "dtypes_for", "failed_statuses", "keep_best", "plain_values",
-           "select", "Upstream", "with_nonfinite"]
-
 NONFINITE = "__nonfinite__"
 
 

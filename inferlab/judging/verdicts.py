@@ -24,17 +24,11 @@ A claim's verdict is per machine (DESIGN.md, "Claims"):
   operation count); this project's implementation's value is shown beside it;
 - ``not checkable``: a figure reported by others; nothing here can test it.
 
-The accepted range is the sentence's bounds exactly; a bound the chapter printed stands
-for every number that rounds to it (0.58: 0.575-0.585, ``claims.printed_rounding``) and
-nothing else widens it. Intervals (``interval_of``) are the stages' own 95 % intervals
-(times, paired ratios), carried through every derivation (1/x: [1/hi, 1/lo]; a rate over
-the time: the time's inverted); a value without sampling noise has [v, v]; a statistic of
-several values takes each at either end of its interval (max: [max low, max high]).
-
-Which rows are judged is ``inferlab.judging.selection``'s job; this module measures them
-(``statistic``), judges the value (``judge``) and writes the claims.json entry: values,
-enums and references only. Every text people read (the reason, the value with its unit)
-is rendered by ``inferlab.presentation.claim_text``.
+The accepted range and the intervals are ``inferlab.judging.rule``'s (1/x of an interval
+is [1/hi, 1/lo]); which rows are judged is ``inferlab.judging.selection``'s. This module
+measures them (``statistic``), judges the value (``judge``) and writes the claims.json
+entry: values, enums and references only. Every text people read (the reason, the value
+with its unit) is rendered by ``inferlab.presentation.claim_text``.
 """
 
 from __future__ import annotations
@@ -253,8 +247,8 @@ def _records(check: Check, rows: pd.DataFrame) -> list[dict]:
              else plain(v) for k, v in r.items()} for r in records.to_dict(orient="records")]
 
 
-def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, dict | None]:
-    """The rows a check reads, and for a between-run check the version compared with."""
+def _frame(check: Check, found: Evidence) -> Table:
+    """The rows a check reads: its artifact's table, or the probe list it names."""
     if check.stage == "probe" and check.table != "availability":
         if not found.data.get(check.table):
             raise NotMeasurable("not_in_grid", stage="probe", column=check.table)
@@ -263,13 +257,13 @@ def _frame(check: Check, found: Evidence, root: Path, key: str) -> tuple[Table, 
         records = found.data[check.table]
         if check.table == "backend_map":  # with the columns computed from the map itself
             records, kinds = map_derived(records), {**kinds, **MAP_DERIVED}
-        return artifacts.frame_of(records, kinds), None
+        return artifacts.frame_of(records, kinds)
     if check.between_runs and not (found.table.frame.get("median_ms_spread", pd.Series(
             dtype=float)).notna().any()):
         # the series' spread between its runs (a table of one run has none): the series
         # needs two runs made alike
         raise NotMeasurable("too_few_runs", stage=check.stage, rows=len(found.table))
-    return found.table, None
+    return found.table
 
 
 def _judge_selections(check: Check, table: Table, device: str, stand_in: dict,
@@ -321,8 +315,8 @@ def integrity_of(found: Evidence) -> dict | None:
     return None
 
 
-def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, root: Path,
-                  device: str, stand_in: dict) -> None:
+def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, device: str,
+                  stand_in: dict) -> None:
     """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``:
     premise_fails for one a measurement refuted on this machine, or one whose own check is
     not reproduced here (its verdict, value and interval go in the cause);
@@ -341,8 +335,7 @@ def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, root: P
             raise NotMeasurable("upstream_failed", stage=premise.check.stage,
                                 state="unreadable" if found.error else "missing",
                                 **({"error": found.error} if found.error else {}))
-        table, _ = _frame(premise.check, found, root, key)
-        judged = _judge_selections(premise.check, table, device, stand_in,
+        judged = _judge_selections(premise.check, _frame(premise.check, found), device, stand_in,
                                    Upstream(premise.check, evidence))
         if judged["verdict"] != INSIDE:
             raise NotMeasurable("premise_fails", premise=premise.name,
@@ -402,7 +395,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
         stand_in = stand_in or {"cpu": "float32", "cuda": "float16"}
         # before what the sentence is about: a premise that fails here leaves no value to
         # show beside another device's figure either
-        premises_hold(check, evidence, key, root, device, stand_in)
+        premises_hold(check, evidence, key, device, stand_in)
         gpu = _gpu(evidence, device, chapter_gpu)
         shown = _shown_elsewhere(claim, device, gpu)
         if shown == AUTHOR_CODE and check.device is not None and device != check.device:
@@ -410,8 +403,7 @@ def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
             raise NotMeasurable("device_cannot", needs=check.device, device=device)
         if shown and gpu is not None and device == check.device:
             result["gpu"] = gpu  # why a CUDA key shows a CUDA figure: another GPU
-        table, result["compared_with"] = _frame(check, found, root, key)
-        judged = _judge_selections(check, table, device, stand_in,
+        judged = _judge_selections(check, _frame(check, found), device, stand_in,
                                    Upstream(check, evidence))
         verdict = judged["verdict"]
         if claim.kind == "question":

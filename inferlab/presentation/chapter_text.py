@@ -10,6 +10,7 @@ the key a draft's sentence is found by in docs/chapter/sentences.yaml.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,7 @@ def parse_figure(figure) -> Number:
     return found[0]
 
 
+@functools.lru_cache(maxsize=4096)  # a check compares every sentence with every entry's
 def shape(text: str) -> str:
     """The sentence with every number replaced by '#' and spaces collapsed."""
     return " ".join(NUMBER_RE.sub("#", text).split())

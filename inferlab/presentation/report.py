@@ -29,7 +29,7 @@ from inferlab.judging.rule import ANSWERED, INSIDE, OUTSIDE, STRADDLES
 from inferlab.judging.verdicts import VERDICTS
 from inferlab.presentation import sections
 from inferlab.presentation.claim_text import judged_on_brief, judged_on_text, reason_text
-from inferlab.presentation.formats import NOT_MEASURED, plain_text, table_cell, value_text
+from inferlab.presentation.formats import plain_text, table_cell, value_text
 from inferlab.presentation.sections import KeyData, Page, load_key
 
 TEMPLATE = "report.html.j2"
@@ -43,7 +43,6 @@ SECTIONS = (("summary", "Summary"),
             (CLAIMS_STAGE, "Claims"),
             *((VIEWS[s].SECTION["id"], VIEWS[s].SECTION["title"]) for s in TABLED),
             ("provenance", "Provenance"))
-__all__ = ["NOT_MEASURED", "SECTIONS", "figure_of", "render_report", "value_text"]
 JUDGED = (INSIDE, STRADDLES, OUTSIDE)  # the verdicts of a claim judged here
 # A value with no unit of its own, in words: the column a check reads (a statistic of it
 # said as such), or what the stage's view says (a model.csv quantity: views/model.py).
