@@ -37,7 +37,7 @@ from inferlab.algorithms import exactness
 from inferlab.algorithms.attention import naive_attention
 from inferlab.algorithms.partials import Partial, finalize, partial_attention
 from inferlab.algorithms.traffic import block_pairs
-from tests.numerics import assert_as_exact_as_naive
+from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference
 
 # TRITON_INTERPRET is set for the imports below and then put back, and set again only
 # while this module's tests run (the fixture below): other tests, and the pipelines
@@ -87,10 +87,6 @@ HEADS = 2
 FP32_TOL = 1e-5  # as in test_attention: fp32 rounding of sums of unit-scale terms
 
 
-def _max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return (out.double() - ref).abs().max().item()
-
-
 def _draw(draw_qkv, shape, dtype=torch.float32, keys=None, seed=0):
     return draw_qkv(torch.Generator().manual_seed(seed), shape, dtype, keys, DEVICE)
 
@@ -100,8 +96,7 @@ def _assert_as_exact_as_naive(out, q, k, v, causal=False, scale=None):
     plus its floor of a couple of ulps (tests/numerics.py): naive runs ATen's SIMD kernels,
     the interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
     assert out.dtype == q.dtype and out.shape == q.shape and out.device == q.device
-    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
-    naive_err = _max_err(naive_attention(q, k, v, causal=causal, scale=scale), ref)
+    ref, naive_err = naive_reference(q, k, v, causal, scale)
     assert torch.isfinite(out).all()
     assert_as_exact_as_naive(out, ref, naive_err)
 
@@ -123,7 +118,7 @@ def _dot_error(dtype: torch.dtype) -> float:
     a, b = (torch.randn(16, 16, generator=gen).to(dtype).to(DEVICE) for _ in range(2))
     c = torch.empty(16, 16, device=DEVICE)
     triton.jit(_dot16)[(1,)](a, b, c)
-    return _max_err(c, a.double() @ b.double())
+    return max_abs_err(c, a.double() @ b.double())
 
 
 def _skip_if_dot_unsupported(dtype: torch.dtype) -> None:
@@ -285,8 +280,8 @@ def test_decode_splits_are_tensor_splits_chunks(draw_qkv, splits):
     for j, (k_j, v_j) in enumerate(chunks):
         ref = partial_attention(q.double(), k_j.double(), v_j.double())
         mine = Partial(got.m[:, :, j], got.l[:, :, j], got.o[:, :, j])
-        assert _max_err(mine.lse, ref.lse) <= FP32_TOL, j
-        assert _max_err(finalize(mine), finalize(ref)) <= FP32_TOL, j
+        assert max_abs_err(mine.lse, ref.lse) <= FP32_TOL, j
+        assert max_abs_err(finalize(mine), finalize(ref)) <= FP32_TOL, j
 
 
 @pytest.mark.parametrize("dtype", DTYPES)  # no tl.dot in decode: bf16 works interpreted
@@ -516,8 +511,7 @@ def test_inexact_passes_the_kernels_own_outputs(draw_qkv, dtype, causal):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_inexact_names_an_error_over_twice_naives(draw_qkv, dtype):
     q, k, v = _draw(draw_qkv, (1, HEADS, 100, 64), dtype, seed=51)
-    ref = naive_attention(q.double(), k.double(), v.double())
-    naive_err = _max_err(naive_attention(q, k, v), ref)
+    ref, naive_err = naive_reference(q, k, v)
     floor = exactness.ULP_FLOOR * torch.finfo(dtype).eps * ref.abs().max().item()
     out = ref.clone()
     out[0, 1, 7, 3] += 1.5 * max(2 * naive_err, floor)  # one element well over the bound

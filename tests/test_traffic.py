@@ -288,8 +288,8 @@ def test_triton_rows_use_the_blocks_they_were_launched_with(tmp_path):
 
 def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
     """Evidence made by older code (every key committed under results/) still feeds the
-    stage, and each point where PyTorch's CPU flash kernel ran gets its known-tile row (on
-    a GPU's key, where our Triton kernel ran, at its own tile)."""
+    stage, measured ratios and all, and each point where PyTorch's CPU flash kernel ran
+    gets its known-tile row (on a GPU's key, where our Triton kernel ran, at its own tile)."""
     from inferlab.core import layout
     from inferlab.evidence import artifacts
     from inferlab.stages.traffic import CPU_FLASH_OP
@@ -305,6 +305,7 @@ def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
                       & (prefill["kernel"].fillna("").str.contains(CPU_FLASH_OP, regex=False)
                          | (prefill["impl"] == "triton_flash"))]
         rows = _traffic(tmp_path, table)
+        assert rows["measured_ratio"].notna().any(), key
         known = rows[rows["tile"] == "known"]
         points = {(int(r.T), bool(r.causal), str(r.dtype)) for r in ran.itertuples()}
         assert {(int(r.T), bool(r.causal), str(r.dtype)) for r in known.itertuples()} == points
