@@ -114,8 +114,7 @@ def test_run_sdpa_raises_for_a_backend_that_cannot_run():
 
 def test_kernel_that_ran_summarises_plain_pytorch_attention():
     # d = 128: the products' 2d FLOPs per score, against one for the scale and a few for
-    # the softmax, make them the bulk of the work (at d = 64 a lone "aten::div" was named
-    # once, 7 December)
+    # the softmax, make them the bulk of the work
     q, k, v = qkv(shape=(1, 4, 512, 128), seed=2)
 
     def naive():
@@ -123,11 +122,9 @@ def test_kernel_that_ran_summarises_plain_pytorch_attention():
         return torch.softmax(scores, dim=-1) @ v
 
     assert kernel_that_ran(naive)  # a name, from its own profiled call (and a warm-up)
-    # Which ops pass the time-share cut, and so which comes first, is the load's: a list of
-    # allowed ops failed by turns on "aten::_unsafe_view", "aten::_to_copy" and a first
-    # "aten::transpose" on a loaded worker (7 December). What holds under any load: at most
-    # three ops, each one that ran in the profiled call, and the product among them:
-    # aten::bmm, or aten::matmul (which calls it) when matmul's own time passes the cut too.
+    # Which ops pass the time-share cut, and in which order, is the load's. What holds under
+    # any load: at most three ops, each one that ran in the profiled call, and the product
+    # among them: aten::bmm, or aten::matmul (which calls it) when its own time passes too.
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         naive()
     named = kernel_in(prof).split("+")
@@ -433,7 +430,7 @@ def test_cuda_map_refusals_carry_pytorchs_reasons():
     assert cell[("d=64", "float16", "math")]["ran"]
     for row in rows:
         if row["backend"] != "math" and row["can_run"] is False:
-            # item 1 of issue 13: on CUDA every refusal has PyTorch's own words
+            # on CUDA every refusal has PyTorch's own words
             assert row["reason_source"] == "pytorch" and row["reason"], row
     if torch.backends.cuda.is_flash_attention_available():
         assert cell[("d=64", "float16", "flash")]["ran"]
@@ -474,7 +471,7 @@ def test_a_probe_json_without_the_map_still_reads():
 ])
 def test_a_refused_backends_row_holds_a_cause_and_only_pytorchs_words(reason, source, limit,
                                                                        error, fields):
-    """Issue 31: evidence holds no prose of ours. A refusal is the cause as data; the
+    """Evidence holds no prose of ours. A refusal is the cause as data; the
     ``reason`` column only ever holds what PyTorch said."""
     from inferlab.measurement.backends import BackendStatus, refusal
 

@@ -1,8 +1,8 @@
 """Our Triton kernels against the float64 oracle: exactness on awkward sizes, causal tile
 skipping, large scores, split-KV decoding at every split count, input validation.
 
-Runs in Triton's interpreter on CPU tensors: TRITON_INTERPRET=1 is set below before
-triton's @jit decorators run (they read it once, when inferlab.algorithms.kernels is imported).
+Runs in Triton's interpreter on CPU tensors: conftest.py imports inferlab.algorithms.kernels
+with TRITON_INTERPRET=1 (triton's @jit decorators read it then).
 ``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same tests compiled, on
 CUDA tensors. The interpreter is slow (milliseconds per tile), so the sizes are small.
 The compiled path is still built here, for sm_90 without a GPU (the last test).
@@ -33,36 +33,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.algorithms import exactness
+from inferlab.algorithms import exactness, kernels
 from inferlab.algorithms.attention import naive_attention
+from inferlab.algorithms.exactness import inexact
+from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
 from inferlab.algorithms.partials import Partial, finalize, partial_attention
 from inferlab.algorithms.traffic import block_pairs
 from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference
 
-# TRITON_INTERPRET is set for the imports below and then put back, and set again only
-# while this module's tests run (the fixture below): other tests, and the pipelines
-# they start, must not inherit it.
-_ENV_BEFORE = os.environ.get("TRITON_INTERPRET")
-_ENV_HERE = os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def _put_env_back() -> None:
-    if _ENV_BEFORE is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _ENV_BEFORE
-
-
-try:
-    triton = pytest.importorskip("triton", reason="triton is not installed: pip install "
-                                 "'inferlab[kernels]' to test inferlab.algorithms.kernels")
-    import triton.language as tl
-
-    from inferlab.algorithms import kernels
-    from inferlab.algorithms.exactness import inexact
-    from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
-finally:
-    _put_env_back()
+triton = pytest.importorskip("triton", reason="triton is not installed: pip install "
+                             "'inferlab[kernels]' to test inferlab.algorithms.kernels")
+tl = triton.language
 
 if not kernels.AVAILABLE:
     pytest.skip(f"inferlab.algorithms.kernels cannot run here: {kernels.triton_status()[1]}",
@@ -71,10 +52,11 @@ if not kernels.AVAILABLE:
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreter_env():
-    """TRITON_INTERPRET as the kernels were imported with (Triton reads it at run time too)."""
-    os.environ["TRITON_INTERPRET"] = _ENV_HERE
-    yield
-    _put_env_back()
+    """TRITON_INTERPRET as conftest.py imported the kernels with (Triton reads it at run time
+    too), for this module's tests only: the pipelines other tests start must not inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+        yield
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -141,8 +123,8 @@ def test_interpreter_dot_in_float16_sums_exact_products_in_float32():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_equals_float64_attention(draw_qkv, T, dtype, causal):
-    _skip_if_dot_unsupported(dtype)
-    q, k, v = _draw(draw_qkv, (2, HEADS, T, 64), dtype, seed=T)
+    _skip_if_dot_unsupported(dtype)  # a batch of one: batches of two are tested below
+    q, k, v = _draw(draw_qkv, (1, HEADS, T, 64), dtype, seed=T)
     out = flash_attention(q, k, v, causal=causal, block_m=32, block_n=16)
     _assert_as_exact_as_naive(out, q, k, v, causal)
 
@@ -285,10 +267,12 @@ def test_decode_splits_are_tensor_splits_chunks(draw_qkv, splits):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)  # no tl.dot in decode: bf16 works interpreted
-@pytest.mark.parametrize("keys, splits, block_n", [(300, 7, 64), (1000, 150, 16)])
-def test_decode_larger_caches(draw_qkv, dtype, keys, splits, block_n):
-    # 150 splits: the merge kernel takes them 64 at a time, three blocks, the last partial.
-    q, k, v = _draw(draw_qkv, (1, HEADS, 1, 64), dtype, keys=keys, seed=splits)
+@pytest.mark.parametrize("keys, splits, block_n, heads", [(300, 7, 64, HEADS),
+                                                          (1000, 150, 16, 1)])
+def test_decode_larger_caches(draw_qkv, dtype, keys, splits, block_n, heads):
+    # 150 splits: the merge kernel takes them 64 at a time, three blocks, the last partial
+    # (one head: the interpreter's time goes by the split programs)
+    q, k, v = _draw(draw_qkv, (1, heads, 1, 64), dtype, keys=keys, seed=splits)
     _assert_as_exact_as_naive(flash_decode(q, k, v, splits, block_n=block_n), q, k, v)
 
 

@@ -140,19 +140,20 @@ class _VirtualTime:
         return self.now
 
 
-def _virtual(monkeypatch, seconds: dict[str, float | list], calls: list | None = None):
-    """Replace the harness's time and clocks: case label -> seconds per call (or one per
-    timing in turn, the last repeated), each call moving the virtual time on by that
-    much. ``calls`` collects (label, number)."""
+def _virtual(monkeypatch, seconds: dict[str, float | list], calls: list | None = None
+             ) -> dict:
+    """Replace the harness's time (``measure.time``) and clocks: case label -> seconds per
+    call (or one per timing in turn, the last repeated), each call moving the virtual time
+    on by that much. ``calls`` collects (label, number). Returns the cases: each returns
+    its label, which its clock reads."""
     now = _VirtualTime()
     monkeypatch.setattr(measure, "time", now)
-    labels = iter(seconds)
 
     class Clock:
         method = "virtual"
 
-        def __init__(self, label):
-            self.label = label
+        def __init__(self, fn):
+            self.label = fn()
 
         timed = 0
 
@@ -168,8 +169,8 @@ def _virtual(monkeypatch, seconds: dict[str, float | list], calls: list | None =
             now.now += each * number
             return each
 
-    monkeypatch.setattr(measure, "make_clock", lambda fn, *a: Clock(next(labels)))
-    return now
+    monkeypatch.setattr(measure, "make_clock", lambda fn, *a: Clock(fn))
+    return {label: (lambda x=label: x) for label in seconds}
 
 
 def _scaled(base_ms: float, schedule: list[float]) -> list[float]:
@@ -181,8 +182,8 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
     """Every other round is twice as slow for both cases: the medians' intervals are
     wide, the paired ratio is exactly 2 with no width at all."""
     drift = [1.0] + [1.0, 2.0] * 10  # the warm-up, then the rounds
-    _virtual(monkeypatch, {"a": _scaled(10.0, drift), "b": _scaled(20.0, drift)})
-    result = time_interleaved(dict.fromkeys("ab", lambda: None), threads=1, min_run_s=0.0,
+    cases = _virtual(monkeypatch, {"a": _scaled(10.0, drift), "b": _scaled(20.0, drift)})
+    result = time_interleaved(cases, threads=1, min_run_s=0.0,
                               max_rounds=8, target=0.02, pair_with={"b": ["a"]})
     b = result["b"]
     assert (b.ratio.median, b.ratio.ci_low, b.ratio.ci_high) == (2.0, 2.0, 2.0)
@@ -193,14 +194,13 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
 
 def test_a_steady_case_stops_at_min_rounds_and_a_noisy_one_runs_on(monkeypatch):
     steady, wobbly = _scaled(3.0, [1.0] * 40), _scaled(3.0, [1.0] + [1.0, 3.0] * 20)
-    _virtual(monkeypatch, {"steady": steady, "wobbly": wobbly})
-    result = time_interleaved(dict.fromkeys(["steady", "wobbly"], lambda: None), threads=1,
+    cases = _virtual(monkeypatch, {"steady": steady, "wobbly": wobbly})
+    result = time_interleaved(cases, threads=1,
                               min_run_s=0.0, min_rounds=6, max_rounds=9, target=0.02)
     # one case's wide interval keeps the rounds going for all (they are interleaved)
     assert result["steady"].rounds == result["wobbly"].rounds == 9
     assert result["steady"].converged and not result["wobbly"].converged
-    _virtual(monkeypatch, {"steady": steady})
-    alone = time_interleaved({"steady": lambda: None}, threads=1, min_run_s=0.0,
+    alone = time_interleaved(_virtual(monkeypatch, {"steady": steady}), threads=1, min_run_s=0.0,
                              min_rounds=6, max_rounds=9, target=0.02)
     assert alone["steady"].rounds == 6 and alone["steady"].converged
 
@@ -238,8 +238,8 @@ def test_cuda_timing():
 
 def test_times_are_reported_in_milliseconds_per_call(monkeypatch):
     """A clock reading 0.25 s per call is 250 ms, not 0.25 nor 250000."""
-    _virtual(monkeypatch, {"a": 0.25})
-    timing = time_interleaved({"a": lambda: None}, threads=1, min_run_s=0.0, max_rounds=6)["a"]
+    cases = _virtual(monkeypatch, {"a": 0.25})
+    timing = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6)["a"]
     assert timing.samples_ms == pytest.approx((250.0,) * 6)
     assert timing.median_ms == pytest.approx(250.0)
     row = timing.as_row()
@@ -310,8 +310,7 @@ def test_noisy_and_converged_at_their_thresholds(monkeypatch):
     it), and equal to the target is converged (converged is within it) and ends the
     rounds."""
     schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1]
-    case = {"a": lambda: None}
-    _virtual(monkeypatch, {"a": _scaled(10.0, schedule)})
+    case = _virtual(monkeypatch, {"a": _scaled(10.0, schedule)})
     first = time_interleaved(case, threads=1, min_run_s=0.0, max_rounds=6)["a"]
     width = relative_halfwidth(*first.ci_ms, first.median_ms)
     assert width == pytest.approx(0.1)
@@ -328,9 +327,8 @@ def test_noisy_and_converged_at_their_thresholds(monkeypatch):
 
 def test_a_paired_ratio_wider_than_the_median_keeps_the_rounds_going(monkeypatch):
     """Each case alone is steady in its median; their per-round ratio is not."""
-    cases = dict.fromkeys("ab", lambda: None)
-    _virtual(monkeypatch, {"a": _scaled(1.0, [1.0] * 21),
-                           "b": _scaled(1.0, [1.0] + [1.0, 1.0, 2.0, 0.5] * 5)})
+    cases = _virtual(monkeypatch, {"a": _scaled(1.0, [1.0] * 21),
+                                   "b": _scaled(1.0, [1.0] + [1.0, 1.0, 2.0, 0.5] * 5)})
     result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=8, target=0.02,
                               pair_with={"b": ["a"]})
     assert result["b"].rounds == 8 and not result["b"].converged and result["b"].noisy
@@ -342,8 +340,7 @@ def test_a_paired_ratio_wider_than_the_median_keeps_the_rounds_going(monkeypatch
 
 def test_the_reference_is_the_fastest_candidate_and_itself_gives_one(monkeypatch):
     """By time, not by name: the fast one sorts last."""
-    _virtual(monkeypatch, {"a_slow": 0.004, "z_fast": 0.002, "case": 0.008})
-    cases = dict.fromkeys(["a_slow", "z_fast", "case"], lambda: None)
+    cases = _virtual(monkeypatch, {"a_slow": 0.004, "z_fast": 0.002, "case": 0.008})
     result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6,
                               pair_with={"case": ["a_slow", "z_fast"], "z_fast": ["z_fast"]})
     assert result["case"].ratio.ref == "z_fast" and result["case"].ratio.median == 4.0
@@ -355,19 +352,19 @@ def test_the_reference_is_the_fastest_candidate_and_itself_gives_one(monkeypatch
 def test_the_defaults(monkeypatch):
     """30 rounds at most, a ±2 % target, 2 ms per timing, on the CPU."""
     made: list[tuple] = []
-    _virtual(monkeypatch, {"w": _scaled(0.5, [1.0] + [1.0, 2.0] * 40)})
+    cases = _virtual(monkeypatch, {"w": _scaled(0.5, [1.0] + [1.0, 2.0] * 40)})
     virtual = measure.make_clock
     monkeypatch.setattr(measure, "make_clock", lambda fn, device, threads: (
         made.append((device, threads)), virtual(fn, device, threads))[1])
-    wobbly = time_interleaved({"w": lambda: None}, threads=3)["w"]
+    wobbly = time_interleaved(cases, threads=3)["w"]
     assert wobbly.rounds == 30 and not wobbly.converged
     assert wobbly.calls_per_timing == 4  # ceil(2 ms / 0.5 ms)
     assert made == [("cpu", 3)]
     # a half-width of 1/3: not within the ±2 % target, wider than the 10 % noise threshold
     assert wobbly.noisy
     # a half-width of 5 %: neither converged nor noisy
-    _virtual(monkeypatch, {"m": _scaled(0.5, [1.0, 0.95, 1.0, 1.0, 1.0, 1.0, 1.05])})
-    mild = time_interleaved({"m": lambda: None}, threads=1, max_rounds=6)["m"]
+    cases = _virtual(monkeypatch, {"m": _scaled(0.5, [1.0, 0.95, 1.0, 1.0, 1.0, 1.0, 1.05])})
+    mild = time_interleaved(cases, threads=1, max_rounds=6)["m"]
     assert relative_halfwidth(*mild.ci_ms, mild.median_ms) == pytest.approx(0.05)
     assert not mild.converged and not mild.noisy
 
@@ -376,16 +373,15 @@ def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
     """Virtual time: a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8
     26.5 s are spent and the last round took 3.5: 30 s, exactly the cap, so round 9 runs
     (29 s); round 10 would end at 31.5 s and does not start."""
-    _virtual(monkeypatch, {"w": [2.5] + [2.5, 3.5] * 10})
-    timing = time_interleaved({"w": lambda: None}, threads=1, warmup=1, min_run_s=0.0,
+    cases = _virtual(monkeypatch, {"w": [2.5] + [2.5, 3.5] * 10})
+    timing = time_interleaved(cases, threads=1, warmup=1, min_run_s=0.0,
                               max_rounds=20, target=1e-9, time_cap_s=30.0)["w"]
     assert timing.rounds == 9 and not timing.converged and not timing.over_budget
 
 
 def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
     calls: list = []
-    case = {"a": lambda: None}
-    _virtual(monkeypatch, {"a": 0.0005}, calls)
+    case = _virtual(monkeypatch, {"a": 0.0005}, calls)
     timing = time_interleaved(case, threads=1, min_run_s=0.002, max_rounds=6, warmup=3)["a"]
     # the warm-up: three single calls; then ceil(2 ms / 0.5 ms) = 4 calls per timing
     assert [n for _, n in calls] == [1, 1, 1] + [4] * 6 and timing.calls_per_timing == 4
@@ -399,8 +395,8 @@ def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
 
 def test_progress_counts_warm_ups_then_rounds(monkeypatch):
     steps: list[tuple] = []
-    _virtual(monkeypatch, {"a": 0.001, "b": 0.001})
-    time_interleaved(dict.fromkeys("ab", lambda: None), threads=1, min_run_s=0.0, max_rounds=7,
+    cases = _virtual(monkeypatch, {"a": 0.001, "b": 0.001})
+    time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7,
                      progress=lambda *a: steps.append(a))
     assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b")] + \
         [(r, 7, f"round {r}") for r in range(1, 7)]
@@ -418,9 +414,9 @@ def test_a_failure_status_keeps_its_first_line_and_is_bounded():
 def test_a_case_failing_mid_rounds_is_an_error_and_the_others_time_on(monkeypatch):
     """The warm-up and two rounds succeed, the third fails: the case is its error (its
     calls per timing and clock's method kept, nothing measured); the other case times on."""
-    _virtual(monkeypatch, {"a": [0.0005] * 3 + [RuntimeError("lost the device\nmore")],
-                           "ok": 0.005})
-    result = time_interleaved(dict.fromkeys(["a", "ok"], lambda: None), threads=1,
+    cases = _virtual(monkeypatch, {"a": [0.0005] * 3 + [RuntimeError("lost the device\nmore")],
+                                   "ok": 0.005})
+    result = time_interleaved(cases, threads=1,
                               min_run_s=0.002, max_rounds=6)
     timing = result["a"]
     assert timing.status == "error: RuntimeError: lost the device"
@@ -436,19 +432,19 @@ def test_a_call_longer_than_the_cap_is_timed_a_bounded_number_of_times(monkeypat
     """A 300 s call (an ISA's slow fallback) against a 12 s cap: one warm-up call of the
     three asked, one timing, flagged over budget; the quick case beside it is timed too."""
     calls = []
-    now = _virtual(monkeypatch, {"slow": 300.0, "quick": 0.01}, calls)
-    result = time_interleaved({"slow": lambda: None, "quick": lambda: None}, threads=1,
+    cases = _virtual(monkeypatch, {"slow": 300.0, "quick": 0.01}, calls)
+    result = time_interleaved(cases, threads=1,
                               warmup=3, min_run_s=0.0, max_rounds=20, time_cap_s=12.0)
     assert [c for c in calls if c[0] == "slow"] == [("slow", 1), ("slow", 1)]
     assert result["slow"].over_budget and result["slow"].median_ms == 300_000.0
     assert not result["quick"].over_budget and result["quick"].rounds == 1
-    assert now.now < 2 * 300 + 1  # two calls of it, never minutes of repetition
+    assert measure.time.now < 2 * 300 + 1  # two calls of it, never minutes of repetition
 
 
 def test_the_cap_counts_the_warm_up(monkeypatch):
     """Warm-up 2 x 2 s, rounds of 2 s, cap 10 s: 4 s of warm-up leave three rounds."""
-    _virtual(monkeypatch, {"a": 2.0})
-    timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=0.0,
+    cases = _virtual(monkeypatch, {"a": 2.0})
+    timing = time_interleaved(cases, threads=1, warmup=2, min_run_s=0.0,
                               min_rounds=6, max_rounds=20, time_cap_s=10.0)["a"]
     assert timing.rounds == 3 and not timing.over_budget
 
@@ -503,22 +499,9 @@ def test_a_timing_over_processes_takes_its_interval_from_them():
 
 def _in_process(monkeypatch, seconds: dict[str, float]):
     """time_points' workers run here, on virtual time; returns the jobs they were given."""
-    _virtual(monkeypatch, {})
-    now = measure.time
-    monkeypatch.setattr(workers, "time", now)  # the stage's budget on the same clock
+    _virtual(monkeypatch, seconds)
+    monkeypatch.setattr(workers, "time", measure.time)  # the stage's budget on that clock
     jobs = []
-
-    class Clock:
-        method = "virtual"
-
-        def __init__(self, fn):
-            self.label = fn()
-
-        def seconds_per_call(self, number):
-            now.now += seconds[self.label] * number
-            return seconds[self.label]
-
-    monkeypatch.setattr(measure, "make_clock", lambda fn, *a: Clock(fn))
 
     def run_worker(job, log, names, worker):
         jobs.append(job)
@@ -680,8 +663,8 @@ def test_every_warm_up_round_runs_in_a_worker_short_of_time(monkeypatch):
     run (interleaved: a b a b), then the first timed round, which always runs: a worker
     short of time still times a heap laid out as the rounds lay it out, like the others."""
     calls: list = []
-    _virtual(monkeypatch, {"a": 0.6, "b": 0.6}, calls)
-    result = time_interleaved({"a": lambda: None, "b": lambda: None}, threads=1, warmup=2,
+    cases = _virtual(monkeypatch, {"a": 0.6, "b": 0.6}, calls)
+    result = time_interleaved(cases, threads=1, warmup=2,
                               min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0)
     assert [c[0] for c in calls] == list("abab") + list("ab")
     assert [result[x].rounds for x in "ab"] == [1, 1]
@@ -694,9 +677,9 @@ def test_a_case_failing_in_a_warm_up_call_is_a_status_and_the_others_go_on(monke
     get their warm-up calls in those rounds, which size their calls per timing (50 ms of
     10 and 20 ms calls: 5 and 3), and are timed as if the failed ones had not been there."""
     calls: list = []
-    _virtual(monkeypatch, {"z": [RuntimeError("no")], "a": 0.01, "c": 0.02,
+    cases = _virtual(monkeypatch, {"z": [RuntimeError("no")], "a": 0.01, "c": 0.02,
                            "b": [0.01, RuntimeError("boom\nmore"), 0.01]}, calls)
-    result = time_interleaved(dict.fromkeys("zacb", lambda: None), threads=1, warmup=2,
+    result = time_interleaved(cases, threads=1, warmup=2,
                               min_run_s=0.05, min_rounds=6, max_rounds=6, time_cap_s=100.0,
                               pair_with={"a": ["b"]})
     assert calls[:4] == [("z", 1), ("a", 1), ("c", 1), ("b", 1)]
@@ -720,8 +703,8 @@ def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
     """The cap is a limit, not a strict one: a call of exactly the cap still gets all its
     warm-up calls and is not over budget."""
     calls: list = []
-    _virtual(monkeypatch, {"a": 1.0}, calls)
-    timing = time_interleaved({"a": lambda: None}, threads=1, warmup=2, min_run_s=2.0,
+    cases = _virtual(monkeypatch, {"a": 1.0}, calls)
+    timing = time_interleaved(cases, threads=1, warmup=2, min_run_s=2.0,
                               min_rounds=6, max_rounds=6, time_cap_s=1.0)["a"]
     # two warm-up calls, then the rounds' timings of two calls each
     assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget

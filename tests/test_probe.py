@@ -164,7 +164,6 @@ def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     (["--head-dim", "x"], "argument --head-dim: 'x' is not an integer"),
     (["--device", "tpu"], "invalid choice: 'tpu'")])
 def test_the_probe_command_refuses_bad_arguments_by_name(args, says, capsys):
-    """R8-20: each was a torch traceback (or, for 0, a table of backends run on nothing)."""
     from inferlab.workflow.cli import main as cli_main
 
     with pytest.raises(SystemExit) as info:

@@ -54,8 +54,9 @@ AWKWARD_BLOCKS = [(16, 16), (16, 48), (48, 16), (64, 32), (32, 64), (100, 7)]
 @pytest.mark.parametrize("T", AWKWARD_T)
 @pytest.mark.parametrize("blocks", AWKWARD_BLOCKS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_tiled_elements_match_a_brute_force_count(T, blocks, causal):
-    """T not a multiple of the tile, B_k != B_q either way: the count is the tiles'."""
+def test_tiled_elements_and_pairs_match_a_brute_force_count(T, blocks, causal):
+    """T not a multiple of the tile, B_k != B_q either way: the counts are the tiles'."""
+    assert block_pairs(T, T, *blocks, causal) == _brute_force_pairs(T, *blocks, causal)
     d = 8
     expected = _brute_force_elements(T, d, *blocks, causal)
     assert tiled_hbm_elements(T, d, *blocks, causal=causal) == expected
@@ -87,13 +88,6 @@ def test_the_defaults_are_full_for_the_count_and_causal_for_the_ratio():
     assert implied_block_q(12.0, None, 64) == 128.0
     assert implied_block_q(4.0, None, 64, causal=False) == 128
     assert implied_block_q(1e6, 1024, 64) == math.inf
-
-
-@pytest.mark.parametrize("T", [1, 7, 64, 100, 257])
-@pytest.mark.parametrize("blocks", [(16, 16), (16, 32), (32, 16), (64, 64)])
-def test_block_pairs_matches_brute_force(T, blocks):
-    for causal in (False, True):
-        assert block_pairs(T, T, *blocks, causal) == _brute_force_pairs(T, *blocks, causal)
 
 
 def test_chapter_causal_block_counts():
@@ -350,10 +344,9 @@ def test_a_point_where_no_fused_kernel_ran_keeps_one_assumed_row(tmp_path):
 @pytest.mark.parametrize("causal", [False, True])
 def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal):
     """naive_intensity: naive attention's FLOPs over the model's naive bytes in the row's
-    dtype, its FLOPs those of every score whatever the mask (Q13-15's review: a causal row
-    took prefill's halved count, although naive attention computes all T² scores and masks
-    after, which made it look twice as memory-bound as it is); machine_balance: the probe's
-    matmul ceiling over its copy ceiling in that dtype."""
+    dtype, its FLOPs those of every score whatever the mask (it computes all T² scores and
+    masks after: not prefill's halved causal count); machine_balance: the probe's matmul
+    ceiling over its copy ceiling in that dtype."""
     T, d = 2048, 64
     rows = _prefill_point(random.Random(3), T, causal, None)
     for row in rows:  # prefill's count, for its batch and heads: a causal kernel's work
