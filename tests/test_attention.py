@@ -72,27 +72,18 @@ def test_naive_matches_pytorch_sdpa_in_float64(make_qkv, keys, causal, scale):
 # ---------------------------------------------------------------- equivalence grid
 
 # Short lengths (1, block non-multiples 100 and 300, 512) take every block shape; 2048
-# takes the two shapes the chapter reports and the brief requires, (128,128) and (64,64):
-# (16,16) at 2048 is 16k python-level block pairs per call, seconds each, for no new path.
+# (one head keeps it affordable) takes the two shapes the chapter reports, (128,128) and
+# (64,64): (16,16) at 2048 is 16k python-level block pairs per call, for no new path.
+SIZES = [(T, HEADS, blocks) for T in (1, 100, 300, 512) for blocks in BLOCKS] + [
+    (2048, 1, blocks) for blocks in ((128, 128), (64, 64))]
 
 
 @pytest.mark.parametrize("impl", list(TILED))
-@pytest.mark.parametrize("T", [1, 100, 300, 512])
-@pytest.mark.parametrize("blocks", BLOCKS)
+@pytest.mark.parametrize("T, heads, blocks", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_float64_attention(case, impl, T, blocks, dtype, causal):
-    q, k, v, ref, naive_err = case(T, HEADS, dtype, causal)
-    out, _ = TILED[impl](q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1])
-    _assert_as_exact_as_naive(out, q, ref, naive_err)
-
-
-@pytest.mark.parametrize("impl", list(TILED))
-@pytest.mark.parametrize("blocks", [(128, 128), (64, 64)])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_float64_attention_at_2048(case, impl, blocks, dtype, causal):
-    q, k, v, ref, naive_err = case(2048, 1, dtype, causal)  # one head keeps it affordable
+def test_tiled_equals_float64_attention(case, impl, T, heads, blocks, dtype, causal):
+    q, k, v, ref, naive_err = case(T, heads, dtype, causal)
     out, _ = TILED[impl](q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1])
     _assert_as_exact_as_naive(out, q, ref, naive_err)
 

@@ -51,11 +51,6 @@ def cpu_rows(request) -> dict[str, BackendStatus]:
     return {r.backend: r for r in availability(*qkv(dtype=request.param), causal=True)}
 
 
-def test_availability_covers_every_backend_in_order():
-    rows = availability(*qkv())
-    assert [r.backend for r in rows] == list(BACKENDS) == ["flash", "efficient", "cudnn", "math"]
-
-
 @pytest.mark.parametrize("backend", ["flash", "math"])
 def test_cpu_flash_and_math_run_and_name_their_op(cpu_rows, backend):
     row = cpu_rows[backend]
@@ -345,21 +340,9 @@ def test_kernel_that_ran_names_the_sdpa_backend_op_on_every_device():
 # --------------------------------------------------------------------------- options, map
 
 
-def test_cpu_flash_refuses_dropout_with_pytorchs_reason():
-    rows = {r.backend: r for r in availability(*qkv(), dropout_p=0.25)}
-    flash = rows["flash"]
-    assert (flash.can_run, flash.ran, flash.reason_source) == (False, False, "pytorch")
-    assert "dropout" in flash.reason and flash.limit_kind == "input"
-    assert rows["math"].ran and rows["math"].dropout_p == 0.25
-
-
 def test_grouped_heads_and_a_mask_reach_sdpa():
     q, k, v = qkv(shape=(1, 4, 24, 16))
     mask = torch.ones(24, 24, dtype=torch.bool).tril()
-    rows = {r.backend: r for r in availability(q, k[:, :2], v[:, :2], enable_gqa=True,
-                                               attn_mask=mask)}
-    math_row = rows["math"]
-    assert math_row.ran and math_row.mask == "bool"
     expected = F.scaled_dot_product_attention(
         q, k[:, :2].repeat_interleave(2, dim=1), v[:, :2].repeat_interleave(2, dim=1),
         attn_mask=mask)
@@ -395,9 +378,10 @@ def test_map_rows_on_this_cpu(map_table):
     gqa = cell[("gqa 4:2", "float32", "math")]
     assert gqa["ran"] and (gqa["heads"], gqa["kv_heads"]) == (4, 2)
     assert cell[("bool mask", "bfloat16", "math")]["mask"] == "bool"
-    dropout = cell[("dropout 0.5", "float32", "flash")]
-    assert not dropout["ran"] and dropout["limit_kind"] == "input"
+    dropout = cell[("dropout 0.5", "float32", "flash")]  # the CPU flash kernel refuses it
+    assert not (dropout["can_run"] or dropout["ran"]) and dropout["limit_kind"] == "input"
     assert "dropout" in dropout["reason"] and dropout["reason_source"] == "pytorch"
+    assert cell[("dropout 0.5", "float32", "math")]["dropout_p"] == 0.5
     assert all(r["ran"] for r in map_table if r["backend"] == "math")
     assert cell[("d=24", "float32", "flash")]["d"] == 24
 

@@ -155,7 +155,8 @@ def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     q = k = v = torch.randn(1, 2, 16, 8)
     rows = backends.availability(q, k, v, backends=("flash", "cudnn"))
     assert [r.backend for r in rows] == ["flash", "cudnn"] and ran == ["flash", "cudnn"]
-    assert [r.backend for r in backends.availability(q, k, v)] == list(backends.BACKENDS)
+    assert [r.backend for r in backends.availability(q, k, v)] == list(backends.BACKENDS) == [
+        "flash", "efficient", "cudnn", "math"]
 
 
 @pytest.mark.parametrize(("args", "says"), [

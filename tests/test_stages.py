@@ -234,7 +234,8 @@ def test_memory_cap_gives_oom_rows(tmp_path):
 
 
 GROUPED = ("decode.cpu={heads: 2, cache_lens: [300], batches: [1, 3], dtypes: [float32], "
-           "workers: 2, grouped: [{heads: 6, kv_heads: 2, cache_lens: [96], batches: [1, 2]}]}")
+           "workers: 1, worker_rounds: 3, min_run_ms: 1, "
+           "grouped: [{heads: 6, kv_heads: 2, cache_lens: [96], batches: [1, 2]}]}")
 
 
 @pytest.fixture(scope="module")
@@ -467,7 +468,7 @@ def test_a_budget_that_covers_nothing_still_times_every_chapter_point_once(stage
                          "backends: [flash], budget_s: 0.001}"],
              "decode": ["decode.d=8", "decode.splits=[1, 3]", "decode.backends=[flash]",
                         "decode.cpu={heads: 2, cache_lens: [64, 96], batches: [1], "
-                        "dtypes: [float32], budget_s: 0.001}"]}[stage]
+                        "dtypes: [float32], budget_s: 0.001, min_run_ms: 1}"]}[stage]
     params = _params(stage, [TIMING, *sizes])
     module = MODULES[stage]
     rows = _table(stage, module.run(params, _ctx(tmp_path, stage, probe=probe)))
