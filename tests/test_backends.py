@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from inferlab.core.layout import REPO_ROOT
+from inferlab.evidence import artifacts
 from inferlab.measurement.backend_map import MAP_COLUMNS, map_cases, map_rows
 from inferlab.measurement.backends import (
     BACKENDS,
@@ -24,9 +25,13 @@ from inferlab.measurement.backends import (
     cpu_flash_split_sizes,
     format_availability,
     kernel_that_ran,
+    refusal,
     run_sdpa,
 )
-from inferlab.measurement.kernel_names import kernel_in
+from inferlab.measurement.kernel_names import _attention_op, kernel_in
+from inferlab.stages import probe
+from inferlab.workflow.config import effective_config, load_config
+from inferlab.workflow.runner import StageContext
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
@@ -261,7 +266,6 @@ TRIGGERED = " (Triggered internally at /pytorch/aten/src/ATen/native/transformer
 
 def _pybind_style_check(params, debug=False):
     """can_use_flash_attention as a plain pybind11 function: TORCH_WARN goes to stderr."""
-    import os
 
     if debug:
         os.write(2, f"[W101 12:00:00.000000000 sdp_utils.cpp:512] Warning: "
@@ -329,7 +333,6 @@ def test_kernel_that_ran_names_the_sdpa_backend_op_on_every_device():
                    Event("aten::empty", flash)]
     cpu_top = Event("aten::scaled_dot_product_attention")
     cpu_events = [cpu_top, Event(FLASH_CPU_OP, cpu_top)]
-    from inferlab.measurement.kernel_names import _attention_op
 
     assert _attention_op(cuda_events) == "aten::_scaled_dot_product_flash_attention"
     assert _attention_op(cpu_events) == FLASH_CPU_OP
@@ -387,11 +390,6 @@ def test_map_rows_on_this_cpu(map_table):
 
 
 def test_probe_stage_writes_the_map_and_the_timing_method(tmp_path):
-    from inferlab.evidence import artifacts
-    from inferlab.stages import probe
-    from inferlab.workflow.config import effective_config, load_config
-    from inferlab.workflow.runner import StageContext
-
     raw = load_config([REPO_ROOT / "profiles" / "smoke.yaml"], [
         "device=cpu", "probe.map={tokens: 16, heads: 2, d: 8, head_dims: [8, 16], "
         "gqa_groups: 2, dropout_p: 0.5, dtypes: [float32]}"])
@@ -427,7 +425,6 @@ def test_cuda_map_refusals_carry_pytorchs_reasons():
 def test_a_probe_json_without_the_map_still_reads():
     """A probe.json without a backend map (a machine probed before the map existed) is
     valid: readers say the map was not probed rather than refuse the file."""
-    from inferlab.evidence import artifacts
 
     old = {"environment": {"device": "cpu"}, "availability": [
         {"dtype": "float32", "causal": False, "T": 8, "heads": 1, "d": 8, "backend": "math",
@@ -457,7 +454,6 @@ def test_a_refused_backends_row_holds_a_cause_and_only_pytorchs_words(reason, so
                                                                        error, fields):
     """Evidence holds no prose of ours. A refusal is the cause as data; the
     ``reason`` column only ever holds what PyTorch said."""
-    from inferlab.measurement.backends import BackendStatus, refusal
 
     status = BackendStatus("cudnn", False, False, reason, source, limit, None, error,
                            "float32", False, (1, 2, 8, 16), "cpu")

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from torch.utils import collect_env
 
 from inferlab.core.layout import REPO_ROOT, check_machine
 from inferlab.measurement import environment
@@ -150,8 +151,6 @@ def test_fingerprint_redacts_a_home_path_a_tool_echoes(monkeypatch):
 
 
 def test_fingerprint_survives_collect_env_failure(monkeypatch):
-    from torch.utils import collect_env
-
     def broken():
         raise OSError("lscpu vanished")
 
@@ -162,8 +161,6 @@ def test_fingerprint_survives_collect_env_failure(monkeypatch):
 
 
 def test_fingerprint_time_boxes_collect_env(monkeypatch):
-    from torch.utils import collect_env
-
     monkeypatch.setattr(collect_env, "get_env_info", lambda: time.sleep(2.0))
     monkeypatch.setattr(environment, "COLLECT_ENV_TIMEOUT_S", 0.1)
     start = time.perf_counter()

@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.profiler import ProfilerActivity, profile
 
 from inferlab.algorithms.attention import naive_attention
 from inferlab.algorithms.partials import (
@@ -16,6 +17,7 @@ from inferlab.algorithms.partials import (
     partial_attention,
     splitkv_decode,
 )
+from inferlab.measurement.memory import peak_extra_bytes
 from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_bound, naive_reference
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -176,7 +178,6 @@ def test_batched_splitkv_equals_the_fold_for_every_uneven_split(make_qkv, dtype)
 def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv):
     """The chapter's implementation: a fixed number of batched operations, whatever the
     split count (the fold's count grows with it)."""
-    from torch.profiler import ProfilerActivity, profile
 
     compute = {"aten::bmm", "aten::exp", "aten::amax", "aten::sum", "aten::mul", "aten::sub",
                "aten::div", "aten::cat"}
@@ -201,8 +202,6 @@ def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv
 
 
 def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(make_qkv):
-    from inferlab.measurement.memory import peak_extra_bytes
-
     q, k, v = make_qkv((1, 4, 1, 64), keys=4096)
     peak = peak_extra_bytes(lambda: splitkv_decode(q, k, v, 64)).peak_extra_bytes
     assert peak < k.numel() * k.element_size() / 4
@@ -210,7 +209,6 @@ def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(ma
 
 def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
     """Only scores and outputs are float32: no allocation the size of K or V in fp32."""
-    from inferlab.measurement.memory import peak_extra_bytes
 
     q, k, v = make_qkv((1, 4, 1, 64), torch.bfloat16, keys=4096)
     peak = peak_extra_bytes(lambda: partial_attention(q, k, v)).peak_extra_bytes

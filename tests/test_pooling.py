@@ -21,6 +21,7 @@ from inferlab.measurement.pooling import (
     run_variance,
     with_prior,
 )
+from tests.series_helper import series_rows
 
 SEED = 20261202
 
@@ -157,7 +158,6 @@ def test_runs_of_one_process_each_get_intervals_from_their_spread():
     on a slow CPU): no process variance is known, but the spread between the runs is what
     one more such run varies by. The series stage pools it as ``series_total``, never a
     value without an interval."""
-    from tests.series_helper import series_rows
 
     rng = random.Random(SEED + 7)
     shifts = [rng.gauss(0, 0.05) for _ in range(3)]
@@ -217,7 +217,6 @@ def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_lates
     ceiling at half. The pooled time is the quiet runs' mostly; divided by the latest run's
     low ceiling naive attention would run above the roof. A ceiling is the fastest the
     machine was seen doing: the series' roof is the highest its runs read."""
-    from tests.series_helper import series_rows
 
     flops = 2 * 2 * 12 * 1024 * 1024 * 64
     quiet_ceiling, busy_ceiling = 92.0, 47.0

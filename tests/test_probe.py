@@ -14,7 +14,10 @@ import pytest
 import torch
 
 from inferlab.evidence import artifacts
-from inferlab.stages import probe
+from inferlab.evidence.loading import Evidence
+from inferlab.measurement import backends
+from inferlab.stages import prefill, probe
+from inferlab.workflow.cli import main as cli_main
 from inferlab.workflow.config import effective_config, load_config
 from inferlab.workflow.runner import StageContext
 
@@ -117,9 +120,6 @@ def test_the_real_ceilings_at_tiny_sizes_fit_the_schema(tmp_path):
 def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
     """bf16 flagged a slow path by the probe: its points are rows 'dropped: ...' naming the
     rates, nothing timed in it; fp32 is timed as usual."""
-    from inferlab.evidence import artifacts
-    from inferlab.evidence.loading import Evidence
-    from inferlab.stages import prefill
 
     raw = load_config(overrides=[
         "device=cpu", "timing={warmup: 1, min_rounds: 6, max_rounds: 6, target: 1.0, "
@@ -147,7 +147,6 @@ def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(tmp_path):
 
 def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     """The stages ask for the backends they time; the math backend is not run for them."""
-    from inferlab.measurement import backends
 
     ran = []
     real = backends._run
@@ -165,8 +164,6 @@ def test_availability_runs_only_the_backends_asked_for(monkeypatch):
     (["--head-dim", "x"], "argument --head-dim: 'x' is not an integer"),
     (["--device", "tpu"], "invalid choice: 'tpu'")])
 def test_the_probe_command_refuses_bad_arguments_by_name(args, says, capsys):
-    from inferlab.workflow.cli import main as cli_main
-
     with pytest.raises(SystemExit) as info:
         cli_main(["probe", *args])
     assert info.value.code == 2

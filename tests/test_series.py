@@ -6,12 +6,15 @@ the series of machines of the same kind adds. The statistics themselves are
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from inferlab.core import layout
@@ -447,10 +450,7 @@ def test_the_series_benchmarks_refuse_what_they_cannot_compare(script, args, wor
 def test_the_coverage_benchmarks_half_width_is_the_series_stages():
     """The benchmark re-pools the committed runs as the series stage does, leaving out each
     kernel's ratio to itself (1, of zero width); series.csv's own rows must agree."""
-    import importlib.util
-    import statistics
 
-    import pandas as pd
 
     spec = importlib.util.spec_from_file_location("series_coverage",
                                                   REPO / "benchmarks" / "series_coverage.py")

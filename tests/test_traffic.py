@@ -4,10 +4,12 @@ model's floor is about); and the traffic stage's rows."""
 
 import math
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from inferlab.algorithms.attention import naive_attention
 from inferlab.algorithms.partials import splitkv_decode
@@ -20,6 +22,14 @@ from inferlab.algorithms.traffic import (
     tiled_hbm_elements,
     traffic_ratio,
 )
+from inferlab.core import layout
+from inferlab.evidence import artifacts
+from inferlab.evidence.loading import Evidence
+from inferlab.measurement.backends import cpu_flash_split_sizes
+from inferlab.stages import traffic
+from inferlab.stages.traffic import CPU_FLASH_OP, naive_flops
+from inferlab.workflow.runner import StageContext
+from tests.series_helper import series_table
 
 
 def _brute_force_pairs(T, block_q, block_k, causal):
@@ -219,13 +229,7 @@ def _prefill_point(rng, T: int, causal: bool, fused_kernel: str | None,
 def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None = None):
     """The traffic stage on ``prefill_rows`` (row dicts, through the real writer and reader;
     or a prefill Table as read), its rows through the writer and reader."""
-    from pathlib import Path
 
-    from inferlab.evidence import artifacts
-    from inferlab.evidence.loading import Evidence
-    from inferlab.stages import traffic
-    from inferlab.workflow.runner import StageContext
-    from tests.series_helper import series_table
 
     table = prefill_rows if isinstance(prefill_rows, artifacts.Table) else artifacts.decode(
         "prefill", artifacts.encode("prefill", prefill_rows))
@@ -241,9 +245,6 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None 
 @pytest.mark.parametrize("T", [100, 512, 1024, 2048])
 @pytest.mark.parametrize("causal", [False, True])
 def test_cpu_flash_kernel_rows_use_its_known_tile(tmp_path, T, causal):
-    from inferlab.measurement.backends import cpu_flash_split_sizes
-    from inferlab.stages.traffic import CPU_FLASH_OP
-
     rng = random.Random(T + causal)
     rows = _traffic(tmp_path, _prefill_point(rng, T, causal, f"{CPU_FLASH_OP}+aten::empty"))
     assumed, known = rows[rows["tile"] == "assumed"], rows[rows["tile"] == "known"]
@@ -284,9 +285,6 @@ def test_the_committed_prefill_of_every_key_gets_the_cpu_kernels_tile(tmp_path):
     """Evidence made by older code (every key committed under results/) still feeds the
     stage, measured ratios and all, and each point where PyTorch's CPU flash kernel ran
     gets its known-tile row (on a GPU's key, where our Triton kernel ran, at its own tile)."""
-    from inferlab.core import layout
-    from inferlab.evidence import artifacts
-    from inferlab.stages.traffic import CPU_FLASH_OP
 
     keys = [k for k in layout.keys(layout.REPO_ROOT)
             if layout.artifact_path(layout.REPO_ROOT, k, "prefill").is_file()]
@@ -365,9 +363,7 @@ def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal)
 def test_naive_attention_computes_every_score_whatever_the_mask(causal):
     """The FLOPs the roofline gives naive attention (traffic.naive_flops) are the ones the
     profiler counts for naive_attention under either mask: it masks after the product."""
-    from torch.profiler import ProfilerActivity, profile
 
-    from inferlab.stages.traffic import naive_flops
 
     B, H, T, d = 1, 2, 192, 32
     g = torch.Generator().manual_seed(11)
