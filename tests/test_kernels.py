@@ -129,15 +129,6 @@ def test_flash_attention_equals_float64_attention(draw_qkv, T, dtype, causal):
     _assert_as_exact_as_naive(out, q, k, v, causal)
 
 
-@pytest.mark.parametrize("block_m", BLOCKS)
-@pytest.mark.parametrize("block_n", BLOCKS)
-@pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_every_tile_shape(draw_qkv, block_m, block_n, causal):
-    q, k, v = _draw(draw_qkv, (1, HEADS, 100, 16), seed=block_m + block_n)
-    out = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
-    _assert_as_exact_as_naive(out, q, k, v, causal)
-
-
 @pytest.mark.parametrize("head_dim", [8, 16, 64, 80])  # 8 and 80 are padded to 16 and 128
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("causal", [False, True])
@@ -219,18 +210,20 @@ def test_a_bad_configuration_name_is_refused_naming_it(name):
             kind.parse(name)
 
 
-# ---------------------------------------------------------------- causal tile skipping
+# ---------------------------------------------------------------- every tile, causal skipping
 
 
 @pytest.mark.parametrize("block_m", BLOCKS)
 @pytest.mark.parametrize("block_n", BLOCKS)
-@pytest.mark.parametrize("T", [100, 128])
-def test_causal_kernel_visits_only_the_tiles_block_pairs_counts(draw_qkv, block_m, block_n, T):
-    q, k, v = _draw(draw_qkv, (1, 1, T, 16))
-    out, stats = flash_attention_tiles(q, k, v, causal=True, block_m=block_m, block_n=block_n)
+@pytest.mark.parametrize("T", [100, 128])  # 128: a multiple of every tile
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_tile_shape_is_exact_and_visits_the_tiles_block_pairs_counts(
+        draw_qkv, block_m, block_n, T, causal):
+    q, k, v = _draw(draw_qkv, (1, HEADS, T, 16), seed=block_m + block_n)
+    out, stats = flash_attention_tiles(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
     assert (stats.computed_pairs, stats.total_pairs) == block_pairs(T, T, block_m, block_n,
-                                                                    causal=True)
-    _assert_as_exact_as_naive(out, q, k, v, causal=True)
+                                                                    causal)
+    _assert_as_exact_as_naive(out, q, k, v, causal)
 
 
 # ---------------------------------------------------------------- flash_decode

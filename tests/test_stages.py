@@ -153,21 +153,24 @@ def test_splitkv_and_merge_rows(correctness_rows):
 TIMING = ("timing={warmup: 1, min_rounds: 6, max_rounds: 6, target: 1.0, time_cap_s: 1, "
           "noisy_threshold: 1.0, min_run_ms: 1, workers: 2, worker_rounds: 3, point_cap_s: 4}")
 PREFILL = [TIMING, "prefill.d=8", "prefill.blocks=[16]",
-           "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [48]}], "
-           "backends: [flash, math, cudnn]}"]
+           "prefill.cpu={heads: 2, sizes: [{dtype: float32, T: [48]}, "
+           "{dtype: bfloat16, T: [32, 64]}], backends: [flash, math, cudnn]}"]
 
 
 @pytest.fixture(scope="module")
 def prefill_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("p")
+    """float32 at 48 tokens timed; bfloat16, which the probe found on a slow path, not."""
     probe = _probe(random.Random(SEED))
+    probe["ceilings"]["matmul_slow_path"] = {"float32": False, "bfloat16": True}
     params = _params("prefill", PREFILL)
-    rows = prefill.run(params, _ctx(tmp, "prefill", probe=probe))
-    return params, probe["ceilings"], rows, _table("prefill", rows)
+    rows = _table("prefill", prefill.run(params, _ctx(tmp_path_factory.mktemp("p"), "prefill",
+                                                      probe=probe)))
+    by_dtype = dict(iter(rows.groupby("dtype")))
+    return params, probe["ceilings"], by_dtype["float32"], by_dtype["bfloat16"]
 
 
 def test_prefill_rows_and_rates(prefill_run):
-    params, ceilings, _, rows = prefill_run
+    params, ceilings, rows, _ = prefill_run
     # causal x (naive, tiled, tiled_fast, 3 backends, our Triton kernel)
     assert len(rows) == 2 * (1 + 2 + 3 + 1)
     ok = rows[rows["status"] == "ok"]
@@ -182,7 +185,7 @@ def test_prefill_rows_and_rates(prefill_run):
 
 
 def test_prefill_names_refused_backends(prefill_run):
-    _, _, _, rows = prefill_run
+    _, _, rows, _ = prefill_run
     cudnn = rows[rows["impl"] == "sdpa_cudnn"]
     assert (cudnn["status"] == "unavailable").all()  # CPU: no cuDNN kernel
     # the cause says why, as data; no words of ours in the artifact (a CPU build of torch
@@ -194,14 +197,14 @@ def test_prefill_names_refused_backends(prefill_run):
 def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
     """Evidence holds no prose of ours: ``reason`` is set only where the cause is one whose
     words are PyTorch's, Triton's or an exception's."""
-    _, _, _, rows = prefill_run
+    _, _, rows, _ = prefill_run
     ours = rows[rows["reason"].notna() & ~rows["cause"].isin(
         ["backend_refused", "triton_driver", "exception"])]
     assert ours.empty, ours[["impl", "cause", "reason"]].to_string()
 
 
 def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
-    _, _, _, rows = prefill_run
+    _, _, rows, _ = prefill_run
     ours = rows[rows["impl"] == "triton_flash"]
     assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
     assert ours["block_q"].isna().all() and ours["kernel"].isna().all()  # none chosen
@@ -209,8 +212,16 @@ def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
     assert set(ours["cause"]) <= {"no_cuda_device", "no_triton"}
 
 
+def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(prefill_run):
+    """The cause as data (the report says it in words, with the probe's two rates)."""
+    _, _, fp32, bf16 = prefill_run
+    assert set(bf16["T"]) == {32, 64} and bf16["median_ms"].isna().all()
+    assert (bf16["status"] == "dropped").all() and (bf16["cause"] == "slow_path").all()
+    assert (fp32["status"] == "ok").any() and fp32["median_ms"].notna().any()
+
+
 def test_only_fused_sdpa_backends_are_marked_fused(prefill_run):
-    _, _, _, rows = prefill_run
+    _, _, rows, _ = prefill_run
     fused = set(rows.loc[rows["fused_sdpa"], "impl"])
     assert fused == {"sdpa_flash", "sdpa_cudnn"}  # the ones asked for that are fused kernels
     assert not rows.loc[rows["impl"].isin(["naive", "tiled", "sdpa_math"]), "fused_sdpa"].any()
@@ -348,7 +359,7 @@ def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
 
 
 def test_prefill_rows_are_paired_with_naive_of_their_own_mask(prefill_run):
-    _, _, _, rows = prefill_run
+    _, _, rows, _ = prefill_run
     ok = rows[rows["status"] == "ok"]
     assert (ok["ratio_to"] == "naive").all() and ok["rounds"].min() >= 6
     naive = ok[ok["impl"] == "naive"]
