@@ -115,6 +115,7 @@ def correctness_rows(tmp_path_factory):
     params = _params("correctness", [
         "correctness.d=8", "correctness.blocks=[[16, 16], [32, 8]]",
         "correctness.splits=[1, 3, 7]", "correctness.pair_model={T: 4096, blocks: [128]}",
+        "correctness.score_scales=[1, 40]",  # plain scores, and large ones
         "correctness.cpu={heads: 2, lengths: [40], dtypes: [float32, bfloat16], "
         "splitkv_cache_len: 50}"])
     rows = correctness.run(params, _ctx(tmp_path_factory.mktemp("c"), "correctness"))
