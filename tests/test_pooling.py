@@ -86,12 +86,10 @@ def test_the_prediction_interval_holds_the_next_run_95_percent_of_the_time(runs)
 def test_a_whole_run_slower_is_predicted_with_the_runs_degrees_of_freedom():
     """Out of sample, as the committed host's decode median times vary: a run shares most
     of its departure across the stage's points (sd 6 %, the points' own 2 %). Three runs
-    tell that part with two degrees of freedom however many points there are; an interval
-    that took the pooled spread as known to the points' 60 held the next run 84 % of the
-    time here (before ``common_variance``; a t with 2 degrees of freedom has 81 % inside
-    +-1.96), every point of a series in or out together. Over many series the next run is
-    inside its prediction interval about 95 % of the time, and the common part is told apart
-    from the points' own."""
+    tell that part with two degrees of freedom however many points there are (taken as
+    known to the points' 60, the next run fell inside 84 % of the time). Over many series
+    the next run is inside its prediction interval about 95 % of the time, and the common
+    part is told apart from the points' own."""
     rng = random.Random(SEED + 7)
     inside = total = 0
     commons = []

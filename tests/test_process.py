@@ -39,12 +39,10 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
 
 
 def test_the_steady_process_keeps_buffers_warm_past_two_gib():
-    """"No trimming" must hold for any size. Naive attention at 4,096 tokens (12 heads)
-    frees two 805 MB buffers a call; with mallopt's largest positive trim threshold
-    (2 GiB) glibc trimmed the heap whenever its free top passed 2 GiB, and then every
-    call faulted on 393,216 pages again (1.1-3.1 s a call instead of 0.65-0.78 s, one
-    run or the other). Here a 2.5 GiB buffer is taken, touched, freed and taken again:
-    the second time none of its pages may fault."""
+    """"No trimming" must hold for any size: naive attention at 4,096 tokens (12 heads)
+    frees two 805 MB buffers a call, and a trim threshold of 2 GiB (mallopt's largest)
+    made every call fault on all their pages again. Here a 2.5 GiB buffer is taken,
+    touched, freed and taken again: the second time none of its pages may fault."""
     code = ("import ctypes, resource\n"
             "from inferlab.workflow.runner import steady_process\n"
             "assert steady_process()['glibc_mallopt']\n"
