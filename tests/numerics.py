@@ -8,15 +8,16 @@ dtype, i.e. a couple of ulps of the output's magnitude.
 
 Why the floor: where the plain implementation's error is itself about one ulp (a short
 softmax, one split), "twice naive" decides by which SIMD kernel ATen picked, not by
-whether the code is right. ``ATEN_CPU_CAPABILITY=avx2`` on an AVX512 host failed
-``test_batched_splitkv_equals_the_fold_for_every_uneven_split[float32]`` at one split:
-2.97e-7 against 2 x 1.39e-7 (issue 18). The floor keeps that a pass and stays far below
-any real error (a key dropped from a chunk moves the output by a tenth).
+whether the code is right (under ``ATEN_CPU_CAPABILITY=avx2`` one split erred 2.97e-7
+against naive's 1.39e-7). The floor keeps that a pass and stays far below any real error
+(a key dropped from a chunk moves the output by a tenth).
 """
 
 from __future__ import annotations
 
 import torch
+
+from inferlab.algorithms.attention import naive_attention
 
 
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -33,6 +34,13 @@ def rounding_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
 def naive_bound(naive_err: float, ref: torch.Tensor, dtype: torch.dtype) -> float:
     """The most error an output in ``dtype`` may have: twice naive's, plus the floor."""
     return 2 * naive_err + rounding_floor(ref, dtype)
+
+
+def naive_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                    scale: float | None = None) -> tuple[torch.Tensor, float]:
+    """Naive attention in float64 (the reference) and naive's own error in q's dtype."""
+    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
+    return ref, max_abs_err(naive_attention(q, k, v, causal=causal, scale=scale), ref)
 
 
 def assert_as_exact_as_naive(out: torch.Tensor, ref: torch.Tensor, naive_err: float,

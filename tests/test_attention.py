@@ -17,21 +17,13 @@ from inferlab.algorithms.attention import (
     tiled_attention_fast,
 )
 from inferlab.algorithms.partials import splitkv_decode
-from tests.numerics import assert_as_exact_as_naive
+from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 BLOCKS = [(16, 16), (64, 64), (128, 128), (64, 128), (128, 64)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 HEADS, HEAD_DIM = 2, 64
 FP32_TOL = 1e-5      # unit-scale inputs: fp32 rounding of a convex combination of N(0,1) values
-
-
-def _max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return (out.double() - ref).abs().max().item()
-
-
-def _reference(q, k, v, causal):
-    return naive_attention(q.double(), k.double(), v.double(), causal=causal)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +36,7 @@ def case(draw_qkv):
     def make(T: int, heads: int, dtype: torch.dtype, causal: bool):
         gen = torch.Generator().manual_seed(T)
         q, k, v = draw_qkv(gen, (1, heads, T, HEAD_DIM), dtype)
-        ref = _reference(q, k, v, causal)
-        return q, k, v, ref, _max_err(naive_attention(q, k, v, causal=causal), ref)
+        return q, k, v, *naive_reference(q, k, v, causal)
 
     return make
 
@@ -55,15 +46,13 @@ def _assert_as_exact_as_naive(out, q, ref, naive_err):
     tests/numerics.py)."""
     assert out.dtype == q.dtype and out.shape == q.shape
     if q.dtype == torch.float32:
-        assert _max_err(out, ref) <= FP32_TOL, (_max_err(out, ref), naive_err)
+        assert max_abs_err(out, ref) <= FP32_TOL, (max_abs_err(out, ref), naive_err)
     else:
         assert_as_exact_as_naive(out, ref, naive_err)
 
 
 def _check_against_naive(out, q, k, v, causal):
-    ref = _reference(q, k, v, causal)
-    naive_err = _max_err(naive_attention(q, k, v, causal=causal), ref)
-    _assert_as_exact_as_naive(out, q, ref, naive_err)
+    _assert_as_exact_as_naive(out, q, *naive_reference(q, k, v, causal))
 
 
 # ---------------------------------------------------------------- the reference itself
@@ -77,33 +66,24 @@ def test_naive_matches_pytorch_sdpa_in_float64(make_qkv, keys, causal, scale):
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
                                                                 scale=scale)
     got = naive_attention(q, k, v, causal=causal, scale=scale)
-    assert _max_err(got, expected) <= 1e-12
+    assert max_abs_err(got, expected) <= 1e-12
 
 
 # ---------------------------------------------------------------- equivalence grid
 
 # Short lengths (1, block non-multiples 100 and 300, 512) take every block shape; 2048
-# takes the two shapes the chapter reports and the brief requires, (128,128) and (64,64):
-# (16,16) at 2048 is 16k python-level block pairs per call, seconds each, for no new path.
+# (one head keeps it affordable) takes the two shapes the chapter reports, (128,128) and
+# (64,64): (16,16) at 2048 is 16k python-level block pairs per call, for no new path.
+SIZES = [(T, HEADS, blocks) for T in (1, 100, 300, 512) for blocks in BLOCKS] + [
+    (2048, 1, blocks) for blocks in ((128, 128), (64, 64))]
 
 
 @pytest.mark.parametrize("impl", list(TILED))
-@pytest.mark.parametrize("T", [1, 100, 300, 512])
-@pytest.mark.parametrize("blocks", BLOCKS)
+@pytest.mark.parametrize("T, heads, blocks", SIZES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_float64_attention(case, impl, T, blocks, dtype, causal):
-    q, k, v, ref, naive_err = case(T, HEADS, dtype, causal)
-    out, _ = TILED[impl](q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1])
-    _assert_as_exact_as_naive(out, q, ref, naive_err)
-
-
-@pytest.mark.parametrize("impl", list(TILED))
-@pytest.mark.parametrize("blocks", [(128, 128), (64, 64)])
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_float64_attention_at_2048(case, impl, blocks, dtype, causal):
-    q, k, v, ref, naive_err = case(2048, 1, dtype, causal)  # one head keeps it affordable
+def test_tiled_equals_float64_attention(case, impl, T, heads, blocks, dtype, causal):
+    q, k, v, ref, naive_err = case(T, heads, dtype, causal)
     out, _ = TILED[impl](q, k, v, causal=causal, block_q=blocks[0], block_k=blocks[1])
     _assert_as_exact_as_naive(out, q, ref, naive_err)
 
@@ -131,7 +111,7 @@ def test_tiled_honours_explicit_scale(make_qkv, impl):
     q, k, v = make_qkv((1, HEADS, 90, 16))
     out, _ = TILED[impl](q, k, v, causal=True, block_q=32, block_k=32, scale=0.05)
     ref = naive_attention(q.double(), k.double(), v.double(), causal=True, scale=0.05)
-    assert _max_err(out, ref) <= FP32_TOL
+    assert max_abs_err(out, ref) <= FP32_TOL
 
 
 @pytest.mark.parametrize("impl", list(TILED))
@@ -153,10 +133,8 @@ def test_large_scores_stay_finite_and_exact(make_qkv, impl, query_scale, causal)
     q, k, v = make_qkv((1, HEADS, 300, HEAD_DIM))
     q = q * query_scale  # scores in the hundreds: exp would overflow without the running max
     out, _ = TILED[impl](q, k, v, causal=causal, block_q=64, block_k=128)
-    ref = _reference(q, k, v, causal)
-    naive_err = _max_err(naive_attention(q, k, v, causal=causal), ref)
     assert torch.isfinite(out).all()
-    assert_as_exact_as_naive(out, ref, naive_err)
+    assert_as_exact_as_naive(out, *naive_reference(q, k, v, causal))
 
 
 @pytest.mark.parametrize("impl", list(TILED))

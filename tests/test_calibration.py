@@ -67,19 +67,14 @@ def test_intervals_of_skips_a_case_with_no_process():
     assert _calibration().intervals_of({"p|c": [[], []]}) == {}
 
 
-def _refusing(monkeypatch):
-    """calibration.py whose measuring would fail the test: its arguments must be refused."""
+def _refused(monkeypatch, capsys, *argv) -> str:
+    """calibration.py's error on ``argv``; measuring would fail the test: they are refused."""
     module = _calibration()
 
     def measured(args):
         raise AssertionError(f"measured with {args}: the arguments should have been refused")
 
     monkeypatch.setattr(module, "_measure", measured)
-    return module
-
-
-def _refused(monkeypatch, capsys, *argv) -> str:
-    module = _refusing(monkeypatch)
     monkeypatch.setattr(sys, "argv", ["calibration.py", *argv])
     with pytest.raises(SystemExit) as exc:
         module.main()

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+from torch.utils import collect_env
 
 from inferlab.core.layout import REPO_ROOT, check_machine
 from inferlab.measurement import environment
@@ -19,6 +20,8 @@ from inferlab.measurement.environment import default_device, fingerprint, machin
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
                                    reason="needs a CUDA device; this machine has none")
+without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
+                                  reason="checks a torch that cannot see the GPU")
 TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "runtime", "notes"}
 BUILD_KEYS = {"torch", "torch_git_version", "torch_cuda", "torch_hip", "cuda_built",
               "cudnn_version", "flash_attention_compiled", "mem_efficient_attention_compiled",
@@ -150,8 +153,6 @@ def test_fingerprint_redacts_a_home_path_a_tool_echoes(monkeypatch):
 
 
 def test_fingerprint_survives_collect_env_failure(monkeypatch):
-    from torch.utils import collect_env
-
     def broken():
         raise OSError("lscpu vanished")
 
@@ -162,8 +163,6 @@ def test_fingerprint_survives_collect_env_failure(monkeypatch):
 
 
 def test_fingerprint_time_boxes_collect_env(monkeypatch):
-    from torch.utils import collect_env
-
     monkeypatch.setattr(collect_env, "get_env_info", lambda: time.sleep(2.0))
     monkeypatch.setattr(environment, "COLLECT_ENV_TIMEOUT_S", 0.1)
     start = time.perf_counter()
@@ -213,7 +212,7 @@ def test_machine_id_names_the_one_gpu_used_not_all_visible(monkeypatch):
     assert machine_id("cuda:0") == "cuda-nvidia-h200"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+@without_cuda
 def test_gpu_that_torch_cannot_see_stops_the_run(fake_nvidia_smi):
     with pytest.raises(ValueError) as info:
         default_device()
@@ -223,7 +222,7 @@ def test_gpu_that_torch_cannot_see_stops_the_run(fake_nvidia_smi):
     assert "device=cpu" in message and "make setup" in message, "how to fix it, both ways"
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+@without_cuda
 def test_config_auto_device_stops_too(fake_nvidia_smi):
     from inferlab.workflow.config import resolve_device
 
@@ -238,7 +237,7 @@ def _check_command(env: dict) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a torch that cannot see the GPU")
+@without_cuda
 def test_setup_check_fails_with_a_fake_gpu_and_passes_without(fake_nvidia_smi):
     failed = _check_command(dict(os.environ))
     assert failed.returncode == 1

@@ -39,7 +39,7 @@ def test_every_step_at_its_limit_fits_one_command_with_a_tenth_spare():
 
 
 def test_no_file_of_the_call_is_code_of_a_stage():
-    # its edits must not make the evidence stale (editing the simulator once did)
+    # its edits must not make the evidence stale
     for name in STAGES:
         assert not set(CALL_FILES) & set(code_files(name)), name
 

@@ -1,8 +1,8 @@
 """Our Triton kernels against the float64 oracle: exactness on awkward sizes, causal tile
 skipping, large scores, split-KV decoding at every split count, input validation.
 
-Runs in Triton's interpreter on CPU tensors: TRITON_INTERPRET=1 is set below before
-triton's @jit decorators run (they read it once, when inferlab.algorithms.kernels is imported).
+Runs in Triton's interpreter on CPU tensors: conftest.py imports inferlab.algorithms.kernels
+with TRITON_INTERPRET=1 (triton's @jit decorators read it then).
 ``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same tests compiled, on
 CUDA tensors. The interpreter is slow (milliseconds per tile), so the sizes are small.
 The compiled path is still built here, for sm_90 without a GPU (the last test).
@@ -33,36 +33,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.algorithms import exactness
+from inferlab.algorithms import exactness, kernels
 from inferlab.algorithms.attention import naive_attention
+from inferlab.algorithms.exactness import inexact
+from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
 from inferlab.algorithms.partials import Partial, finalize, partial_attention
 from inferlab.algorithms.traffic import block_pairs
-from tests.numerics import assert_as_exact_as_naive
+from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference
 
-# TRITON_INTERPRET is set for the imports below and then put back, and set again only
-# while this module's tests run (the fixture below): other tests, and the pipelines
-# they start, must not inherit it.
-_ENV_BEFORE = os.environ.get("TRITON_INTERPRET")
-_ENV_HERE = os.environ.setdefault("TRITON_INTERPRET", "1")
-
-
-def _put_env_back() -> None:
-    if _ENV_BEFORE is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = _ENV_BEFORE
-
-
-try:
-    triton = pytest.importorskip("triton", reason="triton is not installed: pip install "
-                                 "'inferlab[kernels]' to test inferlab.algorithms.kernels")
-    import triton.language as tl
-
-    from inferlab.algorithms import kernels
-    from inferlab.algorithms.exactness import inexact
-    from inferlab.algorithms.kernels import flash_attention, flash_attention_tiles, flash_decode
-finally:
-    _put_env_back()
+triton = pytest.importorskip("triton", reason="triton is not installed: pip install "
+                             "'inferlab[kernels]' to test inferlab.algorithms.kernels")
+tl = triton.language
 
 if not kernels.AVAILABLE:
     pytest.skip(f"inferlab.algorithms.kernels cannot run here: {kernels.triton_status()[1]}",
@@ -71,10 +52,11 @@ if not kernels.AVAILABLE:
 
 @pytest.fixture(scope="module", autouse=True)
 def interpreter_env():
-    """TRITON_INTERPRET as the kernels were imported with (Triton reads it at run time too)."""
-    os.environ["TRITON_INTERPRET"] = _ENV_HERE
-    yield
-    _put_env_back()
+    """TRITON_INTERPRET as conftest.py imported the kernels with (Triton reads it at run time
+    too), for this module's tests only: the pipelines other tests start must not inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+        yield
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -87,10 +69,6 @@ HEADS = 2
 FP32_TOL = 1e-5  # as in test_attention: fp32 rounding of sums of unit-scale terms
 
 
-def _max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return (out.double() - ref).abs().max().item()
-
-
 def _draw(draw_qkv, shape, dtype=torch.float32, keys=None, seed=0):
     return draw_qkv(torch.Generator().manual_seed(seed), shape, dtype, keys, DEVICE)
 
@@ -100,8 +78,7 @@ def _assert_as_exact_as_naive(out, q, k, v, causal=False, scale=None):
     plus its floor of a couple of ulps (tests/numerics.py): naive runs ATen's SIMD kernels,
     the interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
     assert out.dtype == q.dtype and out.shape == q.shape and out.device == q.device
-    ref = naive_attention(q.double(), k.double(), v.double(), causal=causal, scale=scale)
-    naive_err = _max_err(naive_attention(q, k, v, causal=causal, scale=scale), ref)
+    ref, naive_err = naive_reference(q, k, v, causal, scale)
     assert torch.isfinite(out).all()
     assert_as_exact_as_naive(out, ref, naive_err)
 
@@ -123,7 +100,7 @@ def _dot_error(dtype: torch.dtype) -> float:
     a, b = (torch.randn(16, 16, generator=gen).to(dtype).to(DEVICE) for _ in range(2))
     c = torch.empty(16, 16, device=DEVICE)
     triton.jit(_dot16)[(1,)](a, b, c)
-    return _max_err(c, a.double() @ b.double())
+    return max_abs_err(c, a.double() @ b.double())
 
 
 def _skip_if_dot_unsupported(dtype: torch.dtype) -> None:
@@ -146,18 +123,9 @@ def test_interpreter_dot_in_float16_sums_exact_products_in_float32():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_equals_float64_attention(draw_qkv, T, dtype, causal):
-    _skip_if_dot_unsupported(dtype)
-    q, k, v = _draw(draw_qkv, (2, HEADS, T, 64), dtype, seed=T)
+    _skip_if_dot_unsupported(dtype)  # a batch of one: batches of two are tested below
+    q, k, v = _draw(draw_qkv, (1, HEADS, T, 64), dtype, seed=T)
     out = flash_attention(q, k, v, causal=causal, block_m=32, block_n=16)
-    _assert_as_exact_as_naive(out, q, k, v, causal)
-
-
-@pytest.mark.parametrize("block_m", BLOCKS)
-@pytest.mark.parametrize("block_n", BLOCKS)
-@pytest.mark.parametrize("causal", [False, True])
-def test_flash_attention_every_tile_shape(draw_qkv, block_m, block_n, causal):
-    q, k, v = _draw(draw_qkv, (1, HEADS, 100, 16), seed=block_m + block_n)
-    out = flash_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
     _assert_as_exact_as_naive(out, q, k, v, causal)
 
 
@@ -242,18 +210,20 @@ def test_a_bad_configuration_name_is_refused_naming_it(name):
             kind.parse(name)
 
 
-# ---------------------------------------------------------------- causal tile skipping
+# ---------------------------------------------------------------- every tile, causal skipping
 
 
 @pytest.mark.parametrize("block_m", BLOCKS)
 @pytest.mark.parametrize("block_n", BLOCKS)
-@pytest.mark.parametrize("T", [100, 128])
-def test_causal_kernel_visits_only_the_tiles_block_pairs_counts(draw_qkv, block_m, block_n, T):
-    q, k, v = _draw(draw_qkv, (1, 1, T, 16))
-    out, stats = flash_attention_tiles(q, k, v, causal=True, block_m=block_m, block_n=block_n)
+@pytest.mark.parametrize("T", [100, 128])  # 128: a multiple of every tile
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_tile_shape_is_exact_and_visits_the_tiles_block_pairs_counts(
+        draw_qkv, block_m, block_n, T, causal):
+    q, k, v = _draw(draw_qkv, (1, HEADS, T, 16), seed=block_m + block_n)
+    out, stats = flash_attention_tiles(q, k, v, causal=causal, block_m=block_m, block_n=block_n)
     assert (stats.computed_pairs, stats.total_pairs) == block_pairs(T, T, block_m, block_n,
-                                                                    causal=True)
-    _assert_as_exact_as_naive(out, q, k, v, causal=True)
+                                                                    causal)
+    _assert_as_exact_as_naive(out, q, k, v, causal)
 
 
 # ---------------------------------------------------------------- flash_decode
@@ -278,22 +248,24 @@ def test_decode_splits_are_tensor_splits_chunks(draw_qkv, splits):
     # of one or two keys has a rounding error too small to be a yardstick (the 2x rule
     # failed on 1e-7 against 4e-8), so the bound is float32 rounding of unit-scale sums:
     # a chunk edge one key off moves lse or o / l by a tenth or more.
-    q, k, v = _draw(draw_qkv, (2, HEADS, 1, 80), keys=37, seed=splits)
+    q, k, v = _draw(draw_qkv, (1, HEADS, 1, 80), keys=37, seed=splits)
     got = Partial(*kernels._launch_split(q, k, v, splits, kernels.DecodeConfig(16, 4, 3),
                                          None, direct=False))
     chunks = zip(k.tensor_split(splits, dim=2), v.tensor_split(splits, dim=2), strict=True)
     for j, (k_j, v_j) in enumerate(chunks):
         ref = partial_attention(q.double(), k_j.double(), v_j.double())
         mine = Partial(got.m[:, :, j], got.l[:, :, j], got.o[:, :, j])
-        assert _max_err(mine.lse, ref.lse) <= FP32_TOL, j
-        assert _max_err(finalize(mine), finalize(ref)) <= FP32_TOL, j
+        assert max_abs_err(mine.lse, ref.lse) <= FP32_TOL, j
+        assert max_abs_err(finalize(mine), finalize(ref)) <= FP32_TOL, j
 
 
 @pytest.mark.parametrize("dtype", DTYPES)  # no tl.dot in decode: bf16 works interpreted
-@pytest.mark.parametrize("keys, splits, block_n", [(300, 7, 64), (1000, 150, 16)])
-def test_decode_larger_caches(draw_qkv, dtype, keys, splits, block_n):
-    # 150 splits: the merge kernel takes them 64 at a time, three blocks, the last partial.
-    q, k, v = _draw(draw_qkv, (1, HEADS, 1, 64), dtype, keys=keys, seed=splits)
+@pytest.mark.parametrize("keys, splits, block_n, heads", [(300, 7, 64, HEADS),
+                                                          (1000, 150, 16, 1)])
+def test_decode_larger_caches(draw_qkv, dtype, keys, splits, block_n, heads):
+    # 150 splits: the merge kernel takes them 64 at a time, three blocks, the last partial
+    # (one head: the interpreter's time goes by the split programs)
+    q, k, v = _draw(draw_qkv, (1, heads, 1, 64), dtype, keys=keys, seed=splits)
     _assert_as_exact_as_naive(flash_decode(q, k, v, splits, block_n=block_n), q, k, v)
 
 
@@ -516,8 +488,7 @@ def test_inexact_passes_the_kernels_own_outputs(draw_qkv, dtype, causal):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_inexact_names_an_error_over_twice_naives(draw_qkv, dtype):
     q, k, v = _draw(draw_qkv, (1, HEADS, 100, 64), dtype, seed=51)
-    ref = naive_attention(q.double(), k.double(), v.double())
-    naive_err = _max_err(naive_attention(q, k, v), ref)
+    ref, naive_err = naive_reference(q, k, v)
     floor = exactness.ULP_FLOOR * torch.finfo(dtype).eps * ref.abs().max().item()
     out = ref.clone()
     out[0, 1, 7, 3] += 1.5 * max(2 * naive_err, floor)  # one element well over the bound

@@ -11,6 +11,8 @@ by an earlier case, a fraction taken from reserved memory) run here.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -192,9 +194,6 @@ except Exception as exc:
 
 
 def test_capped_on_cpu_holds_when_the_heap_holds_freed_memory():
-    import subprocess
-    import sys
-
     done = subprocess.run([sys.executable, "-c", _FRAGMENTED_HEAP], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -260,8 +259,6 @@ print(refused, small.numel() == 8 * MiB, after, none)
 def test_memory_cap_makes_a_too_big_allocation_fail_like_an_oom():
     """In a fresh process: memory a process's heap already holds free (from earlier tests
     in this one) serves requests without the address-space limit."""
-    import subprocess
-    import sys
 
     done = subprocess.run([sys.executable, "-c", _CAP_IN_A_FRESH_PROCESS],
                           capture_output=True, text=True, timeout=120)

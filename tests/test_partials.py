@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.profiler import ProfilerActivity, profile
 
 from inferlab.algorithms.attention import naive_attention
 from inferlab.algorithms.partials import (
@@ -16,16 +17,13 @@ from inferlab.algorithms.partials import (
     partial_attention,
     splitkv_decode,
 )
-from tests.numerics import assert_as_exact_as_naive, naive_bound
+from inferlab.measurement.memory import peak_extra_bytes
+from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_bound, naive_reference
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 F64_TOL = 1e-12
 FP32_TOL = 1e-5
-
-
-def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return (a.double() - b.double()).abs().max().item()
 
 
 def splitkv_decode_fold(q, k, v, splits: int):
@@ -77,9 +75,9 @@ def test_merged_partition_equals_one_softmax_over_the_union(draw_qkv, labels, se
                          keys=len(labels))
     a, b, c = (_partial_over(q, k, v, g) for g in _groups(labels))
     merged = merge_partials(merge_partials(a, b), c)
-    assert _max_err(finalize(merged), naive_attention(q, k, v)) <= F64_TOL
+    assert max_abs_err(finalize(merged), naive_attention(q, k, v)) <= F64_TOL
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
-    assert _max_err(merged.lse, torch.logsumexp(scores, dim=-1)) <= F64_TOL
+    assert max_abs_err(merged.lse, torch.logsumexp(scores, dim=-1)) <= F64_TOL
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -107,8 +105,8 @@ def test_lse_agrees_with_pytorch_flash_attention_for_cpu(make_qkv):
     out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[:2]
     p = partial_attention(q, k, v)
     assert logsumexp.shape == p.lse.shape == (2, 3, 40)
-    assert _max_err(p.lse, logsumexp) <= FP32_TOL
-    assert _max_err(finalize(p), out) <= FP32_TOL
+    assert max_abs_err(p.lse, logsumexp) <= FP32_TOL
+    assert max_abs_err(finalize(p), out) <= FP32_TOL
 
 
 def test_fully_masked_rows_give_zero_and_no_nan(rng, make_qkv):
@@ -122,7 +120,7 @@ def test_fully_masked_rows_give_zero_and_no_nan(rng, make_qkv):
     kept = mask.any(dim=-1).nonzero(as_tuple=True)
     expected = torch.nn.functional.scaled_dot_product_attention(
         q.double(), k.double(), v.double(), attn_mask=mask)
-    assert _max_err(out[kept], expected[kept]) <= FP32_TOL
+    assert max_abs_err(out[kept], expected[kept]) <= FP32_TOL
 
 
 def test_mask_broadcasts_over_batch_and_heads(make_qkv):
@@ -130,7 +128,7 @@ def test_mask_broadcasts_over_batch_and_heads(make_qkv):
     keep = torch.ones(4, 6, dtype=torch.bool).tril()
     p = partial_attention(q, k, v, mask=keep)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
-    assert _max_err(finalize(p), expected) <= F64_TOL
+    assert max_abs_err(finalize(p), expected) <= F64_TOL
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
@@ -160,7 +158,7 @@ def test_splitkv_decode_exact_for_every_kind_of_split(decode_case, splits):
     q, k, v, reference = decode_case
     out = splitkv_decode(q, k, v, splits)
     assert out.dtype == q.dtype and out.shape == q.shape
-    assert _max_err(out, reference) <= FP32_TOL
+    assert max_abs_err(out, reference) <= FP32_TOL
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -169,19 +167,17 @@ def test_batched_splitkv_equals_the_fold_for_every_uneven_split(make_qkv, dtype)
     the batched version and the left fold are both within the 2x rule of float64 (with
     its floor: at one split naive's error is one ulp), so they agree to within twice that."""
     q, k, v = make_qkv((2, 3, 1, 16), dtype, keys=37)
-    reference = naive_attention(q.double(), k.double(), v.double())
-    naive_err = _max_err(naive_attention(q, k, v), reference)
+    reference, naive_err = naive_reference(q, k, v)
     for splits in range(1, 38):  # all of them: the loop costs well under a second
         batched, fold = splitkv_decode(q, k, v, splits), splitkv_decode_fold(q, k, v, splits)
         assert_as_exact_as_naive(batched, reference, naive_err, f"batched, {splits} splits")
         assert_as_exact_as_naive(fold, reference, naive_err, f"fold, {splits} splits")
-        assert _max_err(batched, fold) <= 2 * naive_bound(naive_err, reference, dtype), splits
+        assert max_abs_err(batched, fold) <= 2 * naive_bound(naive_err, reference, dtype), splits
 
 
 def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv):
     """The chapter's implementation: a fixed number of batched operations, whatever the
     split count (the fold's count grows with it)."""
-    from torch.profiler import ProfilerActivity, profile
 
     compute = {"aten::bmm", "aten::exp", "aten::amax", "aten::sum", "aten::mul", "aten::sub",
                "aten::div", "aten::cat"}
@@ -206,8 +202,6 @@ def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv
 
 
 def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(make_qkv):
-    from inferlab.measurement.memory import peak_extra_bytes
-
     q, k, v = make_qkv((1, 4, 1, 64), keys=4096)
     peak = peak_extra_bytes(lambda: splitkv_decode(q, k, v, 64)).peak_extra_bytes
     assert peak < k.numel() * k.element_size() / 4
@@ -215,7 +209,6 @@ def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(ma
 
 def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
     """Only scores and outputs are float32: no allocation the size of K or V in fp32."""
-    from inferlab.measurement.memory import peak_extra_bytes
 
     q, k, v = make_qkv((1, 4, 1, 64), torch.bfloat16, keys=4096)
     peak = peak_extra_bytes(lambda: partial_attention(q, k, v)).peak_extra_bytes
@@ -226,10 +219,8 @@ def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
 def test_splitkv_many_queries_low_precision(make_qkv, dtype):
     q, k, v = make_qkv((1, 2, 7, 32), dtype, keys=50)
     out = splitkv_decode(q, k, v, splits=6)
-    reference = naive_attention(q.double(), k.double(), v.double())
-    naive_err = _max_err(naive_attention(q, k, v), reference)
     assert out.dtype == dtype
-    assert_as_exact_as_naive(out, reference, naive_err)
+    assert_as_exact_as_naive(out, *naive_reference(q, k, v))
 
 
 # ---------------------------------------------------------------- validation

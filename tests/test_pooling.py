@@ -21,6 +21,7 @@ from inferlab.measurement.pooling import (
     run_variance,
     with_prior,
 )
+from tests.series_helper import series_rows
 
 SEED = 20261202
 
@@ -85,12 +86,10 @@ def test_the_prediction_interval_holds_the_next_run_95_percent_of_the_time(runs)
 def test_a_whole_run_slower_is_predicted_with_the_runs_degrees_of_freedom():
     """Out of sample, as the committed host's decode median times vary: a run shares most
     of its departure across the stage's points (sd 6 %, the points' own 2 %). Three runs
-    tell that part with two degrees of freedom however many points there are; an interval
-    that took the pooled spread as known to the points' 60 held the next run 84 % of the
-    time here (before ``common_variance``; a t with 2 degrees of freedom has 81 % inside
-    +-1.96), every point of a series in or out together. Over many series the next run is
-    inside its prediction interval about 95 % of the time, and the common part is told apart
-    from the points' own."""
+    tell that part with two degrees of freedom however many points there are (taken as
+    known to the points' 60, the next run fell inside 84 % of the time). Over many series
+    the next run is inside its prediction interval about 95 % of the time, and the common
+    part is told apart from the points' own."""
     rng = random.Random(SEED + 7)
     inside = total = 0
     commons = []
@@ -122,11 +121,10 @@ def test_a_prior_lends_the_common_part_its_degrees_of_freedom_and_names_its_sour
     assert both.var - both.common == pytest.approx(level.var - level.common)
     assert with_prior(level, RunLevel(0.05 ** 2, 300, "prior")) == level  # no common part
     # the same interval is narrower with the prior's 20 degrees of freedom than with 2
-    point = series[0]
-    assert math.log(pool(point, both, proc, 30, 4).pi[1] / pool(point, both, proc, 30, 4).value) \
-        < math.log(pool(point, RunLevel(both.var, 60, "series", common=both.common,
-                                        common_df=2), proc, 30, 4).pi[1]
-                   / pool(point, both, proc, 30, 4).value)
+    with_20 = pool(series[0], both, proc, 30, 4)
+    with_2 = pool(series[0], RunLevel(both.var, 60, "series", common=both.common, common_df=2),
+                  proc, 30, 4)
+    assert with_20.pi[1] < with_2.pi[1] and with_20.value == with_2.value
 
 
 def test_a_run_of_one_process_gets_the_pooled_process_variance_never_zero_width():
@@ -157,8 +155,7 @@ def test_runs_of_one_process_each_get_intervals_from_their_spread():
     """Every run timed each point in one process (a budget that cut processes, as prefill's
     on a slow CPU): no process variance is known, but the spread between the runs is what
     one more such run varies by. The series stage pools it as ``series_total``, never a
-    value without an interval (the committed prefill series had none before this)."""
-    from tests.series_helper import series_rows
+    value without an interval."""
 
     rng = random.Random(SEED + 7)
     shifts = [rng.gauss(0, 0.05) for _ in range(3)]
@@ -186,9 +183,9 @@ def test_the_chi_square_tail_and_median_are_the_tables():
 
 
 def test_one_point_whose_runs_spread_beyond_the_others_is_named_and_still_pooled():
-    """Round five's open attack: a 1e16 in one anchored run widens every point's interval.
-    The point is now named (``outlying``); it stays in the estimate, which it widens
-    (leaving it out cost coverage out of sample: pooling.py's docstring)."""
+    """A 1e16 in one anchored run widens every point's interval. The point is named
+    (``outlying``) and stays in the estimate, which it widens (leaving it out cost coverage
+    out of sample: pooling.py's docstring)."""
     series, _ = _series(random.Random(SEED + 11), points=30, runs=3, run_sd=0.04,
                         proc_sd=0.03)
     proc, _ = process_variance(series)
@@ -215,12 +212,9 @@ def test_points_that_vary_alike_are_called_outlying_about_5_percent_of_the_time(
 
 def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_latest_probe():
     """Four quiet runs and a latest one beside a busy process, whose probe read the matmul
-    ceiling at half (make regenerate beside two spin loops, 3 December 2026: 47 GFLOP/s
-    against 92). The pooled time is the quiet runs' mostly; divided by the latest run's
-    low ceiling it made naive attention run at 1.32 of the roof ("not physical", Q13-15
-    not measurable). A ceiling is the fastest the machine was seen doing: the series'
-    roof is the highest its runs read."""
-    from tests.series_helper import series_rows
+    ceiling at half. The pooled time is the quiet runs' mostly; divided by the latest run's
+    low ceiling naive attention would run above the roof. A ceiling is the fastest the
+    machine was seen doing: the series' roof is the highest its runs read."""
 
     flops = 2 * 2 * 12 * 1024 * 1024 * 64
     quiet_ceiling, busy_ceiling = 92.0, 47.0

@@ -18,9 +18,9 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
     keeps it: ten calls after a warm-up of three fault at most two calls' worth of 16 MiB
     of scores (4,096 pages each) in all, where glibc as it comes faults 4,000 to 9,000
     pages a call, varying run to run (the bimodality itself, so it is not asserted)."""
-    code = ("import resource, sys\n"
+    code = ("import resource\n"
             "from inferlab.workflow.runner import steady_process\n"
-            "info = steady_process() if sys.argv[1] == 'steady' else None\n"
+            "info = steady_process()\n"
             "import torch\n"
             "from inferlab.algorithms.attention import naive_attention\n"
             "q, k, v = (torch.randn(1, 4, 1024, 64) for _ in range(3))\n"
@@ -30,23 +30,19 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
             "for _ in range(10):\n"
             "    naive_attention(q, k, v, True)\n"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, info)\n")
-    out = {mode: subprocess.run([sys.executable, "-c", code, mode], capture_output=True,
-                                text=True, check=True, cwd=ROOT
-                                ).stdout.split(maxsplit=1) for mode in ("steady",)}
-    assert int(out["steady"][0]) <= 2 * 4096
-    assert "'THP_MEM_ALLOC_ENABLE': '1'" in out["steady"][1]
-    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in out["steady"][1] and "trim_threshold" in \
-        out["steady"][1]
+    faults, info = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  check=True, cwd=ROOT).stdout.split(maxsplit=1)
+    assert int(faults) <= 2 * 4096
+    assert "'THP_MEM_ALLOC_ENABLE': '1'" in info
+    assert "'OMP_WAIT_POLICY': 'PASSIVE'" in info and "trim_threshold" in info
 
 
 
 def test_the_steady_process_keeps_buffers_warm_past_two_gib():
-    """"No trimming" must hold for any size. Naive attention at 4,096 tokens (12 heads)
-    frees two 805 MB buffers a call; with mallopt's largest positive trim threshold
-    (2 GiB) glibc trimmed the heap whenever its free top passed 2 GiB, and then every
-    call faulted on 393,216 pages again (1.1-3.1 s a call instead of 0.65-0.78 s, one
-    run or the other). Here a 2.5 GiB buffer is taken, touched, freed and taken again:
-    the second time none of its pages may fault."""
+    """"No trimming" must hold for any size: naive attention at 4,096 tokens (12 heads)
+    frees two 805 MB buffers a call, and a trim threshold of 2 GiB (mallopt's largest)
+    made every call fault on all their pages again. Here a 2.5 GiB buffer is taken,
+    touched, freed and taken again: the second time none of its pages may fault."""
     code = ("import ctypes, resource\n"
             "from inferlab.workflow.runner import steady_process\n"
             "assert steady_process()['glibc_mallopt']\n"

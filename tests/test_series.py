@@ -6,12 +6,15 @@ the series of machines of the same kind adds. The statistics themselves are
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from inferlab.core import layout
@@ -298,22 +301,6 @@ def _stopped_at(T: int, shift: float) -> bytes:
     return artifacts.encode("prefill", rows)
 
 
-def _table(shift: float) -> list[dict]:
-    rows = []
-    for impl, f in (("naive", 1.0), ("tiled", 0.5)):
-        for T in (1024, 2048):
-            ms = 10.0 * f * T / 1024 * (1 + shift)
-            rows.append({"impl": impl, "fused_sdpa": False, "T": T, "batch": 1, "heads": 12,
-                         "d": 64, "dtype": "float32", "causal": True, "block_q": 128,
-                         "block_k": 128, "threads": 1, "flops": 1, "status": "ok",
-                         "workers": 2, "median_ms": ms, "ci_low_ms": ms * .97,
-                         "ci_high_ms": ms * 1.03, "ratio_to": "naive",
-                         "ratio": f * (1 + shift / 3), "ratio_ci_low": f * .97,
-                         "ratio_ci_high": f * 1.03, "process_sd": 0.02,
-                         "ratio_process_sd": 0.0 if impl == "naive" else 0.02})
-    return rows
-
-
 def _drop(row: dict, **status) -> None:
     for c in ("median_ms", "ci_low_ms", "ci_high_ms", "ratio", "ratio_ci_low",
               "ratio_ci_high", "workers", "process_sd", "ratio_process_sd"):
@@ -324,28 +311,28 @@ def _drop(row: dict, **status) -> None:
 def test_the_latest_runs_failure_is_the_points_evidence():
     """A failed row inside the scope is evidence (DESIGN), not a point to fill in from
     earlier runs; a point the latest run did not reach is still judged from them."""
-    new = _table(0.03)
+    earlier, new = [_rows(_prefill(0.0)), _rows(_prefill(0.01))], _rows(_prefill(0.03))
     bad = next(r for r in new if r["impl"] == "tiled" and r["T"] == 2048)
     _drop(bad, status="error", cause="inexact", max_error=0.5, error_bound=1e-3)
-    pooled = _tiled(series_rows(prefill=[_table(0.0), _table(0.01), new]), 2048)
+    pooled = _tiled(series_rows(prefill=[*earlier, new]), 2048)
     assert (pooled["status"], pooled["cause"], pooled["in_latest"]) == ("error", "inexact",
                                                                         False)
     assert pooled.get("ratio") is None
     bad.update(status="dropped", cause="budget", max_error=None, error_bound=None)
-    pooled = _tiled(series_rows(prefill=[_table(0.0), _table(0.01), new]), 2048)
+    pooled = _tiled(series_rows(prefill=[*earlier, new]), 2048)
     assert (pooled["status"], pooled["runs"], pooled["in_latest"]) == ("ok", 2, False)
 
 
 def test_a_ratio_says_how_many_runs_it_rests_on():
     """A ratio needs its reference timed in the same run: naive's 2,048 dropped in one run
     of three leaves tiled's ratio resting on two runs."""
-    new = _table(0.03)
+    new = _rows(_prefill(0.03))
     _drop(next(r for r in new if r["impl"] == "naive" and r["T"] == 2048), status="dropped",
           cause="budget")
     for r in new:
         if r["impl"] != "naive" and r["T"] == 2048:
             r.update(ratio=None, ratio_ci_low=None, ratio_ci_high=None, ratio_process_sd=None)
-    rows = series_rows(prefill=[_table(0.0), _table(0.01), new])
+    rows = series_rows(prefill=[_rows(_prefill(0.0)), _rows(_prefill(0.01)), new])
     assert (_tiled(rows, 2048)["runs"], _tiled(rows, 2048)["ratio_runs"]) == (3, 2)
     assert (_tiled(rows, 1024)["runs"], _tiled(rows, 1024)["ratio_runs"]) == (3, 3)
 
@@ -462,10 +449,7 @@ def test_the_series_benchmarks_refuse_what_they_cannot_compare(script, args, wor
 def test_the_coverage_benchmarks_half_width_is_the_series_stages():
     """The benchmark re-pools the committed runs as the series stage does, leaving out each
     kernel's ratio to itself (1, of zero width); series.csv's own rows must agree."""
-    import importlib.util
-    import statistics
 
-    import pandas as pd
 
     spec = importlib.util.spec_from_file_location("series_coverage",
                                                   REPO / "benchmarks" / "series_coverage.py")
