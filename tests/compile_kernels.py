@@ -4,7 +4,8 @@ Run by tests/test_kernels.py in fresh processes with TRITON_INTERPRET=0 (the tes
 process has Triton's interpreter on). Arguments are compiled as a launch on CUDA tensors
 specialises them: pointers and strides divisible by 16 (Triton's "D" specialisation of
 contiguous tensors at head dim 64); without it the compiler cannot vectorise a load and
-pipelines none. ``python tests/compile_kernels.py MODE``:
+pipelines none. ``python tests/compile_kernels.py MODE...``, each mode's output after a line
+``== MODE``:
 
 * ``dtypes``: every kernel in float16, bfloat16 and float32; prints each dtype whose
   kernels compiled.
@@ -127,4 +128,6 @@ def decode() -> None:
 
 if __name__ == "__main__":
     assert not kernels.INTERPRETED, "run with TRITON_INTERPRET=0"
-    {"dtypes": dtypes, "prefill": prefill, "decode": decode}[sys.argv[1]]()
+    for mode in sys.argv[1:]:
+        print(f"== {mode}", flush=True)
+        {"dtypes": dtypes, "prefill": prefill, "decode": decode}[mode]()

@@ -427,17 +427,24 @@ def test_a_kernel_row_that_cannot_be_timed_here_says_why_as_data():
 # ---------------------------------------------------------------- the compiled path
 
 
-def _compiled(mode: str) -> str:
-    """tests/compile_kernels.py MODE's output, in a fresh process: triton's own @jit
-    helpers (tl.max, tl.sum) were made interpreted functions when this one imported
-    triton. The interpreter runs the Python, never the compiler: type, layout and
-    resource errors of the compiled path would first show on a GPU."""
+@functools.cache
+def _compiled_modes() -> dict[str, str]:
+    """tests/compile_kernels.py's output per mode, from one fresh process (one Triton import
+    and compiler start for the three tests): triton's own @jit helpers (tl.max, tl.sum)
+    were made interpreted functions when this one imported triton. The interpreter runs the
+    Python, never the compiler: type, layout and resource errors of the compiled path would
+    first show on a GPU."""
     script = Path(__file__).with_name("compile_kernels.py")
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(script.parents[1])}
-    done = subprocess.run([sys.executable, str(script), mode], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script), "dtypes", "prefill", "decode"],
+                          env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    parts = done.stdout.split("== ")[1:]
+    return dict(part.split("\n", 1) for part in parts)
+
+
+def _compiled(mode: str) -> str:
+    return _compiled_modes()[mode]
 
 
 COMPILED = pytest.mark.skipif(not kernels.INTERPRETED, reason="compiled and run on CUDA above")
