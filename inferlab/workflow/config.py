@@ -37,7 +37,6 @@ import yaml
 from inferlab.core import layout, validation
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, stage
-from inferlab.workflow.config_checks import DEVICE_BLOCKS, check_values
 from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
 
 if TYPE_CHECKING:
@@ -47,6 +46,7 @@ SCHEMA_PATH = layout.schema_path("config.schema.json")
 MAX_CONFIG_BYTES = 1 << 20   # a config file or --set value: the book's config.yaml is ~20 kB
 MAX_ERRORS, MAX_ERROR_CHARS = 20, 300  # an error names at most 20 keys, each line cut short
 MAX_VALUES = 100_000  # values in one config file, aliases expanded
+DEVICE_BLOCKS = ("cpu", "cuda")
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster where installed
 
 
@@ -86,7 +86,7 @@ class _Loader(_Base):
 
 
 # YAML 1.2's integers (what Snakemake's --config reads), not 1.1's: "010" is 10, not octal
-# 8, and "1:30" (base 60, 90) or "1_000" are no integers (R8-16: --set seed=010 ran seed 8)
+# 8, and "1:30" (base 60, 90) or "1_000" are no integers
 _INT_TAG = "tag:yaml.org,2002:int"
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
@@ -129,12 +129,9 @@ def _yaml(text: str, where: str) -> Any:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except RecursionError:
         raise ValueError(f"{where} is nested too deeply to be a config") from None
-    except yaml.constructor.ConstructorError as exc:
-        if "appears twice" in str(exc.problem):
-            raise ValueError(f"{where}: {exc.problem}") from None
-        raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
-            from None
     except yaml.YAMLError as exc:
+        if "appears twice" in str(getattr(exc, "problem", "")):
+            raise ValueError(f"{where}: {exc.problem}") from None
         raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
             from None
     _check_expansion(data, where)
@@ -161,12 +158,12 @@ def parse_override(text: str) -> dict:
 
 def read_yaml(path: Path | str) -> dict:
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise ValueError(f"config file {str(path)!r} is not a regular file (a folder, FIFO or "
-                         "device): give the YAML file itself")
-    if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
     where = f"config file {str(path)!r}"
+    if not path.exists():
+        raise ValueError(f"{where} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{where} is not a regular file (a folder, FIFO or device): give the "
+                         "YAML file itself")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -175,8 +172,7 @@ def read_yaml(path: Path | str) -> dict:
                          f"{exc.start}); save it as UTF-8") from None
     data = _yaml(text, where) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r} must hold a mapping of keys, not "
-                         f"{type(data).__name__}")
+        raise ValueError(f"{where} must hold a mapping of keys, not {type(data).__name__}")
     return data
 
 
@@ -207,20 +203,58 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
     return [f"config key {_key_path(error.absolute_path)}: {_short(error.message)}"]
 
 
-
 def validate_config(raw: dict) -> dict:
-    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0); else a
-    ValueError naming each key and value (at most MAX_ERRORS lines, each cut short)."""
+    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0; a number is
+    finite) and the keys that bound one another agree; else a ValueError naming each key
+    and value (at most MAX_ERRORS lines, each cut short)."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    errors = sorted(validation.validator(schema, strict_integers=True).iter_errors(raw),
+    errors = sorted(validation.validator(schema, strict=True).iter_errors(raw),
                     key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [line for e in errors for line in _error_lines(e)]
         more = len(lines) - MAX_ERRORS
         lines = lines[:MAX_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
         raise ValueError("invalid config (schemas/config.schema.json):\n  " + "\n  ".join(lines))
-    check_values(raw)
+    _check_orders(raw)
+    _check_sizes(raw)
     return raw
+
+
+def _check_orders(raw: dict) -> None:
+    """Keys that bound one another, which the schema (checked first: every key is there)
+    cannot relate: a matmul_min_n above matmul_max_n would time min_n whatever memory max_n
+    bounds; min_rounds above max_rounds and a gqa_groups that does not divide the map's
+    heads would fail mid-run."""
+    probe = raw["probe"]
+    pairs = [("timing", raw["timing"], "min_rounds", "max_rounds")]
+    pairs += [(f"probe.{d}", probe[d], "matmul_min_n", "matmul_max_n") for d in DEVICE_BLOCKS]
+    for where, block, low, high in pairs:
+        if block[low] > block[high]:
+            raise ValueError(f"invalid config: {where}.{low}={block[low]} is above "
+                             f"{where}.{high}={block[high]}; {low} must be at most {high}")
+    groups, heads = probe["map"]["gqa_groups"], probe["map"]["heads"]
+    if heads % groups:
+        raise ValueError(f"invalid config: probe.map.gqa_groups={groups} does not divide "
+                         f"probe.map.heads={heads} (grouped key/value heads)")
+
+
+def _check_sizes(raw: dict) -> None:
+    """One entry per dtype and length in a prefill ``sizes`` list: the stage keys its
+    results by them, so a second entry of the same point (another causal list, a duplicate)
+    would replace the first's rows."""
+    prefill = raw["prefill"]
+    for name, block in [("prefill", prefill)] + [(f"prefill.{d}", prefill[d])
+                                                 for d in DEVICE_BLOCKS]:
+        seen: dict = {}
+        for i, entry in enumerate(block.get("sizes", [])):
+            for T in entry["T"]:
+                point = (entry["dtype"], T)
+                if point in seen:
+                    raise ValueError(
+                        f"invalid config: {name}.sizes[{seen[point]}] and [{i}] both hold "
+                        f"{point[0]} T={T}: one entry per dtype and length (list both masks "
+                        "in its causal:)")
+                seen[point] = i
 
 
 # --------------------------------------------------------------------------- resolving
