@@ -14,12 +14,8 @@ what a stage computes: the Snakemake rule's params (its rerun trigger), the prov
 ``config_sha256`` and what ``inferlab adopt`` compares. Each stage module builds its
 typed parameters from it (``Params.from_config``).
 
-The *grid* names what was computed: ``None`` for the book grid (the effective configs
-that ``config.yaml`` alone gives on this device), else the config's ``grid`` name when it
-computes what that name's profile does (``profiles/smoke.yaml`` is the grid "smoke"),
-else that name, or ``custom`` when a config changed the grid without naming it, with
-``-<hash>`` of what it computes: one key, one grid. Results of another grid go to
-``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
+The *grid* names what was computed (``resolve_grid``): results of any grid but the book's
+go to ``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
 """
 
 from __future__ import annotations
@@ -76,12 +72,13 @@ class _Loader(_Base):
                     continue
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
-                if isinstance(key, str | int | float | bool) and key in seen:
+                if not isinstance(key, str | int | float | bool):
+                    continue
+                if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} appears twice: line {seen[key]} and line "
                         f"{line}; keep one")
-                if isinstance(key, str | int | float | bool):
-                    seen.setdefault(key, line)
+                seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
@@ -157,6 +154,7 @@ def parse_override(text: str) -> dict:
 
 
 def read_yaml(path: Path | str) -> dict:
+    """A config file's mapping; a ValueError naming the file when it is none."""
     path = Path(path)
     where = f"config file {str(path)!r}"
     if not path.exists():
@@ -333,10 +331,10 @@ def grid_hash(raw: dict, device: str) -> str:
 def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
     """None when ``raw`` computes the book grid (``default``: config.yaml alone), else a
     name that only this grid has: the config's ``grid`` name when it computes exactly
-    what that name's profile does (``profiles/<grid>.yaml``, which names it), else that
-    name or ``custom`` with ``-<first 8 hex of the grid hash>``, so that three configs
-    naming one grid never share its results key. ``raw`` is validated first: Snakemake's
-    own check (the Snakefile's) lets a seed of 1.0 through."""
+    what that name's profile does (``profiles/<grid>.yaml``), else that name or ``custom``
+    with ``-<first 8 hex of the grid hash>``, so that three configs naming one grid never
+    share its results key. ``raw`` is validated first: the Snakefile's own check lets a
+    seed of 1.0 through."""
     validate_config(raw)
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
