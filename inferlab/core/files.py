@@ -105,14 +105,6 @@ def _write_all(fd: int, data: bytes, name: str) -> None:
         done += n
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
 
@@ -135,7 +127,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def durable_append(path: Path, line: bytes) -> None:
@@ -212,16 +208,13 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-def git_env() -> dict[str, str]:
-    """The environment for git here: the repository found from the folder asked about."""
-    return {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
-
-
 def _ask(root: Path | str, *args: str) -> subprocess.CompletedProcess:
-    """``git -C root ARGS`` (bytes out); ``CannotCheck`` when git cannot start."""
+    """``git -C root ARGS`` (bytes out) in the repository found from ``root``;
+    ``CannotCheck`` when git cannot start."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              timeout=30, check=False, env=git_env())
+                              timeout=30, check=False, env=env)
     except FileNotFoundError:
         raise CannotCheck("git is not on the PATH") from None
     except (OSError, subprocess.SubprocessError) as exc:
