@@ -2,12 +2,12 @@
 # input functions that turn a stage's declaration (inferlab.core.pipeline.STAGES) into paths.
 from inferlab.core import layout
 from inferlab.workflow.config import (
-    available_cpus,
     load_config,
     effective_config,
     resolve_device,
     resolve_grid,
     resolve_machine,
+    resolve_threads,
 )
 from pathlib import Path
 
@@ -30,7 +30,7 @@ if not workflow.dryrun and not layout.register_path(".", KEY).is_file():
 
 # torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
 # lowers to --cores (so --cores 1 means one thread); a cluster profile sets its own.
-THREADS = config["threads"] if config["threads"] != "auto" else available_cpus()
+THREADS = resolve_threads(config)
 # Slots of the "machine" resource (profiles/default): a timing stage takes them all.
 MACHINE_SLOTS = 2
 

@@ -25,19 +25,14 @@ def _config(args: argparse.Namespace):
     return resolve(raw, machine=args.machine)
 
 
-def _key(args: argparse.Namespace) -> str:
-    """The results key of this command: machine, or machine@grid."""
-    return _config(args).key
-
-
 def _one_key_or_all(args: argparse.Namespace) -> str | None:
     """The key named by --machine or --configfile, or None for every key."""
-    return _key(args) if args.machine is not None or args.configfile else None
+    return _config(args).key if args.machine is not None or args.configfile else None
 
 
 def _positive(text: str) -> int:
-    """An argparse type: an int >= 1 (R8-20: --heads -1 was a torch traceback, --tokens 0
-    a table of backends "running" on nothing)."""
+    """An argparse type: an int >= 1 (--heads -1 would be a torch traceback, --tokens 0 a
+    table of backends "running" on nothing)."""
     try:
         value = int(text)
     except ValueError:
@@ -108,7 +103,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
     if args.stage is not None:
         stage(args.stage)
-    return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
+    return cli_history(root=Path(args.root), key=_config(args).key, stage=args.stage)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
@@ -137,7 +132,7 @@ def _cmd_manuscript_check(args: argparse.Namespace) -> int:
 
     return cli_check(args.file, root=Path(args.root), not_claims=args.not_claims,
                      as_json=args.json, strict=args.strict,
-                     key=_key(args) if args.machine is not None else None)
+                     key=_config(args).key if args.machine is not None else None)
 
 
 def _common() -> argparse.ArgumentParser:
