@@ -338,32 +338,24 @@ def test_every_module_says_its_job(path):
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
 
 
-def test_the_texts_that_list_the_stages_list_them_all():
-    from inferlab.workflow.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    help_text = sub.choices["stage"].format_help()
-    for name in STAGES:
-        assert name in help_text, f"`inferlab stage --help` does not name {name}"
-    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
-    for declared in STAGES.values():
-        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact
-
-
-def test_the_slurm_profile_gives_every_rule_its_resources():
-    """profiles/slurm names each rule's partition and size; a stage added without them
-    would break the cluster test only where Slurm is installed (CI), so check it here."""
+def test_every_file_that_restates_the_declaration_is_current_and_names_every_stage():
+    """The schemas' stage enums, the Slurm profile and docs/contracts.md's tables are what
+    ``inferlab generate`` makes of the declaration, and that names every stage: the
+    profile gives each rule its partition and size (a rule without them would break the
+    cluster test only where Slurm is installed), contracts.md its artifact's path."""
     import yaml
 
-    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "slurm" / "config.yaml")
-                             .read_text(encoding="utf-8"))
-    assert set(profile["set-resources"]) == {*STAGES, "report"}
-
-
-def test_every_file_that_restates_the_declaration_is_current():
-    """The schemas' stage enums, the Slurm profile and docs/contracts.md's tables are what
-    ``inferlab generate`` makes of the declaration."""
+    from inferlab.workflow.cli import build_parser
     from inferlab.workflow.generate import generate
 
     assert generate(layout.REPO_ROOT, check=True) == [], \
         "run `python -m inferlab generate` and commit what it rewrites"
+    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "slurm" / "config.yaml")
+                             .read_text(encoding="utf-8"))
+    assert set(profile["set-resources"]) == {*STAGES, "report"}
+    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = sub.choices["stage"].format_help()
+    for name, declared in STAGES.items():
+        assert name in help_text, f"`inferlab stage --help` does not name {name}"
+        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact
