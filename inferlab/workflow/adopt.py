@@ -114,8 +114,7 @@ def stamps(root: Path, n: int) -> list[float]:
 def tracked(root: Path, key: str) -> bool:
     """Whether Snakemake's metadata holds a record of one of ``key``'s artifacts (a record
     is a file named by the output's path in URL-safe base64). A dry run (``snakemake -n``)
-    or another key's run makes the folder, with no record of these: they are not tracked
-    (R8-13: adopt then adopted nothing and every stage reran)."""
+    or another key's run makes the folder, with no record of these: they are not tracked."""
     meta = root / ".snakemake" / "metadata"
     for name in STAGES:
         rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
@@ -129,8 +128,6 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
     """``inferlab adopt [--cores N]``: ``cores`` is what the snakemake run after it gets
     (``--cores``), which caps the threads of every stage."""
     root = Path(root)
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"cores={cores!r} must be the --cores of the snakemake run: an int >= 1")
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
     if tracked(root, config.key):
         print(f"adopt: Snakemake already tracks {config.key}'s results (.snakemake/metadata "

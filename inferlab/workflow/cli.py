@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("adopt", parents=[common],
                        help="mark committed results for this machine as current")
-    s.add_argument("--cores", type=int, default=1,
+    s.add_argument("--cores", type=_positive, default=1,
                    help="the --cores of the snakemake run that follows (default 1): it caps "
                         "each stage's threads, and a version made with other threads reruns")
     s.set_defaults(func=_cmd_adopt)
