@@ -69,8 +69,8 @@ def _is_integer(checker, instance) -> bool:
 
 def _is_finite_number(checker, instance) -> bool:
     """A NaN passes every bound of JSON Schema (each comparison is false): not a number here."""
-    return isinstance(instance, int | float) and not isinstance(instance, bool) \
-        and math.isfinite(instance)
+    return not isinstance(instance, bool) and (
+        isinstance(instance, int) or isinstance(instance, float) and math.isfinite(instance))
 
 
 def validator(schema: dict, strict: bool = False) -> Any:
