@@ -1,17 +1,10 @@
 """Bytes on disk that must survive a kill or a full disk, hashes, and what git says.
 
 A write here either completes (every byte written, fsynced) or raises and leaves the
-target as it was:
-
-* ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
-* ``durable_append`` adds one line to an append-only file; if the write is short (a full
-  disk) or fails, the file is truncated back to its old length before raising;
-* ``restored_on_failure`` guards several such writes that belong together: if the block
-  fails, each file gets its old content back (or is removed if it had none).
-
-Git is the evidence's witness (docs/contracts.md): ``git_file`` reads a file as committed
-at HEAD, ``git_changed`` lists the paths that differ from it. A check that needs git and
-cannot run it says why (``CannotCheck``) instead of looking like "git does not track it".
+target as it was (``atomic_write``, ``durable_append``; ``restored_on_failure`` for writes
+that belong together). Git is the evidence's witness (docs/contracts.md): a check that
+needs git and cannot run it says why (``CannotCheck``) instead of looking like "git does
+not track it".
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""``inferlab generate [--check]``: the files that restate the stage declaration
-(``core.pipeline.STAGES`` and ``LAYERS``, the row status contract, ``measurement.status``,
-and the implementations registry, ``algorithms.implementations``), written from it, so
-that a new stage or kernel is declared once and appears everywhere: the stage enums of the
-schemas (and the GPU call's stages in the config's), the status and cause enums of the
-tables, their ``impl`` enums and the config's ``implementations`` lists, the Slurm
-profile's resources, docs/contracts.md's package tree, stage table and results layout, and
-each stage's report caption (``captions/<stage>.rst``, from its module's docstring). With
-``--check`` nothing is written: it says which file is not what the declaration makes
-(the test suite runs it).
+"""``inferlab generate [--check]``: the files that restate a declaration (the stages and
+layers of ``core.pipeline``, the row status of ``measurement.status``, the implementations
+of ``algorithms.implementations``), written from it, so that a new stage or kernel is
+declared once and appears everywhere (``targets``: the schemas' enums, the Slurm profile,
+docs/contracts.md's tables, the report's captions). With ``--check`` nothing is written:
+it says which file is not what the declaration makes (the test suite runs it).
 """
 
 from __future__ import annotations
