@@ -1,10 +1,10 @@
 """Configuration: config.yaml (+ config files, + KEY=VALUE overrides) -> validated dict ->
 one effective config per stage.
 
-Configuration flows one way. Snakemake validates the merged config against
-``schemas/config.schema.json`` with ``snakemake.utils.validate``; this module validates
-against the same file, so ``python -m inferlab stage ...`` accepts and refuses exactly
-the same configs. The "auto" values are resolved here, once: the device (cuda when torch
+Configuration flows one way. The Snakefile and the command line both validate the merged
+config with ``validate_config`` (``schemas/config.schema.json``, then what the schema
+cannot relate), so ``snakemake`` and ``python -m inferlab stage ...`` accept and refuse
+exactly the same configs. The "auto" values are resolved here, once: the device (cuda when torch
 sees one, else cpu), the machine id and the grid. A section's ``cpu:`` or ``cuda:``
 block, for the device found, is merged over its shared keys.
 
@@ -333,9 +333,7 @@ def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | N
     name that only this grid has: the config's ``grid`` name when it computes exactly
     what that name's profile does (``profiles/<grid>.yaml``), else that name or ``custom``
     with ``-<first 8 hex of the grid hash>``, so that three configs naming one grid never
-    share its results key. ``raw`` is validated first: the Snakefile's own check lets a
-    seed of 1.0 through."""
-    validate_config(raw)
+    share its results key. ``raw`` is a validated config."""
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
     if here == grid_hash(default, device):
