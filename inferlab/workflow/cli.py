@@ -98,11 +98,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from inferlab.core.pipeline import stage
     from inferlab.evidence.verify import cli_history
 
-    if args.stage is not None:
-        stage(args.stage)
     return cli_history(root=Path(args.root), key=_config(args).key, stage=args.stage)
 
 
@@ -232,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("history", parents=[common],
                        help="list the kept versions of the measured stages")
-    s.add_argument("stage", nargs="?", default=None,
+    s.add_argument("stage", nargs="?", default=None, choices=list(STAGES), metavar="stage",
                    help="only this stage's versions, one of: "
                         f"{', '.join(n for n, d in STAGES.items() if d.measured)}")
     s.set_defaults(func=_cmd_history)
