@@ -10,8 +10,6 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
-from inferlab.workflow.config import validate_config
-
 min_version("9.0")
 
 
@@ -27,11 +25,6 @@ for _path in (sys.executable, workflow.basedir, os.getcwd()):
 
 
 configfile: "config.yaml"
-
-
-# schemas/config.schema.json as the command line checks it (Snakemake's own validate would
-# take a seed of 1.0 for an integer): one check, one message naming the key
-validate_config(config)
 
 
 include: "rules/common.smk"
