@@ -1,12 +1,12 @@
 """Configuration: config.yaml (+ config files, + KEY=VALUE overrides) -> validated dict ->
 one effective config per stage.
 
-Configuration flows one way. The Snakefile and the command line both validate the merged
-config with ``validate_config`` (``schemas/config.schema.json``, then what the schema
-cannot relate), so ``snakemake`` and ``python -m inferlab stage ...`` accept and refuse
-exactly the same configs. The "auto" values are resolved here, once: the device (cuda when torch
-sees one, else cpu), the machine id and the grid. A section's ``cpu:`` or ``cuda:``
-block, for the device found, is merged over its shared keys.
+Configuration flows one way. The Snakefile (rules/common.smk) and the command line both
+validate the merged config and resolve its "auto" values with ``resolve``, so
+``snakemake`` and ``python -m inferlab stage ...`` accept and refuse exactly the same
+configs: the schema (``schemas/config.schema.json``), then what the schema cannot relate;
+then the device (cuda when torch sees one, else cpu), the machine id and the grid. A
+section's ``cpu:`` or ``cuda:`` block, for the device found, is merged over its shared keys.
 
 A stage's *effective config* is the seed, the device and its sections
 (``pipeline.Stage.sections``) resolved for the device. It is the one description of
@@ -280,13 +280,13 @@ def resolve_device(raw: dict, check: bool = True) -> str:
 def resolve_machine(raw: dict, device: str, machine: str | None = None) -> str:
     """``machine`` (a command line's --machine) if given, else config["machine"], else the
     id detected from the hardware when that is "auto"."""
-    if machine is not None:
-        return layout.check_machine(machine)
-    if raw["machine"] != "auto":
-        return layout.check_machine(raw["machine"])
-    from inferlab.measurement.environment import machine_id
+    if machine is None:
+        machine = raw["machine"]
+        if machine == "auto":
+            from inferlab.measurement.environment import machine_id
 
-    return layout.check_machine(machine_id(device))
+            machine = machine_id(device)
+    return layout.check_machine(machine)
 
 
 def available_cpus() -> int:
