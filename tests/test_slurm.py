@@ -145,7 +145,7 @@ def slurm_run(slurm_cluster: SlurmCluster, tmp_path_factory):  # noqa: F811
     print(f"smoke pipeline through Slurm: {run.wall_s:.1f} s")
     assert run.returncode == 0, run.describe()
     jobs = run.slurm_jobs()
-    for rule, ids in sorted(jobs.items()):  # the lines the issue asks to see
+    for rule, ids in sorted(jobs.items()):  # which job ran which rule, in the test log
         print(f"slurm job {', '.join(ids)}: rule {rule}")
     return slurm_cluster, run, repo, profile
 

@@ -284,7 +284,7 @@ def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, n
     runner, which steadies the process and reads and writes the artifacts, and the
     stage's module): every inferlab module loaded is either computing code (its change
     reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
-    (a change to the runner's allocator settings once rerun nothing)."""
+    (so that a change to the runner's allocator settings reruns the stages)."""
     loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
               for m in imported_by_rule[name]}
     code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
