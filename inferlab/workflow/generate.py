@@ -55,10 +55,6 @@ def _schema(edits: dict[tuple, Callable[[], object]]) -> Callable[[str], str]:
     return make
 
 
-def _causes() -> list:
-    return [c for causes in CAUSES.values() for c in causes] + [None]
-
-
 def _causes_text() -> str:
     return ("why the status is not ok: " + ", ".join(
         f"{' | '.join(causes)} ({status})" for status, causes in CAUSES.items())
@@ -67,7 +63,7 @@ def _causes_text() -> str:
 
 # the row status contract (measurement.status), defined once for every table that has it
 _STATUS = {("$defs", "status", "enum"): lambda: list(STATUSES),
-           ("$defs", "cause", "enum"): _causes,
+           ("$defs", "cause", "enum"): lambda: [*(c for cs in CAUSES.values() for c in cs), None],
            ("$defs", "cause", "description"): _causes_text}
 
 
