@@ -27,6 +27,8 @@ for _path in (sys.executable, workflow.basedir, os.getcwd()):
 configfile: "config.yaml"
 
 
+# Snakemake's own check; config.resolve (rules/common.smk) checks as the command line does,
+# refusing what this one takes (a seed of 1.0 for an integer)
 validate(config, "schemas/config.schema.json", set_default=False)
 
 

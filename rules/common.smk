@@ -1,25 +1,19 @@
 # Shared by all the rules. This run's machine, grid and results key, resolved once; the
 # input functions that turn a stage's declaration (inferlab.core.pipeline.STAGES) into paths.
 from inferlab.core import layout
-from inferlab.workflow.config import (
-    available_cpus,
-    load_config,
-    effective_config,
-    resolve_device,
-    resolve_grid,
-    resolve_machine,
-)
+from inferlab.workflow.config import load_config, resolve, resolve_threads
 from pathlib import Path
 
 from inferlab.core.pipeline import CLAIMS_FILE, STAGES, code_files, content_sha256
 
-DEVICE = resolve_device(config)
-MACHINE = resolve_machine(config, DEVICE)
-GRID = resolve_grid(config, DEVICE)
+# The config validated as the command line validates it (Snakemake's own validate would
+# take a seed of 1.0 for an integer), its "auto" values resolved as the command line does.
+RUN = resolve(config)
+MACHINE = RUN.machine
 # Results of this run go to results/{KEY}/ only (KEY = MACHINE, or MACHINE@GRID off the
 # book grid): rules name this one folder, never a wildcard, so a run can never write into
 # another machine's or another grid's folder.
-KEY = layout.results_key(MACHINE, GRID)
+KEY = RUN.key
 # The series and the manuscript read this key's register, so it is their input, which must
 # exist when Snakemake plans (an empty register is one with no entries yet); an input that
 # appeared between two runs would rerun them. A dry run leaves the checkout as it is.
@@ -30,7 +24,7 @@ if not workflow.dryrun and not layout.register_path(".", KEY).is_file():
 
 # torch threads of a stage: config "threads", or (auto) every CPU here, which Snakemake
 # lowers to --cores (so --cores 1 means one thread); a cluster profile sets its own.
-THREADS = config["threads"] if config["threads"] != "auto" else available_cpus()
+THREADS = resolve_threads(config)
 # Slots of the "machine" resource (profiles/default): a timing stage takes them all.
 MACHINE_SLOTS = 2
 

@@ -24,7 +24,7 @@ for name, declared in STAGES.items():
             **derived_outputs(name),
         params:
             key=KEY,
-            config=effective_config(config, name, DEVICE),
+            config=RUN.effective(name),
             command=reproduce_command(name),
             computed_from=computed_from(name),
         log:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-import random
 import re
 import subprocess
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from inferlab.core import layout, validation
@@ -30,15 +29,11 @@ BAD_OVERRIDES = [
     ("bogus=1", "bogus"),                                       # unknown key, top level
     ("prefill.cpu.bogus=1", "prefill.cpu.bogus"),               # unknown key, nested
     ("seed=many", "seed"),                                      # wrong type
+    ("seed=1:30", "seed"),                                      # no YAML 1.2 integer
     ("prefill.cpu.sizes=[{dtype: float32, T: [512, -5]}]", "prefill.cpu.sizes[0].T[1]"),
     ("correctness.cpu.dtypes=[float8]", "correctness.cpu.dtypes[0]"),  # unknown dtype
     ("decode.backends=[triton]", "decode.backends[0]"),         # unknown backend
 ]
-
-
-def _schema() -> dict:
-    """The config schema with its ``$ref``s read in (each field's own description kept)."""
-    return validation.load("config.schema.json")
 
 
 def test_default_config_is_valid():
@@ -69,11 +64,17 @@ def test_bad_config_names_the_key(override, key):
         cfg.load_config(overrides=[override])
 
 
-def test_override_values_are_yaml():
-    seed = random.Random(7).randrange(1, 10**6)
-    raw = cfg.load_config(overrides=[f"seed={seed}", "decode.cpu.cache_lens=[64, 96]"])
-    assert raw["seed"] == seed
-    assert raw["decode"]["cpu"]["cache_lens"] == [64, 96]
+@pytest.mark.parametrize(("text", "value"), [
+    ("seed=123", 123), ("decode.cpu.cache_lens=[64, 96]", [64, 96]),
+    ("seed=010", 10), ("decode.cpu.cache_lens=[010, 020]", [10, 20])])
+def test_override_values_are_yaml_as_snakemake_reads_them(text, value):
+    """YAML 1.2, as Snakemake's --config: YAML 1.1 would read 010 as octal 8 (and 1:30 as
+    90, refused in BAD_OVERRIDES)."""
+    key, _, _ = text.partition("=")
+    raw = cfg.load_config(overrides=[text])
+    for part in key.split("."):
+        raw = raw[part]
+    assert raw == value
 
 
 @pytest.mark.parametrize("text", ["no-equals-sign", "=3", "a..b=1"])
@@ -82,19 +83,10 @@ def test_malformed_override_is_refused(text):
         cfg.parse_override(text)
 
 
-def test_missing_config_file_is_named(tmp_path):
-    with pytest.raises(ValueError, match="does not exist"):
-        cfg.load_config([tmp_path / "nope.yaml"])
-
-
-def test_bad_machine_override_is_refused():
-    with pytest.raises(ValueError, match="machine"):
-        cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine="Not A Slug")
-
-
-def test_empty_machine_is_refused_not_replaced():
-    with pytest.raises(ValueError, match="machine=''"):
-        cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine="")
+@pytest.mark.parametrize("machine", ["Not A Slug", ""])  # an empty one is not "auto"
+def test_a_bad_machine_is_refused_naming_it(machine):
+    with pytest.raises(ValueError, match=re.escape(f"machine={machine!r}")):
+        cfg.resolve(cfg.load_config(overrides=["device=cpu"]), machine=machine)
 
 
 def test_threads_auto_follows_the_cores_given():
@@ -128,24 +120,8 @@ def test_effective_config_holds_only_the_sections_a_stage_reads():
         assert changed == ("traffic" in STAGES[name].sections), name
 
 
-def test_grid_is_none_for_config_yaml_and_named_otherwise():
-    base = cfg.load_config()
-    assert cfg.resolve_grid(base, "cpu", default=base) is None
-    smoke = cfg.load_config([layout.REPO_ROOT / "profiles" / "smoke.yaml"])
-    assert cfg.resolve_grid(smoke, "cpu", default=base) == "smoke"
-    unnamed = cfg.load_config(overrides=["prefill.cpu.heads=3"])
-    assert re.fullmatch(r"custom-[0-9a-f]{8}", cfg.resolve_grid(unnamed, "cpu", default=base))
-    # a change that no stage reads (here the machine) is still the book grid
-    assert cfg.resolve_grid(cfg.load_config(overrides=["machine=other"]), "cpu",
-                            default=base) is None
-
-
-def test_malformed_yaml_names_the_file(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("prefill: [unclosed\n")
-    with pytest.raises(ValueError, match=re.escape(str(bad))):
-        cfg.load_config([bad])
-    with pytest.raises(ValueError, match="override"):
+def test_a_malformed_override_value_is_named():
+    with pytest.raises(ValueError, match=r"the value of override 'seed=\[1,' is not valid YAML"):
         cfg.load_config(overrides=["seed=[1,"])
 
 
@@ -169,7 +145,9 @@ def _leaves(schema: dict, path: str = ""):
         yield from _leaves(sub, f"{path}{name}.")
 
 
-@pytest.mark.parametrize("path_and_field", list(_leaves(_schema())), ids=lambda p: p[0])
+# the config schema with its $refs read in (each field's own description kept)
+@pytest.mark.parametrize("path_and_field", list(_leaves(validation.load("config.schema.json"))),
+                         ids=lambda p: p[0])
 def test_every_schema_field_has_description_type_and_bounds(path_and_field):
     path, field = path_and_field
     assert field.get("description"), f"{path} has no description"
@@ -193,8 +171,8 @@ def test_every_schema_field_has_description_type_and_bounds(path_and_field):
     ("seed=.nan", "seed"), ("prefill.cpu.budget_s=.nan", "prefill.cpu.budget_s"),
     ("probe.matmul_min_s=.inf", "probe.matmul_min_s")])
 def test_a_non_finite_number_is_refused_naming_its_key(override, key):
-    """R8-14: JSON Schema's bounds are false for NaN: ``.nan`` passed and the stage ran its
-    whole budget before its provenance refused it with a message about None."""
+    """JSON Schema's bounds are false for NaN: without a check ``.nan`` runs a stage's whole
+    budget before its provenance refuses it."""
     with pytest.raises(ValueError, match=re.escape(key)):
         cfg.load_config(overrides=[override])
 
@@ -203,27 +181,14 @@ def test_a_non_finite_number_is_refused_naming_its_key(override, key):
     "[{dtype: float32, T: [64], causal: [true]}, {dtype: float32, T: [64], causal: [false]}]",
     "[{dtype: float32, T: [64, 96]}, {dtype: float32, T: [96]}]"])
 def test_a_point_in_two_prefill_size_entries_is_refused(sizes):
-    """R8-15: prefill keys its results by (T, dtype): the second entry replaced the first's
-    rows (no causal rows written, the full-mask ones twice)."""
+    """prefill keys its results by (T, dtype): a second entry would replace the first's rows."""
     with pytest.raises(ValueError, match=r"prefill\.cpu\.sizes\[0\] and \[1\] both hold "
                                          r"float32 T=(64|96)"):
         cfg.load_config(overrides=[f"prefill.cpu.sizes={sizes}"])
 
 
-@pytest.mark.parametrize(("text", "value"), [("seed=010", 10), ("decode.cpu.cache_lens=[010, 020]",
-                                                                [10, 20])])
-def test_a_leading_zero_is_decimal_as_snakemake_reads_it(text, value):
-    """R8-16: YAML 1.1 read 010 as octal 8 (Snakemake's --config reads 10) and 1:30 as 90."""
-    raw = cfg.load_config(overrides=[text])
-    got = raw["seed"] if text.startswith("seed") else raw["decode"]["cpu"]["cache_lens"]
-    assert got == value
-    with pytest.raises(ValueError, match="config key seed:"):
-        cfg.load_config(overrides=["seed=1:30"])
-
-
 def test_the_override_examples_given_are_accepted():
-    """R8-17: config.yaml's header and parse_override's hint gave prefill.cpu.lengths,
-    which no config has."""
+    """The examples config.yaml's header and parse_override's error give are real keys."""
     header = layout.CONFIG_FILE.read_text(encoding="utf-8").splitlines()[3]
     example = re.search(r"--set (\S+)", header).group(1)
     cfg.load_config(overrides=[example])
@@ -234,9 +199,8 @@ def test_the_override_examples_given_are_accepted():
 
 def test_the_stage_help_examples_are_accepted():
     """Each example `inferlab stage --help` prints is parsed by the stage command's own
-    parser and its config resolved as ``runner.cli_stage`` resolves it (issue 31: the
-    example ``--set prefill.cpu.lengths=[512,1024]`` was refused by the schema). The check
-    can fail: that old example is refused the same way."""
+    parser and its config resolved as ``runner.cli_stage`` resolves it; an example naming
+    no config key (``--set prefill.cpu.lengths=...``) is refused."""
     import shlex
 
     from inferlab.workflow.cli import STAGE_EXAMPLES, build_parser
@@ -254,8 +218,8 @@ def test_the_stage_help_examples_are_accepted():
         return cfg.resolve(raw, machine="test-examples", check_device=False) \
             .effective(args.stage)
 
-    for example in STAGE_EXAMPLES:
-        resolved(example)  # raises, naming the key, where the schema refuses it
+    for text in STAGE_EXAMPLES:
+        resolved(text)  # raises, naming the key, where the schema refuses it
     with pytest.raises(ValueError, match="prefill.cpu.lengths"):
         resolved("python -m inferlab stage prefill --set prefill.cpu.lengths=[512,1024]")
 
@@ -267,21 +231,19 @@ def test_the_stage_help_examples_are_accepted():
      "timing.min_rounds=12 is above timing.max_rounds=10"),
     (["probe.map.gqa_groups=5"], "probe.map.gqa_groups=5 does not divide probe.map.heads=12")])
 def test_keys_that_bound_one_another_are_checked_together(overrides, says):
-    """R8-21: accepted, then timed the wrong size or failed mid-run without the key."""
+    """Each accepted alone would time the wrong size or fail mid-run without the key."""
     with pytest.raises(ValueError, match=re.escape(says)):
         cfg.load_config(overrides=overrides)
 
 
 # ------------------------------------------------------------------ a user's mistakes, named
 
-@pytest.mark.parametrize("name", ["smoke\n", "smoke\r", "smoke\u2028", "smo\nke"])
-def test_a_line_break_in_a_grid_or_machine_name_is_refused(tmp_path, name):
-    with pytest.raises(ValueError, match=r"is not a valid grid name"):
-        layout.check_grid(name)
-    with pytest.raises(ValueError, match=r"is not a valid machine id"):
-        layout.check_machine("cpu" + name)
-    with pytest.raises(ValueError, match=r"is not 'machine' or 'machine@grid'"):
-        layout.check_key(f"cpu@{name}")
+LINE_BREAKS = ["smoke\n", "smoke\r", "smoke\u2028", "smo\nke"]
+
+
+@pytest.mark.parametrize("name", LINE_BREAKS)
+def test_a_line_break_in_a_configs_grid_name_is_refused(name):
+    """The schema's pattern takes "smoke\n" (its "$" matches before a final line break)."""
     raw = load_config(base=REPO / "config.yaml")
     raw["grid"], raw["seed"] = name, raw["seed"] + 1  # another grid, named
     with pytest.raises(ValueError, match=r"grid"):
@@ -292,10 +254,6 @@ def test_a_line_break_in_a_grid_or_machine_name_is_refused(tmp_path, name):
 def test_a_float_seed_is_refused(value):
     with pytest.raises(ValueError, match=rf"config key seed: {value} is not of type 'integer'"):
         load_config(overrides=[f"seed={value}"], base=REPO / "config.yaml")
-    raw = yaml.safe_load((REPO / "config.yaml").read_text())
-    raw["seed"] = float(value)  # Snakemake's own validate lets it through to the rules
-    with pytest.raises(ValueError, match=r"config key seed: .* is not of type 'integer'"):
-        resolve_grid(raw, "cpu")
 
 
 def test_a_duplicate_key_is_an_error_naming_both_lines(tmp_path):
@@ -339,20 +297,23 @@ def test_a_yaml_alias_bomb_is_refused_quickly(tmp_path):
     assert time.perf_counter() - started < 5
 
 
-def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
-    path = tmp_path / "utf16.yaml"
-    path.write_bytes("seed: 1\n".encode("utf-16"))
-    with pytest.raises(ValueError, match=r"config file .*utf16.yaml. is not UTF-8 text \(byte "
-                                         r"0xff at offset 0\)"):
-        load_config([path], base=REPO / "config.yaml")
+NOT_A_FOLDER = r"is not a regular file \(a folder, FIFO or device\): give the YAML file itself"
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
-def test_a_config_file_that_is_no_regular_file_is_named(tmp_path, kind):
-    path = {"fifo": tmp_path / "f.yaml", "device": Path("/dev/zero"), "folder": tmp_path}[kind]
+@pytest.mark.parametrize(("kind", "says"), [
+    ("missing", r"does not exist"),
+    ("malformed", r"is not valid YAML"),
+    ("utf16", r"is not UTF-8 text \(byte 0xff at offset 0\); save it as UTF-8"),
+    ("list", r"must hold a mapping of keys, not list"),
+    ("fifo", NOT_A_FOLDER), ("device", NOT_A_FOLDER), ("folder", NOT_A_FOLDER)])
+def test_a_bad_config_file_is_named_with_what_is_wrong(tmp_path, kind, says):
+    path = {"device": Path("/dev/zero"), "folder": tmp_path}.get(kind, tmp_path / f"{kind}.yaml")
     if kind == "fifo":
         os.mkfifo(path)
-    with pytest.raises(ValueError, match=r"is not a regular file \(a folder, FIFO or device\)"):
+    elif kind in ("malformed", "utf16", "list"):
+        path.write_bytes({"malformed": b"prefill: [unclosed\n", "list": b"- seed\n",
+                          "utf16": "seed: 1\n".encode("utf-16")}[kind])
+    with pytest.raises(ValueError, match=rf"^config file {re.escape(repr(str(path)))} {says}"):
         load_config([path], base=REPO / "config.yaml")
 
 
@@ -360,6 +321,10 @@ TEXT = st.text(max_size=40)  # any code point, lone surrogates too (argv has the
 
 
 @given(name=TEXT)
+@example(name="cpu@smoke\n")
+@example(name="smoke\n")
+@example(name="smo\nke")
+@example(name="smoke\u2028")
 def test_a_machine_or_grid_name_is_a_slug_or_refused(name):
     for check in (layout.check_machine, layout.check_grid, layout.check_key):
         try:
@@ -371,8 +336,13 @@ def test_a_machine_or_grid_name_is_a_slug_or_refused(name):
             assert name == name.strip() and "/" not in name
 
 
-def test_a_named_grid_never_hides_another_config():
+def test_a_grid_is_none_for_config_yaml_and_a_name_only_it_has_otherwise():
     base = load_config(base=REPO / "config.yaml")
+    assert resolve_grid(base, "cpu", default=base) is None
+    # a change that no stage reads (here the machine) is still the book grid
+    assert resolve_grid(load_config(overrides=["machine=other"]), "cpu", default=base) is None
+    unnamed = load_config(overrides=["prefill.cpu.heads=3"])
+    assert re.fullmatch(r"custom-[0-9a-f]{8}", resolve_grid(unnamed, "cpu", default=base))
     smoke = REPO / "profiles" / "smoke.yaml"
     same = load_config([smoke], base=REPO / "config.yaml")
     assert resolve_grid(same, "cpu", default=base) == "smoke"  # the profile itself
@@ -388,7 +358,9 @@ def test_a_named_grid_never_hides_another_config():
                         "cpu", default=base) is None
 
 
-def test_a_clone_in_a_path_with_a_space_is_refused_up_front(tmp_path):
+def test_the_snakefile_refuses_a_path_with_a_space_and_a_bad_config_up_front(tmp_path):
+    """As the command line does: a float seed (which Snakemake's own validate would take
+    for an integer) is refused naming the key."""
     from tests.pipeline_repo import run
 
     repo = copy_repo(tmp_path / "with space" / "repo")
@@ -400,4 +372,9 @@ def test_a_clone_in_a_path_with_a_space_is_refused_up_front(tmp_path):
                           timeout=60)
     assert make.returncode != 0
     assert "holds a space" in make.stdout + make.stderr
+    repo = repo.rename(tmp_path / "repo")
+    dry = run(repo, "-n", "--cores", "1", "--config", "seed=1.0")
+    assert dry.returncode != 0
+    assert "config key seed: 1.0 is not of type 'integer'" in dry.stdout + dry.stderr, \
+        (dry.stdout + dry.stderr)[-3000:]
 

@@ -67,22 +67,27 @@ def toy_run(slurm_cluster: SlurmCluster, tmp_path_factory):  # noqa: F811
     return slurm_cluster, run, workdir, machine
 
 
+def assert_completed(cluster: SlurmCluster, jobs: dict[str, list[str]],
+                     partitions: dict[str, str], gpu_rules: set[str]) -> None:
+    """Each rule in ``jobs`` ran as one Slurm job, COMPLETED on its partition, with the GPU
+    it asked for."""
+    assert all(len(ids) == 1 for ids in jobs.values()), jobs
+    records = cluster.job_records([ids[0] for ids in jobs.values()])
+    for rule, (job_id,) in jobs.items():
+        record = records.get(job_id)
+        assert record is not None, f"job {job_id} of {rule} unknown to Slurm: {records}"
+        assert record["State"] == "COMPLETED", (rule, record)
+        assert record["Partition"] == partitions[rule], (rule, record)
+        if rule in gpu_rules and "AllocTRES" in record:  # sacct answered (scontrol does not)
+            assert "gres/gpu=1" in record["AllocTRES"], (rule, record)
+
+
 def test_every_rule_ran_as_one_completed_slurm_job(toy_run):
     cluster, run, _, _ = toy_run
     jobs = run.slurm_jobs()
     assert jobs.keys() == RULES.keys(), run.describe()
-    assert all(len(ids) == 1 for ids in jobs.values()), jobs
-    ids = [ids[0] for ids in jobs.values()]
-    assert len(set(ids)) == len(ids), jobs
-    records = cluster.job_records(ids)
-    for rule, partition in RULES.items():
-        record = records.get(jobs[rule][0])
-        assert record is not None, f"job {jobs[rule][0]} of {rule} unknown to Slurm: {records}"
-        assert record["State"] == "COMPLETED", (rule, record)
-        assert record["Partition"] == partition, (rule, record)
-    gpu_record = records[jobs["gpu_step"][0]]
-    if "AllocTRES" in gpu_record:  # sacct answered (scontrol, the fallback, does not say)
-        assert "gres/gpu=1" in gpu_record["AllocTRES"], gpu_record
+    assert_completed(cluster, jobs, RULES, {"gpu_step"})
+    assert len({ids[0] for ids in jobs.values()}) == len(jobs), jobs
 
 
 def test_outputs_were_written_inside_those_jobs(toy_run):
@@ -140,7 +145,7 @@ def slurm_run(slurm_cluster: SlurmCluster, tmp_path_factory):  # noqa: F811
     print(f"smoke pipeline through Slurm: {run.wall_s:.1f} s")
     assert run.returncode == 0, run.describe()
     jobs = run.slurm_jobs()
-    for rule, ids in sorted(jobs.items()):  # the lines the issue asks to see
+    for rule, ids in sorted(jobs.items()):  # which job ran which rule, in the test log
         print(f"slurm job {', '.join(ids)}: rule {rule}")
     return slurm_cluster, run, repo, profile
 
@@ -149,16 +154,10 @@ def test_every_stage_ran_as_one_completed_slurm_job(slurm_run):
     cluster, run, repo, profile = slurm_run
     jobs = run.slurm_jobs()
     assert jobs.keys() == JOBS, run.describe()
-    assert all(len(ids) == 1 for ids in jobs.values()), jobs
-    records = cluster.job_records([ids[0] for ids in jobs.values()])
-    partitions = yaml.safe_load((profile / "config.yaml").read_text())["set-resources"]
-    for rule, (job_id,) in jobs.items():
-        record = records.get(job_id)
-        assert record is not None, f"job {job_id} of {rule} unknown to Slurm: {records}"
-        assert record["State"] == "COMPLETED", (rule, record)
-        assert record["Partition"] == partitions[rule].get("slurm_partition", "cpu"), record
-        if partitions[rule].get("gres") and "AllocTRES" in record:
-            assert "gres/gpu=1" in record["AllocTRES"], (rule, record)
+    resources = yaml.safe_load((profile / "config.yaml").read_text())["set-resources"]
+    assert_completed(cluster, jobs, {r: v.get("slurm_partition", "cpu")
+                                     for r, v in resources.items()},
+                     {r for r, v in resources.items() if v.get("gres")})
 
 
 def test_each_artifact_was_written_inside_its_job(slurm_run):

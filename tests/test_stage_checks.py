@@ -1,4 +1,4 @@
-"""A timed Triton configuration is checked once at the stage's sizes (issue 19): a kernel
+"""A timed Triton configuration is checked once at the stage's sizes: a kernel
 whose output is wrong there is a row with that status, never a timing. CUDA is stood in
 for by letting the stage time the kernels on a CPU (under Triton's interpreter)."""
 

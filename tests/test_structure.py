@@ -28,15 +28,13 @@ def _module_name(path: Path) -> str:
 
 
 @pytest.mark.parametrize("name", STAGES)
-def test_each_stage_has_its_schema_module_caption_and_params(name):
+def test_each_stage_has_its_schema_and_module_and_reads_only_stages_before_it(name):
+    """(Its caption and config sections: the generate and schema tests below.)"""
     declared = STAGES[name]
     schema = json.loads(layout.schema_path(declared.schema).read_text())
     assert schema["$id"] == f"inferlab/{name}"
-    assert (layout.REPO_ROOT / "captions" / f"{name}.rst").is_file()
     module = __import__(declared.module, fromlist=["Params", "run"])
     assert callable(module.run) and hasattr(module.Params, "from_config")
-    config = json.loads(layout.schema_path("config.schema.json").read_text())
-    assert set(declared.sections) <= set(config["properties"])
     assert set(declared.reads) < set(STAGES) and name not in pipeline.upstream(name)
 
 
@@ -217,9 +215,9 @@ def test_names_are_imported_from_the_module_that_defines_them():
     assert not through, sorted(through)
 
 
-def test_the_algorithms_check_their_inputs_in_shapes_only():
-    """No module imports another's private name (kernels and partials once took
-    attention's private checks while shapes.py claimed to be the one check)."""
+def test_no_module_imports_another_modules_private_name():
+    """A private name is its module's own (the algorithms' input checks live in shapes.py,
+    not in a private helper of attention.py)."""
     private = set()
     for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -286,7 +284,7 @@ def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, n
     runner, which steadies the process and reads and writes the artifacts, and the
     stage's module): every inferlab module loaded is either computing code (its change
     reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
-    (a change to the runner's allocator settings once rerun nothing)."""
+    (so that a change to the runner's allocator settings reruns the stages)."""
     loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
               for m in imported_by_rule[name]}
     code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
@@ -338,32 +336,24 @@ def test_every_module_says_its_job(path):
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
 
 
-def test_the_texts_that_list_the_stages_list_them_all():
-    from inferlab.workflow.cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    help_text = sub.choices["stage"].format_help()
-    for name in STAGES:
-        assert name in help_text, f"`inferlab stage --help` does not name {name}"
-    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
-    for declared in STAGES.values():
-        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact
-
-
-def test_the_slurm_profile_gives_every_rule_its_resources():
-    """profiles/slurm names each rule's partition and size; a stage added without them
-    would break the cluster test only where Slurm is installed (CI), so check it here."""
+def test_every_file_that_restates_the_declaration_is_current_and_names_every_stage():
+    """The schemas' stage enums, the Slurm profile and docs/contracts.md's tables are what
+    ``inferlab generate`` makes of the declaration, and that names every stage: the
+    profile gives each rule its partition and size (a rule without them would break the
+    cluster test only where Slurm is installed), contracts.md its artifact's path."""
     import yaml
 
-    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "slurm" / "config.yaml")
-                             .read_text(encoding="utf-8"))
-    assert set(profile["set-resources"]) == {*STAGES, "report"}
-
-
-def test_every_file_that_restates_the_declaration_is_current():
-    """The schemas' stage enums, the Slurm profile and docs/contracts.md's tables are what
-    ``inferlab generate`` makes of the declaration."""
+    from inferlab.workflow.cli import build_parser
     from inferlab.workflow.generate import generate
 
     assert generate(layout.REPO_ROOT, check=True) == [], \
         "run `python -m inferlab generate` and commit what it rewrites"
+    profile = yaml.safe_load((layout.REPO_ROOT / "profiles" / "slurm" / "config.yaml")
+                             .read_text(encoding="utf-8"))
+    assert set(profile["set-resources"]) == {*STAGES, "report"}
+    contracts = (layout.REPO_ROOT / "docs" / "contracts.md").read_text()
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    help_text = sub.choices["stage"].format_help()
+    for name, declared in STAGES.items():
+        assert name in help_text, f"`inferlab stage --help` does not name {name}"
+        assert f"results/{{key}}/{declared.artifact} " in contracts, declared.artifact

@@ -1,17 +1,10 @@
 """Bytes on disk that must survive a kill or a full disk, hashes, and what git says.
 
 A write here either completes (every byte written, fsynced) or raises and leaves the
-target as it was:
-
-* ``atomic_write`` replaces a whole file through a temp file and ``os.replace``;
-* ``durable_append`` adds one line to an append-only file; if the write is short (a full
-  disk) or fails, the file is truncated back to its old length before raising;
-* ``restored_on_failure`` guards several such writes that belong together: if the block
-  fails, each file gets its old content back (or is removed if it had none).
-
-Git is the evidence's witness (docs/contracts.md): ``git_file`` reads a file as committed
-at HEAD, ``git_changed`` lists the paths that differ from it. A check that needs git and
-cannot run it says why (``CannotCheck``) instead of looking like "git does not track it".
+target as it was (``atomic_write``, ``durable_append``; ``restored_on_failure`` for writes
+that belong together). Git is the evidence's witness (docs/contracts.md): a check that
+needs git and cannot run it says why (``CannotCheck``) instead of looking like "git does
+not track it".
 """
 
 from __future__ import annotations
@@ -105,14 +98,6 @@ def _write_all(fd: int, data: bytes, name: str) -> None:
         done += n
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
 
@@ -135,7 +120,11 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def durable_append(path: Path, line: bytes) -> None:
@@ -212,16 +201,13 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE")
 
 
-def git_env() -> dict[str, str]:
-    """The environment for git here: the repository found from the folder asked about."""
-    return {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
-
-
 def _ask(root: Path | str, *args: str) -> subprocess.CompletedProcess:
-    """``git -C root ARGS`` (bytes out); ``CannotCheck`` when git cannot start."""
+    """``git -C root ARGS`` (bytes out) in the repository found from ``root``;
+    ``CannotCheck`` when git cannot start."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                              timeout=30, check=False, env=git_env())
+                              timeout=30, check=False, env=env)
     except FileNotFoundError:
         raise CannotCheck("git is not on the PATH") from None
     except (OSError, subprocess.SubprocessError) as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
 from typing import Any
 
 from inferlab.core import layout
@@ -66,13 +67,21 @@ def _is_integer(checker, instance) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-def validator(schema: dict, strict_integers: bool = False) -> Any:
-    """A ``jsonschema.Draft202012Validator`` for ``schema``; with ``strict_integers`` an
-    "integer" is a Python int only (a config's seed=1.0 is refused, not passed on)."""
+def _is_finite_number(checker, instance) -> bool:
+    """A NaN passes every bound of JSON Schema (each comparison is false): not a number here."""
+    return not isinstance(instance, bool) and (
+        isinstance(instance, int) or isinstance(instance, float) and math.isfinite(instance))
+
+
+def validator(schema: dict, strict: bool = False) -> Any:
+    """A ``jsonschema.Draft202012Validator`` for ``schema``; ``strict`` (a config) takes an
+    "integer" to be a Python int only (seed=1.0 is refused, not passed on) and a "number"
+    to be finite (``.nan`` would run a whole timing stage before its provenance refused it)."""
     js = _jsonschema()
-    if not strict_integers:
+    if not strict:
         return js.Draft202012Validator(schema)
-    checker = js.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+    checker = js.Draft202012Validator.TYPE_CHECKER.redefine_many(
+        {"integer": _is_integer, "number": _is_finite_number})
     return js.validators.extend(js.Draft202012Validator, type_checker=checker)(schema)
 
 

@@ -118,6 +118,12 @@ def _run_case(stage: str, case: str, T: int) -> None:
     torch.cuda.nvtx.range_pop()
 
 
+def _point(stage: str, case: str, T: int) -> dict:
+    """The fields of a row that say what was measured, and the model's bytes for it."""
+    return {"stage": stage, "case": case, "T": T, "heads": HEADS, "d": D, "dtype": "float16",
+            "model_bytes": model_bytes(stage, case, T)}
+
+
 def _one_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return (lines[-1] if lines else "no output")[:300]
@@ -128,8 +134,7 @@ def measure(stage: str, case: str, T: int, ncu: str | None, timeout_s: float,
     """One row of ``FIELDS`` for ``case`` at T: ncu's bytes, or the reason there are none
     (``blocked``: why this machine's runtime cannot give counters, ``sandbox.ncu_blocked``;
     then ncu is not started at all)."""
-    row = {"stage": stage, "case": case, "T": T, "heads": HEADS, "d": D, "dtype": "float16",
-           "model_bytes": model_bytes(stage, case, T)}
+    row = _point(stage, case, T)
     if ncu is None:
         return {**row, "status": "unavailable: ncu is not on the PATH"}
     if blocked is not None:
@@ -195,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     for stage, case, T in points(args.tokens, args.cache_lens):
         left = args.limit_s - (time.monotonic() - started)
         if left <= 0:
-            rows.append({"stage": stage, "case": case, "T": T, "heads": HEADS, "d": D,
-                         "dtype": "float16", "model_bytes": model_bytes(stage, case, T),
+            rows.append({**_point(stage, case, T),
                          "status": f"not measured: the step's {args.limit_s:g} s ran out"})
         else:
             rows.append(measure(stage, case, T, shutil.which("ncu"),

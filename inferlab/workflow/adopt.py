@@ -45,13 +45,18 @@ STEP_S = 0.001      # between the stamps of consecutive stages
 MAX_WAIT_S = 2.0    # how far in the future a checked-out file may lie before adopt refuses
 
 
+def outputs(root: Path, key: str, name: str) -> list[Path]:
+    """The files stage ``name`` writes: its artifact, sidecar and derived files."""
+    path = layout.artifact_path(root, key, name)
+    return [path, layout.sidecar_path(path),
+            *(layout.derived_path(root, key, name, f) for f in STAGES[name].derived)]
+
+
 def not_committed(root: Path, key: str, name: str) -> str | None:
     """Why git does not vouch for the artifact of stage ``name``, or None: its files (the
     artifact, sidecar, derived files, kept version) differ from HEAD, or its register line
     is not in the register committed at HEAD."""
-    path = layout.artifact_path(root, key, name)
-    files = [path, layout.sidecar_path(path),
-             *(layout.derived_path(root, key, name, f) for f in STAGES[name].derived)]
+    files = outputs(root, key, name)
     register = Register(root, key)
     entry = register.latest(name) if STAGES[name].measured else None
     if entry is not None:
@@ -113,8 +118,7 @@ def stamps(root: Path, n: int) -> list[float]:
 def tracked(root: Path, key: str) -> bool:
     """Whether Snakemake's metadata holds a record of one of ``key``'s artifacts (a record
     is a file named by the output's path in URL-safe base64). A dry run (``snakemake -n``)
-    or another key's run makes the folder, with no record of these: they are not tracked
-    (R8-13: adopt then adopted nothing and every stage reran)."""
+    or another key's run makes the folder, with no record of these: they are not tracked."""
     meta = root / ".snakemake" / "metadata"
     for name in STAGES:
         rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
@@ -128,8 +132,6 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
     """``inferlab adopt [--cores N]``: ``cores`` is what the snakemake run after it gets
     (``--cores``), which caps the threads of every stage."""
     root = Path(root)
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
-        raise ValueError(f"cores={cores!r} must be the --cores of the snakemake run: an int >= 1")
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
     if tracked(root, config.key):
         print(f"adopt: Snakemake already tracks {config.key}'s results (.snakemake/metadata "
@@ -144,9 +146,7 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
         why = (f"upstream {', '.join(stale_up)} reruns" if stale_up
                else why_stale(root, config, name, here))
         stamp = when[i] if why is None else 0  # stale: 1970, older than anything
-        path = layout.artifact_path(root, config.key, name)
-        derived = [layout.derived_path(root, config.key, name, f) for f in STAGES[name].derived]
-        for p in (path, layout.sidecar_path(path), *derived):
+        for p in outputs(root, config.key, name):
             if p.is_file():
                 os.utime(p, (stamp, stamp))
         if why is not None:

@@ -25,19 +25,14 @@ def _config(args: argparse.Namespace):
     return resolve(raw, machine=args.machine)
 
 
-def _key(args: argparse.Namespace) -> str:
-    """The results key of this command: machine, or machine@grid."""
-    return _config(args).key
-
-
 def _one_key_or_all(args: argparse.Namespace) -> str | None:
     """The key named by --machine or --configfile, or None for every key."""
-    return _key(args) if args.machine is not None or args.configfile else None
+    return _config(args).key if args.machine is not None or args.configfile else None
 
 
 def _positive(text: str) -> int:
-    """An argparse type: an int >= 1 (R8-20: --heads -1 was a torch traceback, --tokens 0
-    a table of backends "running" on nothing)."""
+    """An argparse type: an int >= 1 (--heads -1 would be a torch traceback, --tokens 0 a
+    table of backends "running" on nothing)."""
     try:
         value = int(text)
     except ValueError:
@@ -103,12 +98,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    from inferlab.core.pipeline import stage
     from inferlab.evidence.verify import cli_history
 
-    if args.stage is not None:
-        stage(args.stage)
-    return cli_history(root=Path(args.root), key=_key(args), stage=args.stage)
+    return cli_history(root=Path(args.root), key=_config(args).key, stage=args.stage)
 
 
 def _cmd_claims(args: argparse.Namespace) -> int:
@@ -137,7 +129,7 @@ def _cmd_manuscript_check(args: argparse.Namespace) -> int:
 
     return cli_check(args.file, root=Path(args.root), not_claims=args.not_claims,
                      as_json=args.json, strict=args.strict,
-                     key=_key(args) if args.machine is not None else None)
+                     key=_config(args).key if args.machine is not None else None)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -221,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("adopt", parents=[common],
                        help="mark committed results for this machine as current")
-    s.add_argument("--cores", type=int, default=1,
+    s.add_argument("--cores", type=_positive, default=1,
                    help="the --cores of the snakemake run that follows (default 1): it caps "
                         "each stage's threads, and a version made with other threads reruns")
     s.set_defaults(func=_cmd_adopt)
@@ -237,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("history", parents=[common],
                        help="list the kept versions of the measured stages")
-    s.add_argument("stage", nargs="?", default=None,
+    s.add_argument("stage", nargs="?", default=None, choices=list(STAGES), metavar="stage",
                    help="only this stage's versions, one of: "
                         f"{', '.join(n for n, d in STAGES.items() if d.measured)}")
     s.set_defaults(func=_cmd_history)

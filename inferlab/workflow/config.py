@@ -1,12 +1,12 @@
 """Configuration: config.yaml (+ config files, + KEY=VALUE overrides) -> validated dict ->
 one effective config per stage.
 
-Configuration flows one way. Snakemake validates the merged config against
-``schemas/config.schema.json`` with ``snakemake.utils.validate``; this module validates
-against the same file, so ``python -m inferlab stage ...`` accepts and refuses exactly
-the same configs. The "auto" values are resolved here, once: the device (cuda when torch
-sees one, else cpu), the machine id and the grid. A section's ``cpu:`` or ``cuda:``
-block, for the device found, is merged over its shared keys.
+Configuration flows one way. The Snakefile (rules/common.smk) and the command line both
+validate the merged config and resolve its "auto" values with ``resolve``, so
+``snakemake`` and ``python -m inferlab stage ...`` accept and refuse exactly the same
+configs: the schema (``schemas/config.schema.json``), then what the schema cannot relate;
+then the device (cuda when torch sees one, else cpu), the machine id and the grid. A
+section's ``cpu:`` or ``cuda:`` block, for the device found, is merged over its shared keys.
 
 A stage's *effective config* is the seed, the device and its sections
 (``pipeline.Stage.sections``) resolved for the device. It is the one description of
@@ -14,12 +14,8 @@ what a stage computes: the Snakemake rule's params (its rerun trigger), the prov
 ``config_sha256`` and what ``inferlab adopt`` compares. Each stage module builds its
 typed parameters from it (``Params.from_config``).
 
-The *grid* names what was computed: ``None`` for the book grid (the effective configs
-that ``config.yaml`` alone gives on this device), else the config's ``grid`` name when it
-computes what that name's profile does (``profiles/smoke.yaml`` is the grid "smoke"),
-else that name, or ``custom`` when a config changed the grid without naming it, with
-``-<hash>`` of what it computes: one key, one grid. Results of another grid go to
-``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
+The *grid* names what was computed (``resolve_grid``): results of any grid but the book's
+go to ``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
 """
 
 from __future__ import annotations
@@ -37,7 +33,6 @@ import yaml
 from inferlab.core import layout, validation
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, stage
-from inferlab.workflow.config_checks import DEVICE_BLOCKS, check_values
 from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
 
 if TYPE_CHECKING:
@@ -47,6 +42,7 @@ SCHEMA_PATH = layout.schema_path("config.schema.json")
 MAX_CONFIG_BYTES = 1 << 20   # a config file or --set value: the book's config.yaml is ~20 kB
 MAX_ERRORS, MAX_ERROR_CHARS = 20, 300  # an error names at most 20 keys, each line cut short
 MAX_VALUES = 100_000  # values in one config file, aliases expanded
+DEVICE_BLOCKS = ("cpu", "cuda")
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster where installed
 
 
@@ -76,17 +72,18 @@ class _Loader(_Base):
                     continue
                 key = self.construct_object(key_node, deep=True)
                 line = key_node.start_mark.line + 1
-                if isinstance(key, str | int | float | bool) and key in seen:
+                if not isinstance(key, str | int | float | bool):
+                    continue
+                if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} appears twice: line {seen[key]} and line "
                         f"{line}; keep one")
-                if isinstance(key, str | int | float | bool):
-                    seen.setdefault(key, line)
+                seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
 # YAML 1.2's integers (what Snakemake's --config reads), not 1.1's: "010" is 10, not octal
-# 8, and "1:30" (base 60, 90) or "1_000" are no integers (R8-16: --set seed=010 ran seed 8)
+# 8, and "1:30" (base 60, 90) or "1_000" are no integers
 _INT_TAG = "tag:yaml.org,2002:int"
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != _INT_TAG]
@@ -129,12 +126,9 @@ def _yaml(text: str, where: str) -> Any:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
     except RecursionError:
         raise ValueError(f"{where} is nested too deeply to be a config") from None
-    except yaml.constructor.ConstructorError as exc:
-        if "appears twice" in str(exc.problem):
-            raise ValueError(f"{where}: {exc.problem}") from None
-        raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
-            from None
     except yaml.YAMLError as exc:
+        if "appears twice" in str(getattr(exc, "problem", "")):
+            raise ValueError(f"{where}: {exc.problem}") from None
         raise ValueError(f"{where} is not valid YAML: {_short(' '.join(str(exc).split()))}") \
             from None
     _check_expansion(data, where)
@@ -160,13 +154,14 @@ def parse_override(text: str) -> dict:
 
 
 def read_yaml(path: Path | str) -> dict:
+    """A config file's mapping; a ValueError naming the file when it is none."""
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise ValueError(f"config file {str(path)!r} is not a regular file (a folder, FIFO or "
-                         "device): give the YAML file itself")
-    if not path.is_file():
-        raise ValueError(f"config file {str(path)!r} does not exist")
     where = f"config file {str(path)!r}"
+    if not path.exists():
+        raise ValueError(f"{where} does not exist")
+    if not path.is_file():
+        raise ValueError(f"{where} is not a regular file (a folder, FIFO or device): give the "
+                         "YAML file itself")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
@@ -175,8 +170,7 @@ def read_yaml(path: Path | str) -> dict:
                          f"{exc.start}); save it as UTF-8") from None
     data = _yaml(text, where) or {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {str(path)!r} must hold a mapping of keys, not "
-                         f"{type(data).__name__}")
+        raise ValueError(f"{where} must hold a mapping of keys, not {type(data).__name__}")
     return data
 
 
@@ -207,20 +201,58 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
     return [f"config key {_key_path(error.absolute_path)}: {_short(error.message)}"]
 
 
-
 def validate_config(raw: dict) -> dict:
-    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0); else a
-    ValueError naming each key and value (at most MAX_ERRORS lines, each cut short)."""
+    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0; a number is
+    finite) and the keys that bound one another agree; else a ValueError naming each key
+    and value (at most MAX_ERRORS lines, each cut short)."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    errors = sorted(validation.validator(schema, strict_integers=True).iter_errors(raw),
+    errors = sorted(validation.validator(schema, strict=True).iter_errors(raw),
                     key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [line for e in errors for line in _error_lines(e)]
         more = len(lines) - MAX_ERRORS
         lines = lines[:MAX_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
         raise ValueError("invalid config (schemas/config.schema.json):\n  " + "\n  ".join(lines))
-    check_values(raw)
+    _check_orders(raw)
+    _check_sizes(raw)
     return raw
+
+
+def _check_orders(raw: dict) -> None:
+    """Keys that bound one another, which the schema (checked first: every key is there)
+    cannot relate: a matmul_min_n above matmul_max_n would time min_n whatever memory max_n
+    bounds; min_rounds above max_rounds and a gqa_groups that does not divide the map's
+    heads would fail mid-run."""
+    probe = raw["probe"]
+    pairs = [("timing", raw["timing"], "min_rounds", "max_rounds")]
+    pairs += [(f"probe.{d}", probe[d], "matmul_min_n", "matmul_max_n") for d in DEVICE_BLOCKS]
+    for where, block, low, high in pairs:
+        if block[low] > block[high]:
+            raise ValueError(f"invalid config: {where}.{low}={block[low]} is above "
+                             f"{where}.{high}={block[high]}; {low} must be at most {high}")
+    groups, heads = probe["map"]["gqa_groups"], probe["map"]["heads"]
+    if heads % groups:
+        raise ValueError(f"invalid config: probe.map.gqa_groups={groups} does not divide "
+                         f"probe.map.heads={heads} (grouped key/value heads)")
+
+
+def _check_sizes(raw: dict) -> None:
+    """One entry per dtype and length in a prefill ``sizes`` list: the stage keys its
+    results by them, so a second entry of the same point (another causal list, a duplicate)
+    would replace the first's rows."""
+    prefill = raw["prefill"]
+    for name, block in [("prefill", prefill)] + [(f"prefill.{d}", prefill[d])
+                                                 for d in DEVICE_BLOCKS]:
+        seen: dict = {}
+        for i, entry in enumerate(block.get("sizes", [])):
+            for T in entry["T"]:
+                point = (entry["dtype"], T)
+                if point in seen:
+                    raise ValueError(
+                        f"invalid config: {name}.sizes[{seen[point]}] and [{i}] both hold "
+                        f"{point[0]} T={T}: one entry per dtype and length (list both masks "
+                        "in its causal:)")
+                seen[point] = i
 
 
 # --------------------------------------------------------------------------- resolving
@@ -248,13 +280,13 @@ def resolve_device(raw: dict, check: bool = True) -> str:
 def resolve_machine(raw: dict, device: str, machine: str | None = None) -> str:
     """``machine`` (a command line's --machine) if given, else config["machine"], else the
     id detected from the hardware when that is "auto"."""
-    if machine is not None:
-        return layout.check_machine(machine)
-    if raw["machine"] != "auto":
-        return layout.check_machine(raw["machine"])
-    from inferlab.measurement.environment import machine_id
+    if machine is None:
+        machine = raw["machine"]
+        if machine == "auto":
+            from inferlab.measurement.environment import machine_id
 
-    return layout.check_machine(machine_id(device))
+            machine = machine_id(device)
+    return layout.check_machine(machine)
 
 
 def available_cpus() -> int:
@@ -299,11 +331,9 @@ def grid_hash(raw: dict, device: str) -> str:
 def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
     """None when ``raw`` computes the book grid (``default``: config.yaml alone), else a
     name that only this grid has: the config's ``grid`` name when it computes exactly
-    what that name's profile does (``profiles/<grid>.yaml``, which names it), else that
-    name or ``custom`` with ``-<first 8 hex of the grid hash>``, so that three configs
-    naming one grid never share its results key. ``raw`` is validated first: Snakemake's
-    own check (the Snakefile's) lets a seed of 1.0 through."""
-    validate_config(raw)
+    what that name's profile does (``profiles/<grid>.yaml``), else that name or ``custom``
+    with ``-<first 8 hex of the grid hash>``, so that three configs naming one grid never
+    share its results key. ``raw`` is a validated config."""
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
     if here == grid_hash(default, device):

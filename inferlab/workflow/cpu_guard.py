@@ -1,9 +1,8 @@
 """Refuse an ``ATEN_CPU_CAPABILITY`` above this CPU's before anything runs.
 
-torch takes the setting on trust: on the AVX2 EPYC, torch 2.13.0 under
-``ATEN_CPU_CAPABILITY=avx512`` reports ``AVX512`` as in use and its first AVX512 kernel dies
-of an illegal instruction (CI's ``make test-isa`` crashed so). A run that would crash is
-refused with the setting and the flags the CPU lacks; ``python -m
+torch takes the setting on trust: on an AVX2 CPU, torch under ``ATEN_CPU_CAPABILITY=avx512``
+reports ``AVX512`` as in use and its first AVX512 kernel dies of an illegal instruction. A
+run that would crash is refused with the setting and the flags the CPU lacks; ``python -m
 inferlab.workflow.cpu_guard`` prints the capabilities this CPU can run, lowest first (what
 ``make test-isa`` loops over). A guard, not computing code: it changes no number.
 """
@@ -11,7 +10,6 @@ inferlab.workflow.cpu_guard`` prints the capabilities this CPU can run, lowest f
 from __future__ import annotations
 
 import os
-import sys
 
 from inferlab.measurement.environment import cpu_flags
 
@@ -52,4 +50,3 @@ def refuse_capability_beyond_cpu() -> None:
 
 if __name__ == "__main__":
     print("\n".join(aten_capabilities(cpu_flags())))
-    sys.exit(0)

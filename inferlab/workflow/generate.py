@@ -1,13 +1,9 @@
-"""``inferlab generate [--check]``: the files that restate the stage declaration
-(``core.pipeline.STAGES`` and ``LAYERS``, the row status contract, ``measurement.status``,
-and the implementations registry, ``algorithms.implementations``), written from it, so
-that a new stage or kernel is declared once and appears everywhere: the stage enums of the
-schemas (and the GPU call's stages in the config's), the status and cause enums of the
-tables, their ``impl`` enums and the config's ``implementations`` lists, the Slurm
-profile's resources, docs/contracts.md's package tree, stage table and results layout, and
-each stage's report caption (``captions/<stage>.rst``, from its module's docstring). With
-``--check`` nothing is written: it says which file is not what the declaration makes
-(the test suite runs it).
+"""``inferlab generate [--check]``: the files that restate a declaration (the stages and
+layers of ``core.pipeline``, the row status of ``measurement.status``, the implementations
+of ``algorithms.implementations``), written from it, so that a new stage or kernel is
+declared once and appears everywhere (``targets``: the schemas' enums, the Slurm profile,
+docs/contracts.md's tables, the report's captions). With ``--check`` nothing is written:
+it says which file is not what the declaration makes (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -30,17 +26,6 @@ SLURM_PROFILE = Path("profiles") / "slurm" / "config.yaml"
 CONTRACTS = Path("docs") / "contracts.md"
 
 
-def _judged() -> list[str]:
-    """The stages the claims stage judges: every one declared before it."""
-    return list(STAGES[CLAIMS_STAGE].reads)
-
-
-def _set(node: dict, path: tuple, value) -> None:
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
-
-
 def json_text(value, room: int = 100, indent: str = "") -> str:
     """``value`` as JSON: a list or an object on one line where it fits in ``room``
     columns, else one item a line, indented by two spaces a level (every schema's layout)."""
@@ -61,14 +46,13 @@ def json_text(value, room: int = 100, indent: str = "") -> str:
 def _schema(edits: dict[tuple, Callable[[], object]]) -> Callable[[str], str]:
     def make(text: str) -> str:
         data = json.loads(text)
-        for path, value in edits.items():
-            _set(data, path, value())
+        for (*parents, last), value in edits.items():
+            node = data
+            for part in parents:
+                node = node[part]
+            node[last] = value()
         return json_text(data) + "\n"
     return make
-
-
-def _causes() -> list:
-    return [c for causes in CAUSES.values() for c in causes] + [None]
 
 
 def _causes_text() -> str:
@@ -79,17 +63,8 @@ def _causes_text() -> str:
 
 # the row status contract (measurement.status), defined once for every table that has it
 _STATUS = {("$defs", "status", "enum"): lambda: list(STATUSES),
-           ("$defs", "cause", "enum"): _causes,
+           ("$defs", "cause", "enum"): lambda: [*(c for cs in CAUSES.values() for c in cs), None],
            ("$defs", "cause", "description"): _causes_text}
-
-def _device_stages() -> list[str]:
-    """The stages the GPU call runs (scripts/gpu-call.sh): those that need the device."""
-    return [name for name, s in STAGES.items() if s.needs_device]
-
-
-# the call's seconds may name only these (one missing fails tests/test_gpu_call.py, not a
-# user's pipeline)
-_CALL_STAGES = ("properties", "gpu_call", "properties", "stages")
 
 
 def _impls(stage: str | None = None) -> Callable[[], list[str]]:
@@ -111,17 +86,19 @@ SCHEMAS = {
     "series.schema.json": {("properties", "impl", "enum"): _impls()},
     "defs.schema.json": _STATUS,
     "config.schema.json": {
-        (*_CALL_STAGES, "properties"): lambda: {name: {
+        # the GPU call (scripts/gpu-call.sh) runs the stages that need the device
+        ("properties", "gpu_call", "properties", "stages", "properties"): lambda: {name: {
             "description": f"seconds of the {name} step", "$ref": "#/$defs/step_s"}
-            for name in _device_stages()},
+            for name, s in STAGES.items() if s.needs_device},
         **_config_impls("prefill"), **_config_impls("decode")},
     "sidecar.schema.json": {
         ("properties", "schema", "pattern"): lambda: f"^inferlab/({'|'.join(STAGES)})$",
         ("properties", "artifact", "enum"): lambda: [s.artifact for s in STAGES.values()],
         ("$defs", "provenance", "properties", "stage", "enum"): lambda: list(STAGES),
     },
-    "claims_result.schema.json": {
-        ("$defs", "artifact", "properties", "stage", "enum"): _judged,
+    "claims_result.schema.json": {  # the claims stage judges every stage declared before it
+        ("$defs", "artifact", "properties", "stage", "enum"):
+            lambda: list(STAGES[CLAIMS_STAGE].reads),
         ("$defs", "result", "properties", "kind", "enum"): lambda: list(claims.KINDS),
         ("$defs", "result", "properties", "verdict", "enum"): lambda: list(verdicts.VERDICTS),
         ("$defs", "result", "properties", "cause", "properties", "kind", "enum"):
@@ -147,9 +124,10 @@ def _slurm(text: str) -> str:
             + "\n".join(lines) + "\n")
 
 
-def _doc_of(path: Path) -> str:
+def _first_paragraph(path: Path) -> str:
+    """The first paragraph of a module's docstring."""
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
-    return " ".join(doc.split("\n\n")[0].split())
+    return doc.split("\n\n", 1)[0].strip()
 
 
 def _tree(root: Path) -> str:
@@ -159,9 +137,9 @@ def _tree(root: Path) -> str:
         below = ", ".join(f"`{x.package}`" for x in LAYERS[:i]) or "nothing of inferlab"
         modules = ", ".join(f"`{p.stem}`" for p in sorted(folder.glob("*.py"))
                             if p.name != "__init__.py")
+        holds = " ".join(_first_paragraph(folder / "__init__.py").split())
         rows.append(f"| `inferlab/{layer.package}/` | {'yes' if layer.computes else 'no'} | "
-                    f"{_doc_of(folder / '__init__.py')} Modules: {modules}. May import: "
-                    f"{below}. |")
+                    f"{holds} Modules: {modules}. May import: {below}. |")
     return "\n".join(rows)
 
 
@@ -221,8 +199,7 @@ def _caption(root: Path, name: str) -> Callable[[str], str]:
     first paragraph of the stage module's docstring, after its "name -> artifact:" head."""
     def make(_: str) -> str:
         module = root / (STAGES[name].module.replace(".", "/") + ".py")
-        doc = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or ""
-        first = doc.split("\n\n", 1)[0].strip()
+        first = _first_paragraph(module)
         head = re.match(rf"{re.escape(name)}\s*->\s*\S+:\s*", first)
         first = first[head.end():] if head else first
         if not first:
