@@ -8,7 +8,7 @@ import os
 import sys
 
 from snakemake.exceptions import WorkflowError
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -25,11 +25,6 @@ for _path in (sys.executable, workflow.basedir, os.getcwd()):
 
 
 configfile: "config.yaml"
-
-
-# Snakemake's own check; config.resolve (rules/common.smk) checks as the command line does,
-# refusing what this one takes (a seed of 1.0 for an integer)
-validate(config, "schemas/config.schema.json", set_default=False)
 
 
 include: "rules/common.smk"

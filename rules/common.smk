@@ -4,11 +4,17 @@ from inferlab.core import layout
 from inferlab.workflow.config import load_config, resolve, resolve_threads
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
 from inferlab.core.pipeline import CLAIMS_FILE, STAGES, code_files, content_sha256
 
-# The config validated as the command line validates it (Snakemake's own validate would
-# take a seed of 1.0 for an integer), its "auto" values resolved as the command line does.
-RUN = resolve(config)
+# The config validated against schemas/config.schema.json and resolved exactly as the
+# command line does (one check: Snakemake's own validate would take a seed of 1.0 for an
+# integer); a bad value is named without a traceback.
+try:
+    RUN = resolve(config)
+except ValueError as exc:
+    raise WorkflowError(str(exc)) from None
 MACHINE = RUN.machine
 # Results of this run go to results/{KEY}/ only (KEY = MACHINE, or MACHINE@GRID off the
 # book grid): rules name this one folder, never a wildcard, so a run can never write into
