@@ -179,11 +179,19 @@ class Register:
                 fault = None  # no git here: `inferlab verify` says it could not check
             if fault:
                 raise ValueError(f"refusing to add to {self.rel}: {fault}")
-            data = self._data()
-            if data and not data.endswith(b"\n"):
-                with open(self.path, "r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
+            self.cut_torn_tail()
             yield
+
+    def cut_torn_tail(self) -> int:
+        """Cut a final line without its newline (an append killed mid-line); every complete
+        line is left as it is. Returns how many bytes went."""
+        data = self._data()
+        if not data or data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        with open(self.path, "r+b") as f:
+            f.truncate(keep)
+        return len(data) - keep
 
     def next_version(self, stage: str) -> int:
         return 1 + len(self.history(stage))

@@ -32,13 +32,10 @@ def _debris(root: Path, key: str) -> list[Path]:
 def repair(root: Path, key: str) -> None:
     """Cut a torn final register line and remove temp files, saying what goes."""
     register = Register(root, key)
-    data = register.path.read_bytes() if register.path.is_file() else b""
-    if data and not data.endswith(b"\n"):
-        tail = data[data.rfind(b"\n") + 1:]
-        print(f"REPAIR {key}: {register.rel}: removed a torn last line ({len(tail)} bytes, an "
+    cut = register.cut_torn_tail()
+    if cut:
+        print(f"REPAIR {key}: {register.rel}: removed a torn last line ({cut} bytes, an "
               "append interrupted); every complete line is untouched")
-        with open(register.path, "r+b") as f:
-            f.truncate(len(data) - len(tail))
     for p in _debris(root, key):
         p.unlink()
         print(f"REPAIR {key}: removed {p.relative_to(root).as_posix()} (an interrupted write)")
