@@ -110,7 +110,7 @@ def parse_figure(figure) -> Number:
     return found[0]
 
 
-@functools.lru_cache(maxsize=4096)  # a check compares every sentence with every entry's
+@functools.lru_cache(maxsize=4096)  # a text check shapes each entry once per sentence
 def shape(text: str) -> str:
     """The sentence with every number replaced by '#' and spaces collapsed."""
     return " ".join(NUMBER_RE.sub("#", text).split())
