@@ -53,7 +53,6 @@ def evaluate_key(root: Path | str, key: str, claims_path: Path | str | None = No
                         claims_file.fp16_stand_in, claims_file.chapter_gpu)
 
 
-
 def _cells(frame: pd.DataFrame) -> list[dict]:
     """DataFrame rows as row dicts, NaN as a missing cell (the artifact's empty cell)."""
     return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
@@ -724,8 +723,6 @@ def test_a_between_run_claim_with_one_run_is_not_measurable(tmp_path, evidence, 
     result = one(tmp_path, evidence, CPU, check, kind="between-run")
     assert result["verdict"] == "not measurable here"
     assert result["cause"]["kind"] == "too_few_runs"
-
-
 
 
 def map_row(case: str, can_run: bool, **cells) -> dict:

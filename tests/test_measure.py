@@ -221,8 +221,6 @@ def test_an_oom_case_is_a_status_and_the_others_still_time(failure):
     assert list(result) == ["ok", "big"]
 
 
-
-
 @needs_cuda
 def test_cuda_timing():
     gen = torch.Generator(device="cuda").manual_seed(4)
@@ -698,8 +696,6 @@ def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
                               min_rounds=6, max_rounds=6, time_cap_s=1.0)["a"]
     # two warm-up calls, then the rounds' timings of two calls each
     assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget
-
-
 
 
 def killed_while_building(point):

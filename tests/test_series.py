@@ -450,7 +450,6 @@ def test_the_coverage_benchmarks_half_width_is_the_series_stages():
     """The benchmark re-pools the committed runs as the series stage does, leaving out each
     kernel's ratio to itself (1, of zero width); series.csv's own rows must agree."""
 
-
     spec = importlib.util.spec_from_file_location("series_coverage",
                                                   REPO / "benchmarks" / "series_coverage.py")
     bench = importlib.util.module_from_spec(spec)

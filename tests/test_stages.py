@@ -357,8 +357,6 @@ def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
     assert pd.isna(rows.loc[2048, "measured_ratio"]) and "naive" in rows.loc[2048, "note"]
 
 
-
-
 def test_prefill_rows_are_paired_with_naive_of_their_own_mask(prefill_run):
     _, _, rows, _ = prefill_run
     ok = rows[rows["status"] == "ok"]

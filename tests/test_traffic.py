@@ -230,7 +230,6 @@ def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None 
     """The traffic stage on ``prefill_rows`` (row dicts, through the real writer and reader;
     or a prefill Table as read), its rows through the writer and reader."""
 
-
     table = prefill_rows if isinstance(prefill_rows, artifacts.Table) else artifacts.decode(
         "prefill", artifacts.encode("prefill", prefill_rows))
     series = series_table(prefill=table)  # what traffic reads: the series of that one run
@@ -363,7 +362,6 @@ def test_each_row_has_naive_attentions_roofline_from_the_probe(tmp_path, causal)
 def test_naive_attention_computes_every_score_whatever_the_mask(causal):
     """The FLOPs the roofline gives naive attention (traffic.naive_flops) are the ones the
     profiler counts for naive_attention under either mask: it masks after the product."""
-
 
     B, H, T, d = 1, 2, 192, 32
     g = torch.Generator().manual_seed(11)
