@@ -1,11 +1,7 @@
 """The check interpreter (inferlab.judging.verdicts) at its edges: ``judge`` at every bound,
-each statistic on known data, every verdict path including the vacuous ones, units and
-conversions, what claims.json records, and claims.yaml's readings on rows made to tell a
-right reading from a wrong one.
-
-Checks are parsed from the same dicts claims.yaml holds (``claims._check``) and judged on
-tables written and read back by the one artifact writer (``artifacts.encode``/``decode``),
-in memory: no register is needed to judge a claim.
+each statistic, every verdict path, units, what claims.json records, and claims.yaml's
+readings on rows made to tell a right reading from a wrong one. Checks are parsed from
+claims.yaml's dicts and judged on tables written and read back by the artifact writer.
 """
 
 from __future__ import annotations
@@ -16,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+from inferlab.core import layout
 from inferlab.evidence import artifacts
 from inferlab.evidence.register import Evidence
 from inferlab.judging import claims, verdicts
@@ -74,6 +72,22 @@ def verdict(spec: dict, rows: list[dict] | None, stage: str = "decode", key: str
     claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
     return Rendered(verdicts.evaluate(claim, evidence_of(stage, rows, error), key, ROOT),
                     claim, key)
+
+
+def of(expect: dict | None, column: str = "median_ms", stat: str = "max", **value) -> dict:
+    """A check's value and expectation as claims.yaml writes them (a question's has none)."""
+    found = {"value": {"column": column, "stat": stat, **value}}
+    return found if expect is None else {**found, "expect": expect}
+
+
+def on_a_gpu(multiprocessors: int = 132, **stages: list[dict]) -> dict:
+    """``stages``' rows (decode's default: one fp16 row at 2 ms) as measured on a CUDA GPU."""
+    entry = {"provenance": {"config": {"device": "cuda"}, "environment": {
+        "device": "cuda", "cuda": {"device_name": "NVIDIA X",
+                                   "multiprocessors": multiprocessors}}}}
+    stages = {"decode": [decode_row(median_ms=2.0, dtype="float16")], **stages}
+    return {name: Evidence(name, found.path, found.data, entry, None)
+            for name, found in evidence_of("decode", stages.pop("decode"), **stages).items()}
 
 
 def expect(**spec) -> Expect:
@@ -248,9 +262,13 @@ def test_each_statistic_on_known_data(measure, expected):
                                                    else [value]))
 
 
-def test_median_of_an_even_count_is_the_midpoint():
-    frame = pd.DataFrame({"y": [1.0, 2.0, 3.0, 10.0]})
-    assert verdicts.statistic(frame, "y", stat("y", "median"))[0].value == 2.5
+@pytest.mark.parametrize(("frame", "measure", "values"), [
+    (pd.DataFrame({"y": [1.0, 2.0, 3.0, 10.0]}), stat("y", "median"), [2.5]),  # the midpoint
+    (pd.DataFrame({"g": ["a", "a", None], "y": [1.0, 3.0, 7.0]}), stat("y", "max", by=("g",)),
+     [3.0, 7.0]),  # a group with an empty key is a group too
+])
+def test_an_even_median_and_an_empty_group_key(frame, measure, values):
+    assert [e.value for e in verdicts.statistic(frame, "y", measure)] == values
 
 
 def test_a_boolean_column_stays_boolean():
@@ -274,6 +292,8 @@ def test_empty_values_and_no_rows_are_not_measurable():
     ([1, 2, 4, 8], [5, 20, 80, 320], 2.0),
     ([2, 4], [8, 4], -1.0),
     ([1, 10, 100], [7, 7, 7], 0.0),
+    ([1, 2, 4], [1, 4, 8], 1.5),  # x = y = 1 kept; log2 least squares over (0, 1, 2), (0, 2, 3)
+    ([0, 1, 2, 4, 8, -1], [5, 3, 6, 12, 0, 4], 1.0),  # only x, y > 0 have a logarithm
 ])
 def test_loglog_slope_on_known_power_laws(xs, ys, slope):
     frame = pd.DataFrame({"x": xs, "y": ys})
@@ -282,15 +302,7 @@ def test_loglog_slope_on_known_power_laws(xs, ys, slope):
     assert verdicts.statistic(frame, "y", measure)[0].value == pytest.approx(slope, abs=1e-12)
 
 
-def test_loglog_slope_keeps_x_and_y_of_one_and_fits_what_is_not_a_power_law():
-    frame = pd.DataFrame({"x": [1, 2, 4], "y": [1, 4, 8]})
-    # least squares over log2: x = 0, 1, 2 and y = 0, 2, 3: slope 1.5
-    assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(1.5)
-
-
-def test_loglog_slope_drops_what_has_no_logarithm_and_needs_two_abscissae():
-    frame = pd.DataFrame({"x": [0, 1, 2, 4, 8, -1], "y": [5, 3, 6, 12, 0, 4]})
-    assert judging.loglog_slope(frame, "y", "x").value == pytest.approx(1.0)  # x, y > 0
+def test_loglog_slope_needs_two_abscissae():
     one_x = pd.DataFrame({"x": [4, 4, 4], "y": [1, 2, 3]})
     with pytest.raises(NotMeasurable) as info:
         judging.loglog_slope(one_x, "y", "x")
@@ -328,8 +340,7 @@ def test_the_value_claims_json_records(value, recorded):
 
 
 def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
-    """JSON has no infinity: a computed ±inf is written "inf" / "-inf", NaN is null, and
-    every other value is kept as it is."""
+    """JSON has no infinity: ±inf is written "inf" / "-inf", NaN null, the rest as it is."""
     rows = pd.DataFrame({"median_ms": [math.inf, -math.inf, math.nan, 1.5],
                          "splits": [1, 2, 3, 4], "impl": ["a", "b", "c", "d"]})
     check = claims._check({"stage": "decode", "value": {"column": "median_ms", "stat": "max"},
@@ -342,12 +353,9 @@ def test_the_rows_claims_json_keeps_write_infinities_as_the_csv_does():
 
 
 def test_the_rows_claims_json_keeps_are_references_and_numbers_never_prose():
-    """A deciding row keeps its key, the columns the check names, its status and
-    the claim's value; a column of prose (a method, a note, PyTorch's reason) stays in the
-    artifact."""
+    """A row keeps its key, the check's columns, its status and value; prose stays behind."""
     rows = [decode_row(timing_method="torch.utils.benchmark.Timer", median_ms=2.0)]
-    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 3}},
-                     rows)
+    result = verdict(of({"max": 3}), rows)
     (row,) = result["rows"]
     assert "timing_method" not in row and "cache_bytes" not in row
     assert {"impl", "cache_len", "splits", "median_ms", "status", "value", "ci_low",
@@ -358,10 +366,9 @@ def test_the_rows_claims_json_keeps_are_references_and_numbers_never_prose():
 # ---------------------------------------------------------------- every verdict path
 
 
-def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason():
+def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason_and_one_missing_not():
     rows = [decode_row(median_ms=1.0), decode_row(median_ms=3.0, cache_len=2048)]
-    result = verdict({"value": {"column": "median_ms", "stat": "max"},
-                      "expect": {"max": 3}}, rows)
+    result = verdict(of({"max": 3}), rows)
     assert result["verdict"] == "reproduced" and result["value"] == 3.0
     assert result["unit"] == "ms" and value_text(result) == "3 ms"
     assert result.reason == ("value 3 over 2 row(s) (impl=splitkv; cache_len=1024,2048; "
@@ -376,28 +383,22 @@ def test_a_value_meeting_the_sentence_is_reproduced_with_its_reason():
                                   "path": f"results/{CPU_KEY}/decode.csv"}
     assert result["id"] == "C13-99" and result["interval"] == [3.0, 3.0]
     assert "figure" not in result and "value_text" not in result  # the report's
-
-
-def test_a_value_missing_the_sentence_is_not_reproduced_and_given():
-    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 1}},
-                     [decode_row(median_ms=1.5)])
-    assert result["verdict"] == "not reproduced" and result["value"] == 1.5
-    assert "value 1.50 over 1 row(s)" in result.reason
+    missed = verdict(of({"max": 1}), [decode_row(median_ms=1.5)])
+    assert missed["verdict"] == "not reproduced" and missed["value"] == 1.5
+    assert "value 1.50 over 1 row(s)" in missed.reason
 
 
 def test_over_divides_by_the_other_column_of_the_same_row():
     rows = [decode_row(median_ms=6.0, floor_ms=2.0), decode_row(median_ms=9.0, floor_ms=3.0,
                                                                 cache_len=2048)]
-    result = verdict({"value": {"column": "median_ms", "over": "floor_ms", "stat": "range"},
-                      "expect": {"between": [2.9, 3.1]}}, rows)
+    result = verdict(of({"between": [2.9, 3.1]}, over="floor_ms", stat="range"), rows)
     assert result["value"] == 3.0 and result["verdict"] == "reproduced"
     assert result["unit"] == "×" and value_text(result) == "3×"
 
 
 def test_invert_judges_one_over_the_value():
     rows = [decode_row(ratio=0.25), decode_row(ratio=0.5, cache_len=2048)]
-    result = verdict({"value": {"column": "ratio", "invert": True, "stat": "range"},
-                      "expect": {"min": 2}}, rows)
+    result = verdict(of({"min": 2}, "ratio", "range", invert=True), rows)
     assert result["value"] == [2.0, 4.0] and result["verdict"] == "reproduced"
     assert value_text(result) == "2–4×"
 
@@ -409,14 +410,12 @@ def test_invert_judges_one_over_the_value():
     ("s", "median_ms", 2500.0, 2.5, "2.50 s"),
 ])
 def test_a_unit_converts_the_column_exactly(unit, column, cell, value, text):
-    result = verdict({"value": {"column": column, "unit": unit, "stat": "max"},
-                      "expect": {"min": 0}}, [decode_row(**{column: cell})])
+    result = verdict(of({"min": 0}, column, unit=unit), [decode_row(**{column: cell})])
     assert result["value"] == value and value_text(result) == text
 
 
 def test_a_value_at_its_physical_limit_is_judged_and_above_it_is_a_probe_error():
-    spec = {"value": {"column": "median_ms", "valid_max": 2.0, "stat": "max"},
-            "expect": {"max": 5}}
+    spec = of({"max": 5}, valid_max=2.0)
     assert verdict(spec, [decode_row(median_ms=2.0)])["verdict"] == "reproduced"
     above = verdict(spec, [decode_row(median_ms=2.5)])
     assert above["verdict"] == "not measurable here" and above["value"] is None
@@ -430,25 +429,19 @@ def test_a_value_at_its_physical_limit_is_judged_and_above_it_is_a_probe_error()
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_a_computed_non_finite_value_is_not_reproduced_and_its_row_named(bad):
+def test_a_computed_non_finite_value_or_divisor_is_not_reproduced_and_its_row_named(bad):
     rows = [decode_row(median_ms=1.0), decode_row(median_ms=bad, cache_len=4096)]
-    result = verdict({"value": {"column": "median_ms", "stat": "max"},
-                      "expect": {"min": -1e9}}, rows)
+    result = verdict(of({"min": -1e9}), rows)
     assert result["verdict"] == "not reproduced" and result["value"] is None
     assert result.reason.startswith("median_ms is NaN or infinite in 1 row(s): "
-                                       "impl=splitkv cache_len=4096; ")
+                                    "impl=splitkv cache_len=4096; ")
     assert "a computation that overflowed does not pass" in result.reason
-
-
-def test_a_non_finite_divisor_fails_the_check_too():
-    rows = [decode_row(median_ms=1.0, floor_ms=math.nan)]
-    result = verdict({"value": {"column": "median_ms", "over": "floor_ms", "stat": "max"},
-                      "expect": {"min": -1e9}}, rows)
-    assert result["verdict"] == "not reproduced" and "NaN or infinite" in result.reason
+    divided = verdict(of({"min": -1e9}, over="floor_ms"), [decode_row(floor_ms=bad)])
+    assert divided["verdict"] == "not reproduced" and "NaN or infinite" in divided.reason
 
 
 def test_empty_cells_are_left_out_and_counted_but_all_empty_is_not_measurable():
-    spec = {"value": {"column": "floor_ms", "stat": "max"}, "expect": {"max": 5}}
+    spec = of({"max": 5}, "floor_ms")
     some = verdict(spec, [decode_row(floor_ms=None), decode_row(floor_ms=2.0, cache_len=2048)])
     assert some["verdict"] == "reproduced" and some["value"] == 2.0
     assert "; 1 row(s) have no floor_ms (not applicable); needs" in some.reason
@@ -468,8 +461,7 @@ def test_a_reported_claim_is_not_checkable_and_reads_nothing():
 
 
 def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
-    spec = {"value": {"column": "median_ms", "unit": "us", "stat": "max"},
-            "expect": {"max": 1}}
+    spec = of({"max": 1}, unit="us")
     rows = [decode_row(median_ms=2.0)]
     measured = verdict(spec, rows, device="cuda")
     assert measured["verdict"] == "not measurable here"
@@ -477,31 +469,17 @@ def test_a_device_claim_on_another_device_is_not_measurable_or_shown_beside():
     shown = verdict(spec, rows, kind="device-specific", device="cuda")
     assert shown["verdict"] == "not comparable on this device" and shown["value"] == 2000.0
     assert shown.reason.endswith(f"the sentence is about a CUDA device and {CPU_KEY} ran on "
-                                    "cpu: the value here is shown beside it, not judged")
+                                 "cpu: the value here is shown beside it, not judged")
     judged = verdict(spec, [decode_row(median_ms=2.0, dtype="float16")], key=GPU_KEY,
                      kind="device-specific", device="cuda")
     assert judged["verdict"] == "not reproduced"  # on its own device it is judged
 
 
-def on_a_gpu(multiprocessors: int) -> dict:
-    """A decode table of one fp16 row at 2 ms, measured on a CUDA GPU of ``multiprocessors``."""
-    found = evidence_of("decode", [decode_row(median_ms=2.0, dtype="float16")])
-    found["decode"] = Evidence("decode", found["decode"].path, found["decode"].data,
-                               {"provenance": {"config": {"device": "cuda"}, "environment": {
-                                   "device": "cuda", "cuda": {
-                                       "device_name": "NVIDIA X",
-                                       "multiprocessors": multiprocessors}}}}, None)
-    return found
-
-
 def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_another():
-    """A device-specific figure on a CUDA key: judged where the GPU is like the chapter's
-    (its multiprocessors), shown beside it on any other GPU, with both GPUs named. On 4
-    December 2026 the H200's evidence had 28 such figures "not reproduced" (57x for the
-    chapter's 16-18x: a launch-bound loop on a GPU four times as wide)."""
-    spec = {"value": {"column": "median_ms", "unit": "us", "stat": "max"},
-            "expect": {"max": 1}}
-    parsed = claims._check({"stage": "decode", "device": "cuda", **spec})
+    """Judged where the GPU has the chapter's multiprocessors, else shown beside, both GPUs
+    named: the H200 once had 28 such figures "not reproduced" (57x for the chapter's 16-18x,
+    a launch-bound loop on a GPU four times as wide)."""
+    parsed = claims._check({"stage": "decode", "device": "cuda", **of({"max": 1}, unit="us")})
 
     def on(multiprocessors, kind="device-specific", chapter=34):
         claim = Claim("C13-99", "A sentence.", "v", kind, parsed)
@@ -522,11 +500,9 @@ def test_a_device_figure_is_judged_on_the_chapters_gpu_and_shown_beside_on_anoth
 
 
 def test_a_statement_about_any_gpu_is_judged_on_every_gpu_and_shown_on_a_cpu():
-    """``gpu: any``: a device-specific CUDA claim about GPUs in general (Q13-15: naive
-    attention bound by HBM traffic) is judged on an H200 too, and a CPU, which has no HBM,
-    shows it."""
-    spec = {"stage": "decode", "device": "cuda", "gpu": "any",
-            "value": {"column": "median_ms", "unit": "us", "stat": "max"}, "expect": {"max": 1}}
+    """``gpu: any`` (Q13-15: naive attention bound by HBM traffic): judged on an H200 too,
+    shown on a CPU, which has no HBM."""
+    spec = {"stage": "decode", "device": "cuda", "gpu": "any", **of({"max": 1}, unit="us")}
     chapter = {"multiprocessors": 34}
     claim = Claim("C13-99", "A sentence.", "v", "device-specific", claims._check(spec))
     judged = verdicts.evaluate(claim, on_a_gpu(132), GPU_KEY, ROOT, chapter_gpu=chapter)
@@ -549,56 +525,41 @@ def test_a_statement_about_any_gpu_is_judged_on_every_gpu_and_shown_on_a_cpu():
     ({"multiprocessors": "34"}, "chapter_gpu.multiprocessors", "at least 1, got '34'"),
     ({"sms": 34}, "chapter_gpu", "unknown key 'sms'")])
 def test_a_chapter_gpu_that_is_not_a_count_of_multiprocessors_is_refused(gpu, field, says):
-    import yaml
-
-    from inferlab.core.layout import CLAIMS_FILE
-
-    data = yaml.safe_load(CLAIMS_FILE.read_text())
+    data = yaml.safe_load(layout.CLAIMS_FILE.read_text())
     with pytest.raises(claims.Bad, match=says) as refused:
         claims._file({**data, "chapter_gpu": gpu})
     assert refused.value.field == field
 
 
-def test_the_fp16_stand_in_decides_per_device_and_is_never_pooled():
+def test_the_fp16_stand_in_is_never_pooled_and_each_dtype_is_judged_separately():
     rows = [decode_row(dtype="float32", median_ms=1.0),
             decode_row(dtype="bfloat16", median_ms=9.0)]
-    spec = {"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 2}}
-    assert verdict(spec, rows)["value"] == 1.0  # the CPU's stand-in: float32
-    on_gpu = verdict(spec, rows, key=GPU_KEY)
+    assert verdict(of({"max": 2}), rows)["value"] == 1.0  # the CPU's stand-in: float32
+    on_gpu = verdict(of({"max": 2}), rows, key=GPU_KEY)
     assert on_gpu["verdict"] == "not measurable here"
     assert on_gpu.reason == ("no float16 rows (the fp16 stand-in here): this machine did "
-                                "not run float16; no other dtype is used in its place")
-
-
-def test_each_dtype_is_judged_and_labelled_separately():
-    rows = [decode_row(dtype="float32", median_ms=1.0),
-            decode_row(dtype="bfloat16", median_ms=9.0)]
-    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 2}},
-                     rows, dtype="each")
+                             "not run float16; no other dtype is used in its place")
+    result = verdict(of({"max": 2}), rows, dtype="each")
     assert result["verdict"] == "not reproduced" and result["value"] == [1.0, 9.0]
     parts = result.reason.split(" | ")
     assert parts[0].startswith("bfloat16: value 9 over 1 row(s)")
     assert parts[1].startswith("float32: value 1 over 1 row(s)")
-    passing = verdict({"value": {"column": "median_ms", "stat": "max"},
-                       "expect": {"max": 10}}, rows, dtype="each")
-    assert passing["verdict"] == "reproduced"
+    assert verdict(of({"max": 10}), rows, dtype="each")["verdict"] == "reproduced"
 
 
 def test_best_keeps_the_fastest_row_per_group():
-    rows = [decode_row(impl="splitkv", median_ms=3.0), decode_row(impl="sdpa_math",
-                                                                  median_ms=2.0),
+    rows = [decode_row(impl="splitkv", median_ms=3.0),
+            decode_row(impl="sdpa_math", median_ms=2.0),
             decode_row(impl="splitkv", median_ms=5.0, cache_len=2048),
             decode_row(impl="sdpa_math", median_ms=7.0, cache_len=2048)]
-    result = verdict({"value": {"column": "median_ms", "stat": "range"},
-                      "expect": {"min": 0}}, rows,
+    result = verdict(of({"min": 0}, stat="range"), rows,
                      best={"by": ["cache_len"], "lowest": "median_ms"})
     assert result["value"] == [2.0, 5.0]
 
 
 def test_rows_kept_in_claims_json_are_capped():
     rows = [decode_row(cache_len=1024 + i) for i in range(verdicts.MAX_ROWS + 5)]
-    result = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
-                     rows)
+    result = verdict(of({"max": 5}), rows)
     assert len(result["rows"]) == verdicts.MAX_ROWS == 20
     assert "over 25 row(s)" in result.reason
 
@@ -648,9 +609,8 @@ def test_a_non_finite_side_of_a_ratio_fails_it():
 
 def test_figure_of_each_stage_is_the_reports():
     def claim(stage, column="median_ms"):
-        return Claim("C13-99", "s", "v", "measured", claims._check(
-            {"stage": stage, "value": {"column": column, "stat": "max"},
-             "expect": {"max": 1}}))
+        return Claim("C13-99", "s", "v", "measured",
+                     claims._check({"stage": stage, **of({"max": 1}, column)}))
     assert report.figure_of(claim("prefill")) == "comparison"
     assert report.figure_of(claim("prefill", "peak_extra_bytes")) == "comparison"
     assert report.figure_of(claim("decode", "cache_bytes")) == "decode"
@@ -666,16 +626,9 @@ def test_evaluate_all_names_machine_and_grid():
     assert [c["id"] for c in result["claims"]] == ["C13-33"]
 
 
-def test_a_group_with_an_empty_key_is_a_group_too():
-    frame = pd.DataFrame({"g": ["a", "a", None], "y": [1.0, 3.0, 7.0]})
-    assert [e.value for e in verdicts.statistic(frame, "y", stat("y", "max", by=("g",)))] \
-        == [3.0, 7.0]
-
-
 def test_stat_at_over_one_length_records_its_pair():
     rows = [decode_row(median_ms=2.0), decode_row(median_ms=4.0, splits=8)]
-    result = verdict({"value": {"column": "median_ms", "stat": "at", "at": "cache_len"},
-                      "expect": {"approx_at": [[1024, 3.0]]}}, rows)
+    result = verdict(of({"approx_at": [[1024, 3.0]]}, stat="at", at="cache_len"), rows)
     assert result["value"] == [[1024, 3.0]] and result["verdict"] == "reproduced"
     assert value_text(result) == "1024: 3 ms"
 
@@ -683,8 +636,7 @@ def test_stat_at_over_one_length_records_its_pair():
 def test_a_boolean_value_is_itself_without_an_interval_and_its_empty_cells_are_named():
     rows = [decode_row(noisy=False), decode_row(noisy=True, cache_len=2048),
             decode_row(noisy=None, cache_len=4096)]
-    result = verdict({"value": {"column": "noisy", "stat": "max"},
-                      "expect": {"equals": True}}, rows)
+    result = verdict(of({"equals": True}, "noisy"), rows)
     assert result["value"] is True and result["verdict"] == "reproduced"
     assert value_text(result) == "True"
     assert "; 1 row(s) have no noisy (not applicable); needs" in result.reason
@@ -696,20 +648,18 @@ def test_a_non_finite_value_under_a_loglog_slope_is_not_dropped():
     """A computed NaN among the lengths fails the slope, as it fails every statistic."""
     rows = [decode_row(cache_len=n, median_ms=n / 512) for n in (1024, 2048, 4096)]
     rows[1]["median_ms"] = math.nan
-    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
-                                "x": "cache_len"}, "expect": {"approx": 1}}, rows)
+    spec = of({"approx": 1}, stat="loglog_slope", x="cache_len")
+    result = verdict(spec, rows)
     assert result["verdict"] == "not reproduced"
     assert "median_ms is NaN or infinite in 1 row(s)" in result.reason
     rows[1]["median_ms"] = None  # an empty cell is left out and said
-    result = verdict({"value": {"column": "median_ms", "stat": "loglog_slope",
-                                "x": "cache_len"}, "expect": {"approx": 1}}, rows)
+    result = verdict(spec, rows)
     assert result["verdict"] == "reproduced" and result["value"] == pytest.approx(1.0)
     assert "1 row(s) have no median_ms (not applicable)" in result.reason
 
 
 def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
-    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math",
-                                                                  median_ms=2.0),
+    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math", median_ms=2.0),
             decode_row(impl="splitkv", median_ms=None, cache_len=2048),
             decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
             decode_row(impl="sdpa_math", median_ms=None, cache_len=4096, status="oom",
@@ -724,8 +674,8 @@ def test_every_note_is_given_and_an_empty_ratio_side_is_counted():
 
 
 def test_rows_are_summarised_in_order_numbers_before_words():
-    frame = pd.DataFrame({"T": [2048, 512, 1024, 512], "impl": ["tiled", "naive", "tiled",
-                                                               "naive"],
+    frame = pd.DataFrame({"T": [2048, 512, 1024, 512],
+                          "impl": ["tiled", "naive", "tiled", "naive"],
                           "splits": [8, "auto", 16, None]})
     assert verdicts.judged_on(frame) == {"impl": ["naive", "tiled"], "T": [512, 1024, 2048],
                                          "splits": [8, 16, "auto"]}
@@ -734,9 +684,8 @@ def test_rows_are_summarised_in_order_numbers_before_words():
 
 
 def test_the_chapters_hardware_is_left_to_the_report():
-    claim = Claim("C13-98", "s", "v", "measured", claims._check({
-        "stage": "decode", "value": {"column": "median_ms", "stat": "max"},
-        "expect": {"max": 3}}))
+    claim = Claim("C13-98", "s", "v", "measured",
+                  claims._check({"stage": "decode", **of({"max": 3})}))
     model = Claim("C13-97", "s", "v", "model", claim.check)
     evidence = evidence_of("decode", [decode_row(dtype="bfloat16")])
     result = verdicts.evaluate_all([claim, model], evidence, CPU_KEY, ROOT,
@@ -751,8 +700,7 @@ def test_the_chapters_hardware_is_left_to_the_report():
 
 
 def test_what_a_verdict_without_a_value_leaves_empty():
-    missing = verdict({"value": {"column": "median_ms", "stat": "max"}, "expect": {"max": 5}},
-                      None)
+    missing = verdict(of({"max": 5}), None)
     assert missing["judged_on"] == {} and missing["rows"] == [] and missing["value"] is None
     assert missing["unit"] is None and value_text(missing) == "—"
     assert missing["compared_with"] is None and missing["judged"] == []
@@ -763,46 +711,30 @@ def test_what_a_verdict_without_a_value_leaves_empty():
 # ---------------------------------------------------------------- the interval rule
 
 
-INTERVAL_TABLE = [
-    # between: closed at both ends; an interval touching an edge from inside is inside
-    ({"between": [2, 4]}, (2, 4), "reproduced"),
-    ({"between": [2, 4]}, (2.5, 3.5), "reproduced"),
-    ({"between": [2, 4]}, (1.9, 3), "within noise here"),
-    ({"between": [2, 4]}, (3, 4.1), "within noise here"),
-    ({"between": [2, 4]}, (1, 5), "within noise here"),       # across both edges
-    ({"between": [2, 4]}, (1, 2), "within noise here"),       # reaches the closed edge
-    ({"between": [2, 4]}, (1, 1.99), "not reproduced"),
-    ({"between": [2, 4]}, (4.01, 5), "not reproduced"),
+YES, NO, NOISE = "reproduced", "not reproduced", "within noise here"
+INTERVAL_TABLE = [(spec, interval, expected) for spec, cases in [
+    # between: closed at both ends; an interval touching an edge from inside is inside; (1, 5)
+    # crosses both edges, (1, 2) reaches the closed edge
+    ({"between": [2, 4]}, [((2, 4), YES), ((2.5, 3.5), YES), ((1.9, 3), NOISE),
+                           ((3, 4.1), NOISE), ((1, 5), NOISE), ((1, 2), NOISE),
+                           ((1, 1.99), NO), ((4.01, 5), NO)]),
     # a printed bound stands for what rounds to it, and no further
-    ({"between": [0.58, 0.71], "printed": True}, (0.575, 0.715), "reproduced"),
-    ({"between": [0.58, 0.71], "printed": True}, (0.57, 0.60), "within noise here"),
-    ({"between": [0.58, 0.71], "printed": True}, (0.56, 0.574), "not reproduced"),
-    ({"between": [0.58, 0.71], "printed": True}, (0.7151, 0.72), "not reproduced"),
+    ({"between": [0.58, 0.71], "printed": True}, [((0.575, 0.715), YES), ((0.57, 0.60), NOISE),
+                                                  ((0.56, 0.574), NO), ((0.7151, 0.72), NO)]),
     # C13-28: "slower" is a logical bound (exact), "up to eight" a printed one
-    ({"between": [1, 8], "printed": [False, True]}, (0.914, 0.979), "not reproduced"),
-    ({"between": [1, 8], "printed": [False, True]}, (0.99, 1.2), "within noise here"),
-    ({"between": [1, 8], "printed": [False, True]}, (1, 8.5), "reproduced"),
-    ({"between": [1, 8], "printed": [False, True]}, (7, 8.6), "within noise here"),
+    ({"between": [1, 8], "printed": [False, True]}, [((0.914, 0.979), NO), ((0.99, 1.2), NOISE),
+                                                     ((1, 8.5), YES), ((7, 8.6), NOISE)]),
     # max, min: closed on their side
-    ({"max": 2}, (1, 2), "reproduced"), ({"max": 2}, (1, 2.01), "within noise here"),
-    ({"max": 2}, (2, 3), "within noise here"), ({"max": 2}, (2.01, 3), "not reproduced"),
-    ({"max": 4.7e-5, "printed": True}, (4.75e-5, 4.75e-5), "reproduced"),
-    ({"max": 4.7e-5, "printed": True}, (7.3e-5, 7.3e-5), "not reproduced"),
-    ({"min": 10}, (10, 11), "reproduced"), ({"min": 10}, (9.99, 11), "within noise here"),
-    ({"min": 10}, (9, 10), "within noise here"), ({"min": 10}, (9, 9.99), "not reproduced"),
+    ({"max": 2}, [((1, 2), YES), ((1, 2.01), NOISE), ((2, 3), NOISE), ((2.01, 3), NO)]),
+    ({"max": 4.7e-5, "printed": True}, [((4.75e-5, 4.75e-5), YES), ((7.3e-5, 7.3e-5), NO)]),
+    ({"min": 10}, [((10, 11), YES), ((9.99, 11), NOISE), ((9, 10), NOISE), ((9, 9.99), NO)]),
     # direction: open at 1, so touching 1 is not on the claimed side
-    ({"direction": ">1"}, (1.01, 2), "reproduced"), ({"direction": ">1"}, (1, 2),
-                                                     "within noise here"),
-    ({"direction": ">1"}, (0.9, 1.1), "within noise here"),
-    ({"direction": ">1"}, (0.5, 1), "not reproduced"),
-    ({"direction": "<1"}, (0.5, 0.99), "reproduced"),
-    ({"direction": "<1"}, (0.5, 1), "within noise here"),
-    ({"direction": "<1"}, (1, 2), "not reproduced"),
+    ({"direction": ">1"}, [((1.01, 2), YES), ((1, 2), NOISE), ((0.9, 1.1), NOISE),
+                           ((0.5, 1), NO)]),
+    ({"direction": "<1"}, [((0.5, 0.99), YES), ((0.5, 1), NOISE), ((1, 2), NO)]),
     # approx: the printed figure as a closed width (about 14: 13.5-14.5)
-    ({"approx": 14}, (13.5, 14.5), "reproduced"),
-    ({"approx": 14}, (13, 14), "within noise here"),
-    ({"approx": 14}, (14.51, 15), "not reproduced"),
-]
+    ({"approx": 14}, [((13.5, 14.5), YES), ((13, 14), NOISE), ((14.51, 15), NO)]),
+] for interval, expected in cases]
 
 
 @pytest.mark.parametrize(("spec", "interval", "verdict"), INTERVAL_TABLE)
