@@ -1,8 +1,6 @@
-"""Which rows a check judges (inferlab.judging.selection), at each boundary: the filters' inclusive
-bounds, the dtype rule, the sentence's scope, the status accounting, the best row per
-group and the non-finite flags; what was left out is recorded as data (its cause), and the
-words a reader sees for it are checked through ``claim_text``.
-"""
+"""Which rows a check judges (inferlab.judging.selection), at each boundary: filters, dtype,
+scope, status accounting, best row per group, non-finite flags; what was left out is data
+(its cause), its words checked through ``claim_text``."""
 
 from __future__ import annotations
 
@@ -70,18 +68,23 @@ def test_conditions_parse_to_values_or_bounds():
     assert claims._condition("causal", False) == Condition("causal", values=(False,))
 
 
-def test_an_empty_cell_matches_no_condition():
+def test_an_empty_cell_matches_no_condition_nor_a_word_a_range():
     rows = frame([prefill_row(block_q=None, impl="sdpa_math"), prefill_row(block_q=64)])
     for cond in ({"min": 0}, {"max": 1e9}, 64, [64, 128]):
         kept = selection.apply_where(rows, (claims._condition("block_q", cond),))
         assert list(kept["block_q"]) == [64]
+    assert selection.apply_where(LENGTHS, (claims._condition("impl", {"min": 1}),)).empty
 
 
-def test_conditions_are_all_applied():
+def test_every_where_condition_and_scope_column_is_applied():
     rows = frame([prefill_row(T=T, causal=c) for T in (1024, 2048) for c in (False, True)])
     where = (claims._condition("T", {"min": 2048}), claims._condition("causal", True))
     kept = selection.apply_where(rows, where)
     assert list(zip(kept["T"], kept["causal"], strict=True)) == [(2048, True)]
+    sels = selection.select(check(scope={"T": [2048], "causal": [False]}), rows, "cpu",
+                            STAND_IN)
+    assert list(zip(sels[0].frame["T"], sels[0].frame["causal"], strict=True)) == \
+        [(2048, False)]
 
 
 # ---------------------------------------------------------------- best
@@ -100,18 +103,14 @@ def test_best_keeps_the_lowest_row_of_each_group():
     assert list(one["median_ms"]) == [2.0]
 
 
-def test_best_leaves_out_rows_without_a_time_and_keeps_empty_groups():
+def test_best_leaves_out_rows_without_a_time_and_keeps_empty_groups_and_none_keeps_all():
     rows = frame([prefill_row(median_ms=None, status="oom"), prefill_row(median_ms=4.0),
                   prefill_row(block_q=None, impl="sdpa_math", median_ms=9.0)])
     kept = selection.keep_best(rows, Rows(best=Best(("block_q",), "median_ms")))
     assert sorted(kept["median_ms"]) == [4.0, 9.0]  # the empty block_q is a group too
-    none = selection.keep_best(rows.iloc[:1], Rows(best=Best(("T",), "median_ms")))
-    assert none.empty
-
-
-def test_no_best_keeps_every_row():
-    assert len(selection.keep_best(LENGTHS, Rows())) == 4
+    assert selection.keep_best(rows.iloc[:1], Rows(best=Best(("T",), "median_ms"))).empty
     assert selection.keep_best(LENGTHS.iloc[:0], Rows(best=Best(("T",), "median_ms"))).empty
+    assert len(selection.keep_best(LENGTHS, Rows())) == 4
 
 
 # ---------------------------------------------------------------- dtype
@@ -182,7 +181,7 @@ def test_no_row_left_by_the_filters_is_not_measurable_naming_them():
 # ---------------------------------------------------------------- scope and status
 
 
-def test_the_scope_keeps_the_sentences_values_and_names_the_missing():
+def test_the_scope_keeps_the_sentences_values_and_names_only_the_missing():
     rows = frame([prefill_row(T=1024), prefill_row(T=2048), prefill_row(T=4096, **OOM)])
     sels = selection.select(check(scope={"T": [1024, 4096, 8192]}), rows, "cpu", STAND_IN)
     assert list(sels[0].frame["T"]) == [1024]
@@ -194,6 +193,9 @@ def test_the_scope_keeps_the_sentences_values_and_names_the_missing():
     assert [missing_text(m) for m in sels[0].missing] == [
         "4096: 1 row(s) out of memory (naive)",
         "8192: not in this grid"]
+    every = selection.select(check(scope={"T": [512, 1024]}), LENGTHS, "cpu", STAND_IN)
+    assert every[0].missing == [] and every[0].left_out == []  # no note
+    assert list(every[0].frame["T"]) == [512, 1024]
 
 
 def test_a_scope_with_none_of_its_values_is_not_measurable_saying_what_the_grid_has():
@@ -204,20 +206,6 @@ def test_a_scope_with_none_of_its_values_is_not_measurable_saying_what_the_grid_
     assert cause_text(info.value.cause) == (
         "needs T = 2048, 8192 (2048: 1 row(s) an error (naive); 8192: not in this grid; "
         "this grid has 1024, 2048)")
-
-
-def test_a_scope_over_every_value_adds_no_note():
-    sels = selection.select(check(scope={"T": [512, 1024]}), LENGTHS, "cpu", STAND_IN)
-    assert sels[0].missing == [] and sels[0].left_out == []
-    assert list(sels[0].frame["T"]) == [512, 1024]
-
-
-def test_every_scope_column_is_applied():
-    rows = frame([prefill_row(T=T, causal=c) for T in (1024, 2048) for c in (False, True)])
-    sels = selection.select(check(scope={"T": [2048], "causal": [False]}), rows, "cpu",
-                            STAND_IN)
-    assert list(zip(sels[0].frame["T"], sels[0].frame["causal"], strict=True)) == \
-        [(2048, False)]
 
 
 def test_failed_rows_are_counted_by_status_and_left_out_unless_status_is_named():
@@ -268,7 +256,7 @@ def test_describe(value, text):
     assert selection.describe(value) == text
 
 
-def test_non_finite_flags_follow_the_judged_columns_only():
+def test_non_finite_flags_follow_the_judged_columns_only_and_a_missing_flag_is_finite():
     rows = pd.DataFrame({"a": [1.0, 2.0, 3.0]}, index=[10, 11, 12])
     nonfinite = pd.DataFrame({"a": [False, True, False], "b": [True, False, False]},
                              index=[10, 11, 12])
@@ -278,19 +266,11 @@ def test_non_finite_flags_follow_the_judged_columns_only():
     assert list(both[selection.NONFINITE]) == [True, True, False]
     subset = selection.with_nonfinite(rows.loc[[12]], nonfinite, ["a", "b"])
     assert list(subset[selection.NONFINITE]) == [False]
-
-
-def test_a_flag_missing_for_a_row_means_finite():
-    rows = pd.DataFrame({"a": [1.0, 2.0]}, index=[12, 99])
-    nonfinite = pd.DataFrame({"a": [True, False, False]}, index=[10, 11, 12])
-    flagged = selection.with_nonfinite(rows, nonfinite, ["a"])
+    unflagged = pd.DataFrame({"a": [1.0, 2.0]}, index=[12, 99])  # no flag for 99: finite
+    flagged = selection.with_nonfinite(unflagged, nonfinite.assign(a=[True, False, False]),
+                                       ["a"])
     assert flagged[selection.NONFINITE].tolist() == [False, False]
     assert flagged[selection.NONFINITE].dtype == bool
-
-
-def test_a_range_condition_on_a_column_of_words_matches_nothing():
-    kept = selection.apply_where(LENGTHS, (claims._condition("impl", {"min": 1}),))
-    assert kept.empty
 
 
 # ---------------------------------------------------------------- empty cells in the scope
@@ -301,11 +281,13 @@ MIXED = [prefill_row(impl="sdpa_math", block_q=None, status="unavailable",
          prefill_row(block_q=128)]
 
 
-def test_an_empty_cell_is_not_a_value_the_scope_speaks_of():
+@pytest.mark.parametrize(("rows", "grid"), [
+    (MIXED, "128"), ([prefill_row(impl="sdpa_math", block_q=None)], "none")])
+def test_an_empty_cell_is_not_a_value_the_scope_speaks_of(rows, grid):
     with pytest.raises(NotMeasurable) as info:
-        selection.select(check(scope={"block_q": [64]}), frame(MIXED), "cpu", STAND_IN)
+        selection.select(check(scope={"block_q": [64]}), frame(rows), "cpu", STAND_IN)
     assert cause_text(info.value.cause) == ("needs block_q = 64 (64: not in this grid; this "
-                                            "grid has 128)")
+                                            f"grid has {grid})")
 
 
 def test_a_value_whose_rows_all_failed_is_named_by_their_status_alone():
@@ -317,14 +299,6 @@ def test_a_value_whose_rows_all_failed_is_named_by_their_status_alone():
                       prefill_row(block_q=64, **OOM), prefill_row(block_q=128)])
     sels = selection.select(check(scope={"block_q": [64, 128]}), ok_empty, "cpu", STAND_IN)
     assert [(m["value"], m["kind"]) for m in sels[0].missing] == [(64, "device_cannot")]
-
-
-def test_a_scope_column_with_no_value_at_all_says_none():
-    rows = frame([prefill_row(impl="sdpa_math", block_q=None)])
-    with pytest.raises(NotMeasurable) as info:
-        selection.select(check(scope={"block_q": [64]}), rows, "cpu", STAND_IN)
-    assert cause_text(info.value.cause) == ("needs block_q = 64 (64: not in this grid; this "
-                                            "grid has none)")
 
 
 def test_several_statuses_of_one_value_are_all_counted():
