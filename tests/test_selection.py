@@ -116,24 +116,21 @@ def test_best_leaves_out_rows_without_a_time_and_keeps_empty_groups_and_none_kee
 # ---------------------------------------------------------------- dtype
 
 
-@pytest.mark.parametrize(("dtype", "device", "judged"), [
-    ("fp16", "cpu", ["float32"]), ("fp16", "cuda", ["float16"]),
-    ("bfloat16", "cpu", ["bfloat16"]), ("float16", "cpu", ["float16"]),
-    ("each", "cpu", ["bfloat16", "float32"]), ("any", "cpu", [None]),
-])
-def test_the_dtypes_judged(dtype, device, judged):
-    rows = frame([prefill_row(dtype="float32"), prefill_row(dtype="bfloat16")])
-    assert selection.dtypes_for(check(dtype=dtype), rows, device, STAND_IN) == judged
+BOTH = ["float32", "bfloat16"]
 
 
-@pytest.mark.parametrize(("present", "judged"), [
-    (["float32", "bfloat16"], ["bfloat16"]),            # a CPU: bf16's 16-bit output
-    (["float32", "float16", "bfloat16"], ["float16"]),  # fp16 itself wherever it exists
-    (["float32"], ["bfloat16"]),                        # none: bf16 is named, not fp32
+@pytest.mark.parametrize(("present", "dtype", "device", "judged"), [
+    (BOTH, "fp16", "cpu", ["float32"]), (BOTH, "fp16", "cuda", ["float16"]),
+    (BOTH, "bfloat16", "cpu", ["bfloat16"]), (BOTH, "float16", "cpu", ["float16"]),
+    (BOTH, "each", "cpu", ["bfloat16", "float32"]), (BOTH, "any", "cpu", [None]),
+    # 16-bit: fp16 itself wherever it exists, else bf16 (a CPU's 16-bit output), never fp32
+    (BOTH, "16-bit", "cpu", ["bfloat16"]),
+    (["float32", "float16", "bfloat16"], "16-bit", "cpu", ["float16"]),
+    (["float32"], "16-bit", "cpu", ["bfloat16"]),       # none: bf16 is named, not fp32
 ])
-def test_a_16_bit_claim_takes_fp16_else_bf16_never_fp32(present, judged):
+def test_the_dtypes_judged(present, dtype, device, judged):
     rows = frame([prefill_row(dtype=d) for d in present])
-    assert selection.dtypes_for(check(dtype="16-bit"), rows, "cpu", STAND_IN) == judged
+    assert selection.dtypes_for(check(dtype=dtype), rows, device, STAND_IN) == judged
 
 
 def test_no_dtype_column_or_no_dtype_present_means_no_filter():
