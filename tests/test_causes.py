@@ -1,10 +1,6 @@
-"""Why a claim is not measurable here, as data (inferlab.judging.causes): one test per
-cause, each reproducing a false reason the committed claims.json gave ("8192: not in this
-grid" for a point the budget dropped, "no rows match the filter" where the flash backend
-ran), and the words rendered at the edge (inferlab.presentation.claim_text).
-
-Tables are written and read back by the one artifact writer, in memory.
-"""
+"""Why a claim is not measurable here, as data (inferlab.judging.causes), one test per cause,
+each reproducing a false reason the committed claims.json gave, and the words rendered at
+the edge (inferlab.presentation.claim_text)."""
 
 from __future__ import annotations
 
@@ -17,7 +13,8 @@ from inferlab.evidence.register import Evidence
 from inferlab.judging import claims, verdicts
 from inferlab.judging.causes import CAUSES, NotMeasurable, row_cause
 from inferlab.judging.claims import Claim
-from inferlab.presentation.claim_text import cause_text, reason_text
+from inferlab.measurement.status import CAUSES as ROW_CAUSES
+from inferlab.presentation.claim_text import STATUS_WORDS, cause_text, reason_text
 from tests.test_verdicts import CPU_KEY as KEY
 from tests.test_verdicts import evidence_of as evidence
 
@@ -71,11 +68,7 @@ def test_each_row_status_has_its_cause(status, cause, kind):
 
 
 def test_every_status_and_cause_a_row_may_have_is_said_in_words():
-    """The words are the presentation's: every (status, cause) of the row contract has
-    them, so that none is shown as its enum."""
-    from inferlab.measurement.status import CAUSES as ROW_CAUSES
-    from inferlab.presentation.claim_text import STATUS_WORDS
-
+    """Every (status, cause) of the row contract has words, so none is shown as its enum."""
     assert {(s, c) for s, causes in ROW_CAUSES.items() for c in causes} == set(STATUS_WORDS)
 
 
@@ -91,8 +84,7 @@ def test_not_in_grid_when_the_grid_has_no_row_at_the_value():
 
 
 def test_dropped_by_budget_is_never_called_not_in_the_grid():
-    """The committed claims.json said "8192: not in this grid" where the point was
-    dropped by the stage's budget."""
+    """The committed claims.json said "8192: not in this grid" for a point the budget dropped."""
     rows = [prefill_row(), prefill_row(T=8192, **DROPPED)]
     result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
     assert result["verdict"] == "not measurable here"
@@ -107,8 +99,7 @@ def test_dropped_by_budget_is_never_called_not_in_the_grid():
 
 
 def test_an_older_table_s_dropped_status_reads_as_dropped_by_budget():
-    """A prefill.csv written before the status was data ("dropped: 0.0 s of the stage
-    budget left for this worker") is upgraded by the artifact reader."""
+    """A prefill.csv from before the status was data is upgraded by the artifact reader."""
     rows = [prefill_row(), prefill_row(T=8192, **DROPPED)]
     text = artifacts.encode("prefill", rows).decode()
     header, *lines = text.splitlines()
@@ -116,7 +107,7 @@ def test_an_older_table_s_dropped_status_reads_as_dropped_by_budget():
     keep = [i for i, c in enumerate(columns) if c not in ("cause", "reason", "budget_left_s",
                                                           "process_sd",
                                                           "causal_over_full_process_sd")]
-    old = [",".join(header.split(",")[i] for i in keep)]
+    old = [",".join(columns[i] for i in keep)]
     for line in lines:
         cells = line.split(",")
         cells[columns.index("status")] = ("dropped: 0.0 s of the stage budget left for this "
@@ -129,12 +120,16 @@ def test_an_older_table_s_dropped_status_reads_as_dropped_by_budget():
     assert result["cause"]["kind"] == "dropped_by_budget"
 
 
-def test_stopped_at_limit():
-    rows = [prefill_row(), prefill_row(T=8192, status="stopped", cause="step_limit",
-                                       **NOT_RUN)]
+@pytest.mark.parametrize(("cells", "kind", "words"), [
+    ({"status": "stopped", "cause": "step_limit"}, "stopped_at_limit",
+     "8192: 1 row(s) stopped: the stage reached its limit first"),
+    ({"status": "error", "cause": "exception", "reason": "boom"}, "upstream_failed",
+     "8192: 1 row(s) an error (naive)")])
+def test_stopped_at_limit_and_upstream_failed_when_its_rows_raised(cells, kind, words):
+    rows = [prefill_row(), prefill_row(T=8192, **cells, **NOT_RUN)]
     result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
-    assert result["cause"]["kind"] == "stopped_at_limit"
-    assert "stopped: the stage reached its limit first" in result["text"]
+    assert result["cause"]["kind"] == kind
+    assert words in result["text"]
 
 
 def test_device_cannot_for_a_cuda_check_and_for_a_refused_backend():
@@ -162,13 +157,6 @@ def test_upstream_failed_when_the_stage_did_not_run_or_cannot_be_read():
     assert unreadable["text"].endswith("prefill.csv cannot be read: row 3: bad cell")
 
 
-def test_upstream_failed_when_its_rows_raised():
-    rows = [prefill_row(), prefill_row(T=8192, status="error", cause="exception",
-                                       reason="boom", **NOT_RUN)]
-    result = judged({**SPEED, "scope": {"T": [8192]}}, evidence("prefill", rows))
-    assert result["cause"]["kind"] == "upstream_failed"
-
-
 def traffic_row(T: int, measured: float | None) -> dict:
     return {"T": T, "d": 64, "causal": True, "dtype": "float32", "tile": "assumed",
             "block_q_model": 128, "model_ratio": 10.0, "measured_ratio": measured,
@@ -176,8 +164,8 @@ def traffic_row(T: int, measured: float | None) -> dict:
 
 
 def test_a_derived_stage_s_empty_or_absent_point_takes_the_timed_stage_s_cause():
-    """traffic.csv has the model's row at 8,192 tokens but no measured ratio, because
-    prefill dropped the point: dropped by the budget, not "not applicable"."""
+    """traffic.csv's row at 8,192 tokens has no measured ratio because prefill dropped the
+    point: dropped by the budget, not "not applicable"."""
     prefill = [prefill_row(), prefill_row(T=8192, **DROPPED)]
     spec = {"dtype": "any", "scope": {"T": [1024, 8192]}, "where": {"causal": True},
             "value": {"column": "measured_ratio", "stat": "range"},
@@ -216,8 +204,8 @@ def probe(ran: bool) -> dict:
 
 
 def test_not_applicable_where_the_backend_ran_is_not_no_rows_match():
-    """C13-51 on a CPU: flash ran, so it has no refusal kind; the committed claims.json
-    said "no rows match the filter"."""
+    """C13-51 on a CPU: flash ran, so it has no refusal kind (claims.json said "no rows
+    match the filter")."""
     spec = {"device": "cuda", "dtype": "any", "where": {"backend": "flash"},
             "value": {"column": "limit_kind", "stat": "range"}, "expect": {"equals": "build"}}
     result = judged(spec, evidence("probe", probe(ran=True)), stage="probe",
@@ -235,8 +223,7 @@ READ_8192 = {"scope": {"T": [4096, 8192]}, "where": {"impl": "naive"},
 
 def test_a_reading_not_taken_is_stopped_at_the_limit_not_that_it_does_not_apply():
     """A stage that stops reading at its step limit leaves timed rows without peak memory:
-    such a value of the sentence is not measured, stopped at the limit (not "not
-    applicable")."""
+    stopped at the limit, not "not applicable"."""
     scores = 12 * 4096 * 4096 * 4
     rows = [prefill_row(T=4096, peak_extra_bytes=int(2.05 * scores)),
             prefill_row(T=8192, peak_extra_bytes=None)]
@@ -294,9 +281,8 @@ NOISY = evidence("traffic", [intensity_row(1024, 3.0, measured_ratio=1.2,
 
 
 def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
-    """On a CPU naive attention is not bound by its bytes (its intensity above the
-    machine's balance): the premise under which a ratio of times stands for one of bytes
-    (C13-21, C13-49) fails, so nothing is judged, nor shown beside."""
+    """On a CPU naive attention is not bound by its bytes, so a ratio of times does not
+    stand for one of bytes (C13-21, C13-49): nothing is judged, nor shown beside."""
     found = evidence("traffic", [intensity_row(1024, 30.0), intensity_row(2048, 25.0)])
     for kind in ("measured", "device-specific", "question"):
         result = judged({**RESTS, "device": "cuda"} if kind == "device-specific" else RESTS,
@@ -315,10 +301,11 @@ def test_a_premise_whose_check_fails_here_leaves_no_verdict_whatever_the_kind():
         "reproduced"
 
 
-def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured():
-    """On the H200 Nsight Compute found the fused kernels reading K and V once, where the
-    traffic model counts them re-read per query tile. The cause names the premise and the
-    machine; the words give the measurement and what would make it a check."""
+def test_a_premise_refuted_on_one_machine_and_measured_on_no_other_leaves_no_verdict():
+    """The H200's Nsight Compute count refuted K and V re-read per query tile: the cause
+    names premise and machine, the words the measurement and what would make it a check.
+    A premise holds only where something shows it, never where it merely was not refuted:
+    elsewhere the cause says nothing here measures it, and where it was."""
     found = evidence("traffic", [intensity_row(1024, 3.0)])
     result = judged(RESTS, found, stage="traffic", premises=PREMISES, key="cuda-h200-box")
     assert result["verdict"] == "not measurable here"
@@ -328,13 +315,6 @@ def test_a_premise_a_measurement_refuted_on_this_machine_says_what_was_measured(
                               "cuda-h200-box: K and V are re-read per query tile; measured: "
                               "19 MB, not 415 MB; what would judge it: the byte count as a "
                               "stage artifact")
-
-
-def test_a_premise_nothing_measures_here_leaves_no_verdict_on_any_machine_alike():
-    """A premise holds only where something shows it, never where it merely was not
-    refuted: on every machine a measurement did not cover, the cause says nothing here
-    measures it, where it was measured, and what would make it a check."""
-    found = evidence("traffic", [intensity_row(1024, 3.0)])
     for key in ("cuda-other-box", KEY):
         result = judged(RESTS, found, stage="traffic", premises=PREMISES, key=key)
         assert result["verdict"] == "not measurable here" and result["value"] is None
@@ -346,9 +326,8 @@ def test_a_premise_nothing_measures_here_leaves_no_verdict_on_any_machine_alike(
 
 
 def test_a_question_about_a_premise_is_answered_by_it_where_it_fails():
-    """A question that asks whether a premise holds (check.asks) gets the premise's failure
-    as its answer: no where a measurement refuted it, undecided where its check is within
-    noise; where nothing measures it, it is not answered."""
+    """A question asking whether a premise holds (check.asks) is answered by its failure:
+    no where refuted, undecided where within noise, unanswered where nothing measures it."""
     asks = {**RESTS, "premises": ["reread"], "asks": "reread"}
     found = evidence("traffic", [intensity_row(1024, 3.0)])
     refuted = judged(asks, found, "traffic", "question", PREMISES, key="cuda-h200-box")
