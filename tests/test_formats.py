@@ -1,6 +1,5 @@
-"""How values read (inferlab.judging.numtext, inferlab.presentation.formats): three
-significant figures, ranges, units, table cells and the chapter's LaTeX; each on known
-values, at the edges of each rule."""
+"""How values read (inferlab.judging.numtext, inferlab.presentation.formats): significant
+figures, ranges, units, table cells and the chapter's LaTeX, at the edges of each rule."""
 
 from __future__ import annotations
 
@@ -19,23 +18,18 @@ from inferlab.presentation import formats
     (1e6, "1e+06"), (0.0, "0"), (-2.5, "-2.50"), (-0.0012, "-0.00120"), (math.nan, "nan"),
     (math.inf, "inf"), (4.7e-5, "4.7e-05"), (10.0, "10"), (99.95, "100.0"),
     (3, "3"), (True, "True"), ("flash", "flash"), (None, "—"),
-])
-def test_a_value_for_people(value, text):
-    assert numtext.format_value(value) == text
-
-
-@pytest.mark.parametrize(("value", "text"), [
+    # a list reads as its range or its items
     ([2.48, 43.4], "2.48–43.4"), ([43.4, 2.48, 7.0], "2.48–43.4"), ([3.0, 3.0], "3"),
     ([5], "5"), ([True, False], "True, False"), ([1.0, None], "1, —"), ([], ""),
     ([[1024, 9.09], [2048, 10.32]], "1024: 9.09, 2048: 10.3"),
 ])
-def test_a_list_reads_as_its_range_or_its_items(value, text):
+def test_a_value_or_a_list_for_people(value, text):
     assert numtext.format_value(value) == text
 
 
-def _check(column: str, **value) -> claims.Check:
-    return claims._check({"stage": "prefill", "value": {"column": column, "stat": "max",
-                                                        **value}, "expect": {"max": 1}})
+def _check(column: str, stage: str = "prefill", **value) -> claims.Check:
+    return claims._check({"stage": stage, "value": {"column": column, "stat": "max", **value},
+                          "expect": {"max": 1}})
 
 
 @pytest.mark.parametrize(("check", "unit"), [
@@ -46,14 +40,11 @@ def _check(column: str, **value) -> claims.Check:
     (_check("causal_over_full"), "×"), (_check("frac_matmul_ceiling"), ""),
     (_check("median_ms", stat="spread"), ""),
     (_check("median_ms", stat="loglog_slope", x="T"), ""),
-    (claims._check({"stage": "decode", "value": {"column": "achieved_gbs", "stat": "max"},
-                    "expect": {"max": 1}}), "GB/s"),
+    (_check("achieved_gbs", "decode"), "GB/s"), (_check("model_ratio", "traffic"), "×"),
     (claims._check({"stage": "prefill", "ratio": {
         "numerator": {"where": {"impl": "naive"}}, "denominator": {"where": {"impl": "tiled"}},
         "join": ["T"], "column": "peak_extra_bytes", "stat": "range"}, "expect": {"max": 1}}),
      "×"),
-    (claims._check({"stage": "traffic", "value": {"column": "model_ratio", "stat": "max"},
-                    "expect": {"max": 1}}), "×"),
 ])
 def test_the_unit_a_value_is_printed_in(check, unit):
     assert numtext.display_unit(check) == unit
