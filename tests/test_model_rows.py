@@ -15,6 +15,12 @@ PARAMS = model.Params(T=8192, block=128, d=64, heads=12, cache_len=16384,
                       sustainable_factor=6, dtypes=("float32",))
 
 
+class Ctx:
+    """As much of a stage's context as the model stage reads."""
+    device, seed, threads = "cpu", 0, 1
+    inputs = {"probe": {"ceilings": {}}}
+
+
 def _kv_elements(T: int, d: int, block_q: int, block_k: int, causal: bool) -> int:
     """K and V elements a tiled kernel reads (its traffic less Q read and O written)."""
     return tiled_hbm_elements(T, d, block_q, block_k, causal=causal) - 2 * T * d
@@ -24,8 +30,8 @@ def _kv_elements(T: int, d: int, block_q: int, block_k: int, causal: bool) -> in
 @pytest.mark.parametrize(("T", "block_q", "block_k"), [(8192, 64, 128), (2048, 32, 64),
                                                        (4096, 32, 256), (1024, 16, 128)])
 def test_doubling_the_query_tile_alone_halves_the_kv_traffic(T, block_q, block_k, causal):
-    """The chapter: "Doubling B_q halves the K and V traffic": with the key tile held (a
-    multiple of the doubled query tile), exactly, both masks."""
+    """"Doubling B_q halves the K and V traffic", exactly, with the key tile (a multiple of
+    the doubled query tile) held, both masks."""
     assert _kv_elements(T, 64, block_q, block_k, causal) == \
         2 * _kv_elements(T, 64, 2 * block_q, block_k, causal)
 
@@ -36,9 +42,6 @@ def test_the_model_row_doubles_the_query_tile_alone(monkeypatch):
     for slow in ("ops_per_block_pair", "per_op_seconds", "flops_ratio"):
         monkeypatch.setattr(model, slow, lambda *args: 1.0)
     monkeypatch.setattr(model, "_added_rows", lambda params, ctx: [])
-
-    class Ctx:
-        inputs = {"probe": {"ceilings": {}}}
     rows = {r["quantity"]: r for r in model.run(PARAMS, Ctx)}
     row = rows["kv_traffic_ratio_half_tile"]
     assert row["value"] == 2.0
@@ -46,21 +49,16 @@ def test_the_model_row_doubles_the_query_tile_alone(monkeypatch):
 
 
 def test_split_kv_launches_as_many_operations_at_one_split_as_at_sixty_four():
-    """C13-26 and C13-58 are judged because the chapter's reason, launch overhead, carries
-    to this splitkv_decode: its operation count (model.csv splitkv_ops_per_call) does not
-    vary with the split count, as the author's 'dozen' did not."""
-    class Ctx:
-        device, seed = "cpu", 0
+    """Why C13-26 and C13-58 are judged: the chapter's reason, launch overhead, carries to
+    this splitkv_decode, whose operation count does not vary with the split count."""
     one, sixty_four = model.splitkv_ops(PARAMS, Ctx)
     assert one == sixty_four > 1
     assert model.SPLITS == (1, 64)
 
 
 def test_the_model_stage_writes_the_rows_the_new_claims_read(monkeypatch):
-    """Q13-12, Q13-14, C13-53 and C13-61 read these model.csv rows; they validate against
-    the model schema, and the counts come from the traffic model and the profiler."""
-    class Ctx:
-        device, seed, threads = "cpu", 0, 1
+    """Q13-12, Q13-14, C13-53 and C13-61 read these rows; they validate against the model
+    schema, and the counts come from the traffic model and the profiler."""
     monkeypatch.setattr(model, "fma_ratio", lambda params, ctx: Ratio("fused", 1.5, 1.4, 1.6))
     params = model.Params(T=256, block=64, d=16, heads=2, cache_len=1024,
                           cache_dtype="float16", launch_us=40, decode_gbs=50,
