@@ -586,13 +586,6 @@ def test_figure_of_each_stage_is_the_reports():
     assert report.figure_of(Claim("C13-98", "s", "v", "reported", None, source="x")) is None
 
 
-def test_evaluate_all_names_machine_and_grid():
-    claim = Claim("C13-33", "s", "v", "reported", None, source="x")
-    result = verdicts.evaluate_all([claim], {}, "cpu-box@smoke", ROOT)
-    assert result["machine"] == "cpu-box" and result["grid"] == "smoke"
-    assert [c["id"] for c in result["claims"]] == ["C13-33"]
-
-
 def test_stat_at_over_one_length_records_its_pair():
     rows = [decode_row(median_ms=2.0), decode_row(median_ms=4.0, splits=8)]
     result = verdict(of({"approx_at": [[1024, 3.0]]}, stat="at", at="cache_len"), rows)
@@ -650,7 +643,7 @@ def test_rows_are_summarised_in_order_numbers_before_words():
         "impl=naive,tiled; T=512,1024,2048; splits=8,16,auto"
 
 
-def test_the_chapters_hardware_is_left_to_the_report():
+def test_evaluate_all_names_machine_and_grid_and_leaves_the_chapters_hardware_to_the_report():
     claim = Claim("C13-98", "s", "v", "measured",
                   claims._check({"stage": "decode", **of({"max": 3})}))
     model = Claim("C13-97", "s", "v", "model", claim.check)
@@ -664,6 +657,10 @@ def test_the_chapters_hardware_is_left_to_the_report():
     assert modelled.reason.endswith(f"judged on {CPU_KEY}")
     assert result["schema_version"] == 3
     assert "chapter_hardware" not in result and "hardware" not in measured
+    reported = Claim("C13-33", "s", "v", "reported", None, source="x")
+    named = verdicts.evaluate_all([reported], {}, "cpu-box@smoke", ROOT)
+    assert named["machine"] == "cpu-box" and named["grid"] == "smoke"
+    assert [c["id"] for c in named["claims"]] == ["C13-33"]
 
 
 def test_what_a_verdict_without_a_value_leaves_empty():
@@ -737,36 +734,29 @@ def test_no_width_but_the_printed_figure_s_rounding_is_a_word_of_the_vocabulary(
         claims._expect({"approx": 1.2, width: 0.1})
 
 
-def split_rows(ratios):
-    """C13-28's shape: split-KV / fused at 4,096 keys, each with its paired interval."""
-    return [decode_row(cache_len=4096, splits=s, ratio=r, ratio_ci_low=lo, ratio_ci_high=hi)
-            for s, (r, lo, hi) in zip((1, 4, 16, 64), ratios, strict=True)]
-
-
 def test_a_ratio_significantly_below_one_is_not_slower():
-    """C13-28 on the committed evidence: at 4,096 keys split-KV was faster (interval highs
-    below 1): no tolerance makes it 'reproduced'."""
-    rows = split_rows([(0.914, 0.90, 0.935), (0.95, 0.93, 0.97), (1.5, 1.4, 1.6),
-                       (0.99, 0.97, 0.979)])
+    """C13-28 on the committed evidence: at 4,096 keys split-KV / fused was below 1 (interval
+    highs below 1): no tolerance makes it 'reproduced'."""
+    ratios = [(0.914, 0.90, 0.935), (0.95, 0.93, 0.97), (1.5, 1.4, 1.6), (0.99, 0.97, 0.979)]
+    rows = [decode_row(cache_len=4096, splits=s, ratio=r, ratio_ci_low=lo, ratio_ci_high=hi)
+            for s, (r, lo, hi) in zip((1, 4, 16, 64), ratios, strict=True)]
     result = verdict(of({"between": [1, 8], "printed": [False, True]}, "ratio", "range"), rows)
     assert result["verdict"] == "not reproduced"
     assert result["interval"] == [0.90, 1.6]
     assert [r["ci_high"] for r in result["rows"]] == [0.935, 0.97, 1.6, 0.979]
 
 
-def test_an_inverted_ratio_inverts_its_interval():
+def test_an_inverted_ratio_and_a_rate_over_the_time_invert_their_interval():
     rows = [decode_row(ratio=0.25, ratio_ci_low=0.2, ratio_ci_high=0.5)]
     result = verdict(of({"min": 2}, "ratio", invert=True), rows)
     assert result["value"] == 4.0 and result["interval"] == [2.0, 5.0]
     assert result["verdict"] == "reproduced"  # min is closed: [2, 5] touching 2 is inside
     row = result["rows"][0]
     assert (row["value"], row["ci_low"], row["ci_high"]) == (4.0, 2.0, 5.0)
-
-
-def test_a_rate_over_the_time_takes_the_times_interval_inverted():
+    # a rate over the time takes the time's interval inverted
     rows = [decode_row(median_ms=2.0, ci_low_ms=1.0, ci_high_ms=4.0, frac_copy_ceiling=0.5)]
-    result = verdict(of({"max": 0.9}, "frac_copy_ceiling"), rows)
-    assert result["interval"] == [0.25, 1.0] and result["verdict"] == "within noise here"
+    rate = verdict(of({"max": 0.9}, "frac_copy_ceiling"), rows)
+    assert rate["interval"] == [0.25, 1.0] and rate["verdict"] == "within noise here"
 
 
 def test_spread_and_slope_take_their_extremes():
