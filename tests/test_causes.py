@@ -103,20 +103,15 @@ def test_dropped_by_budget_is_never_called_not_in_the_grid():
 def test_an_older_table_s_dropped_status_reads_as_dropped_by_budget():
     """A prefill.csv from before the status was data is upgraded by the artifact reader."""
     rows = [prefill_row(), prefill_row(T=8192, **DROPPED)]
-    text = artifacts.encode("prefill", rows).decode()
-    header, *lines = text.splitlines()
-    columns = header.split(",")
-    keep = [i for i, c in enumerate(columns) if c not in ("cause", "reason", "budget_left_s",
-                                                          "process_sd",
-                                                          "causal_over_full_process_sd")]
-    old = [",".join(columns[i] for i in keep)]
-    for line in lines:
-        cells = line.split(",")
-        cells[columns.index("status")] = ("dropped: 0.0 s of the stage budget left for this "
-                                          "worker" if cells[columns.index("status")] ==
-                                          "dropped" else "ok")
-        old.append(",".join(cells[i] for i in keep))
-    table = artifacts.decode("prefill", ("\n".join(old) + "\n").encode())
+    header, *lines = artifacts.encode("prefill", rows).decode().splitlines()
+    gone = {"cause", "reason", "budget_left_s", "process_sd", "causal_over_full_process_sd"}
+    old = ""
+    for line in (header, *lines):
+        cells = dict(zip(header.split(","), line.split(","), strict=True))
+        if cells["status"] == "dropped":
+            cells["status"] = "dropped: 0.0 s of the stage budget left for this worker"
+        old += ",".join(v for c, v in cells.items() if c not in gone) + "\n"
+    table = artifacts.decode("prefill", old.encode())
     found = {"prefill": Evidence("prefill", ROOT / "prefill.csv", table, None, None)}
     result = judged({**SPEED, "scope": {"T": [8192]}}, found)
     assert result["cause"]["kind"] == "dropped_by_budget"
