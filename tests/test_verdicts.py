@@ -541,8 +541,7 @@ RATIO = {"ratio": {"numerator": {"where": {"impl": "splitkv"}},
 
 
 def test_a_ratio_joins_numerator_and_denominator_rows():
-    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math",
-                                                                  median_ms=2.0),
+    rows = [decode_row(impl="splitkv", median_ms=6.0), decode_row(impl="sdpa_math", median_ms=2.0),
             decode_row(impl="splitkv", median_ms=4.0, cache_len=2048),
             decode_row(impl="sdpa_math", median_ms=8.0, cache_len=2048),
             decode_row(impl="splitkv", median_ms=1.0, cache_len=4096)]  # no partner
@@ -555,23 +554,18 @@ def test_a_ratio_joins_numerator_and_denominator_rows():
     assert not [k for r in result["rows"] for k in r if k.endswith("_den")]
 
 
-def test_a_ratio_without_one_side_or_without_shared_rows_is_not_measurable():
+def test_a_ratio_without_one_side_or_shared_rows_is_not_measurable_and_a_non_finite_fails():
     only_num = verdict(RATIO, [decode_row(impl="splitkv")])
     assert only_num.reason == "no denominator rows among the selected rows"
     only_den = verdict(RATIO, [decode_row(impl="sdpa_math")])
     assert only_den.reason == "no numerator rows among the selected rows"
-    apart = verdict(RATIO, [decode_row(impl="splitkv"), decode_row(impl="sdpa_math",
-                                                                   cache_len=2048)])
-    assert apart.reason == ("numerator and denominator rows share no values of "
-                               "['cache_len']")
-
-
-def test_a_non_finite_side_of_a_ratio_fails_it():
-    rows = [decode_row(impl="splitkv", median_ms=6.0),
-            decode_row(impl="sdpa_math", median_ms=math.inf)]
-    result = verdict(RATIO, rows)
-    assert result["verdict"] == "not reproduced"
-    assert result.reason.startswith("median_ms ratio is NaN or infinite in 1 row(s)")
+    apart = verdict(RATIO, [decode_row(impl="splitkv"),
+                            decode_row(impl="sdpa_math", cache_len=2048)])
+    assert apart.reason == "numerator and denominator rows share no values of ['cache_len']"
+    infinite = verdict(RATIO, [decode_row(impl="splitkv", median_ms=6.0),
+                               decode_row(impl="sdpa_math", median_ms=math.inf)])
+    assert infinite["verdict"] == "not reproduced"
+    assert infinite.reason.startswith("median_ms ratio is NaN or infinite in 1 row(s)")
 
 
 def test_figure_of_each_stage_is_the_reports():
