@@ -25,6 +25,7 @@ ROOT = layout.REPO_ROOT
 CHAPTER_DIR = ROOT / "docs" / "chapter"
 SEEDS = ("chapter.txt", "qa.txt")
 KEY = "cpu-test-box"
+CHAPTER = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +159,8 @@ WRONG = [  # (old, new, each failure: its number and the claim or setting column
 
 @pytest.mark.parametrize(("old", "new", "named"), WRONG)
 def test_a_wrong_number_fails_naming_the_claim_or_setting_it_breaks(old, new, named, listed):
-    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
-    assert old in text
-    found = failures(text.replace(old, new, 1), listed)
+    assert old in CHAPTER
+    found = failures(CHAPTER.replace(old, new, 1), listed)
     assert [(r["number"], r["expected"]["claim"] if r.get("expected") else
              " ".join(r["setting"]["columns"]) if r.get("setting") else None)
             for r in found] == named
@@ -175,12 +175,10 @@ def test_an_order_figure_that_is_not_its_claims_is_a_clear_error(listed):
         check_text(entry.text, claims, {shape(entry.text): bad}, {}, False, ())
 
 
-def test_a_failure_names_the_line_the_figure_and_the_value_measured_here(listed, capsys,
-                                                                           tmp_path):
+def test_a_failure_names_the_line_the_figure_and_the_value_measured_here(capsys, tmp_path):
     root = measured_root(tmp_path, {"C13-19": {"text": "9.09×", "verdict": "reproduced"}})
     chapter = tmp_path / "chapter.txt"
-    chapter.write_text((CHAPTER_DIR / "chapter.txt").read_text().replace("moves 9.1,",
-                                                                         "moves 9.7,"))
+    chapter.write_text(CHAPTER.replace("moves 9.1,", "moves 9.7,"), encoding="utf-8")
     assert cli_check(chapter, root) == 1
     out = capsys.readouterr().out
     assert "chapter.txt:67: '9.7': C13-19 prints 9.1 here (measured: cpu-test-box: 9.09×)" \
@@ -213,10 +211,9 @@ def test_strict_fails_a_figure_whose_claim_is_not_reproduced_on_the_key(tmp_path
 def test_a_number_without_a_leading_zero_and_a_sentence_with_an_equals_sign(listed):
     """".55" is a number, and an "=" does not make a sentence's numbers code."""
     assert [(n.token, n.value) for n in numbers_in("x .68 y")] == [(".68", 0.68)]
-    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
-    assert [r["number"] for r in failures(text.replace("between 5.5 and", "between .55 and"),
+    assert [r["number"] for r in failures(CHAPTER.replace("between 5.5 and", "between .55 and"),
                                           listed)] == [".55"]
-    assert [r["number"] for r in failures(text.replace("-inf, 0, 0", "-inf, 0, 7"),
+    assert [r["number"] for r in failures(CHAPTER.replace("-inf, 0, 0", "-inf, 0, 7"),
                                           listed)] == ["7"]
     qa = (CHAPTER_DIR / "qa.txt").read_text(encoding="utf-8")
     assert [r["number"] for r in failures(qa.replace("block=2", "block=3"), listed)] == ["3"]
@@ -280,9 +277,8 @@ def test_the_check_speaks_json(tmp_path, capsys):
 def test_a_figure_its_sentence_no_longer_prints_fails(listed):
     """Each figure of a sentence's claims must be printed in it: C13-65's 50 GB/s replaced
     by 1 (a setting of another claim of the sentence) fails."""
-    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
     old = "than the fused kernel does (50)"
-    found = failures(text.replace(old, "than the fused kernel does (1)"), listed)
+    found = failures(CHAPTER.replace(old, "than the fused kernel does (1)"), listed)
     assert [(r["expected"]["claim"], r["expected"]["figure"], r["missing"]) for r in found] \
         == [("C13-65", "50.0", True)]
 
@@ -292,13 +288,12 @@ def test_a_figure_its_sentence_no_longer_prints_fails(listed):
 def test_a_claims_sentence_rewritten_without_digits_is_missed_loudly(new, listed):
     """"sixteen to eighteen times" rewritten in words the parser does not read: C13-06's
     figures fail where its sentence was."""
-    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
     old = "And it was sixteen to eighteen times slower."
-    found = failures(text.replace(old, new), listed)
+    found = failures(CHAPTER.replace(old, new), listed)
     assert [(r["expected"]["claim"], r["expected"]["figure"], r["line"], r["gap"])
             for r in found] == [("C13-06", "16.0", 3, True), ("C13-06", "18.0", 3, True)]
     # an excerpt that starts after it is no failure: only a gap between listed sentences
-    excerpt = text[text.index("The version of the same algorithm"):]
+    excerpt = CHAPTER[CHAPTER.index("The version of the same algorithm"):]
     assert failures(excerpt, listed) == []
 
 
@@ -323,6 +318,5 @@ def test_strict_with_a_key_that_has_no_numbers_is_an_error(tmp_path, capsys):
 def test_a_hard_wrapped_line_or_a_tab_in_a_unit_reads_as_printed(old, new, listed):
     """Markdown wraps its paragraphs: a wrapped sentence is found, and a tab or no-break
     space inside "per cent" keeps the unit."""
-    text = (CHAPTER_DIR / "chapter.txt").read_text(encoding="utf-8")
-    assert old in text
-    assert failures(text.replace(old, new, 1), listed) == []
+    assert old in CHAPTER
+    assert failures(CHAPTER.replace(old, new, 1), listed) == []
