@@ -615,25 +615,23 @@ def test_probe_rows_are_checkable(tmp_path, evidence):
     assert result["verdict"] == "reproduced" and result["value"] is False
 
 
-def test_pair_fraction_checked_against_the_rows(tmp_path, evidence):
-    check = {"stage": "correctness", "dtype": "any",
-             "where": {"check": "causal_pairs", "block_q": 128},
-             "value": {"column": "pair_fraction", "stat": "range"},
-             "expect": {"approx": 0.53}}
-    result = one(tmp_path, evidence, CPU, check)
-    assert result["verdict"] == "reproduced"
-    assert result["value"] == pytest.approx(136 / 256)
-
-
-def test_a_memory_ratio_joins_rows_of_two_implementations(tmp_path, evidence):
-    check = {"stage": "prefill", "ratio": {
+@pytest.mark.parametrize(("machine", "check", "value"), [
+    # the causal pair fraction, checked against the rows
+    (CPU, {"stage": "correctness", "dtype": "any",
+           "where": {"check": "causal_pairs", "block_q": 128},
+           "value": {"column": "pair_fraction", "stat": "range"}, "expect": {"approx": 0.53}},
+     pytest.approx(136 / 256)),
+    # a memory ratio joins rows of two implementations: naive ~ T^2, fused ~ T, the ratio ~ T
+    (GPU, {"stage": "prefill", "ratio": {
         "numerator": {"where": {"impl": "naive"}},
         "denominator": {"where": {"fused_sdpa": True}, "best": BEST},
         "join": ["T", "dtype", "causal"], "column": "peak_extra_bytes",
-        "stat": "loglog_slope", "x": "T", "by": ["causal"]}, "expect": {"min": 0.5}}
-    result = one(tmp_path, evidence, GPU, check)
-    assert result["verdict"] == "reproduced"  # naive ~ T^2, fused ~ T: the ratio ~ T
-    assert result["value"] == pytest.approx([1.0, 1.0], abs=0.3)
+        "stat": "loglog_slope", "x": "T", "by": ["causal"]}, "expect": {"min": 0.5}},
+     pytest.approx([1.0, 1.0], abs=0.3))])
+def test_a_check_is_reproduced_with_the_planted_value(tmp_path, evidence, machine, check,
+                                                      value):
+    result = one(tmp_path, evidence, machine, check)
+    assert result["verdict"] == "reproduced" and result["value"] == value
 
 
 def test_real_claims_on_synthetic_evidence_give_valid_results(evidence):
