@@ -44,27 +44,20 @@ def unlisted(root: Path, listed) -> list[str]:
     return problems
 
 
-def seeds():
+def seeds(root: Path = ROOT):
+    """The repository's claims and ``root``'s sentence list, read as the CLI reads them."""
     claims = load().claims
-    return claims, load_sentences(ROOT, {c.id for c in claims}, load_kinds(ROOT /
+    return claims, load_sentences(root, {c.id for c in claims}, load_kinds(root /
                                                                           NOT_CLAIMS_FILE))
 
 
-def test_the_review_table_is_its_generators_output():
-    assert (ROOT / REVIEW_FILE).read_text(encoding="utf-8") == review_markdown(load()), \
-        "run: python -m inferlab claims --review"
-
-
-def test_the_coverage_table_is_its_generators_output():
-    claims, listed = seeds()
-    assert (ROOT / COVERAGE_FILE).read_text(encoding="utf-8") == \
-        coverage_markdown(listed, claims), "run: python -m inferlab claims --coverage"
-
-
-@pytest.mark.parametrize("flag", ["--review", "--coverage"])
-def test_the_cli_checks_each_generated_file(flag, capsys):
-    assert cli_main(["--root", str(ROOT), "claims", flag, "--check"]) == 0
-    assert "current" in capsys.readouterr().out
+@pytest.mark.parametrize(("flag", "generated"), [("--review", REVIEW_FILE),
+                                                 ("--coverage", COVERAGE_FILE)])
+def test_each_generated_file_is_its_generators_output(flag, generated, capsys):
+    """--check compares the committed file with review_markdown / coverage_markdown."""
+    assert cli_main(["--root", str(ROOT), "claims", flag, "--check"]) == 0, \
+        f"run: python -m inferlab claims {flag}"
+    assert capsys.readouterr().out == f"{generated}: current\n"
 
 
 def test_every_claim_states_its_reading_and_the_table_shows_scope_and_region():
@@ -129,9 +122,8 @@ def edit_first(root: Path, change) -> None:
 def test_a_wrong_entry_is_refused_naming_it(change, words, tmp_path):
     root = copy_root(tmp_path)
     edit_first(root, change)
-    claims = load().claims
     with pytest.raises(ValueError, match=re.escape(words)) as info:
-        load_sentences(root, {c.id for c in claims}, load_kinds(root / NOT_CLAIMS_FILE))
+        seeds(root)
     assert "sentences.yaml chapter sentence" in str(info.value)
 
 
@@ -141,21 +133,18 @@ def test_claims_with_a_by_list_name_the_rest_of_the_sentence(tmp_path):
     their own): both lists are read, and the table says "also covered by"."""
     root = copy_root(tmp_path)
     edit_first(root, lambda s: s[1].update(by=["C13-43"], why="the fused kernel's"))
-    claims = load().claims
-    seeds = load_sentences(root, {c.id for c in claims}, load_kinds(root / NOT_CLAIMS_FILE))
-    entry = seeds[0].entries[1]
+    claims, listed = seeds(root)
+    entry = listed[0].entries[1]
     assert entry.claims == ("C13-01",) and entry.by == ("C13-43",)
     assert entry.checked_by == ("C13-01",)  # its numbers stay its own claims'
-    table = coverage_markdown(seeds, claims)
+    table = coverage_markdown(listed, claims)
     assert "also covered by C13-43: the fused kernel's" in table
 
 
 def test_a_sentence_missing_from_the_list_is_found(tmp_path):
     root = copy_root(tmp_path)
     edit_first(root, lambda s: s.pop(2))
-    claims = load().claims
-    listed = load_sentences(root, {c.id for c in claims}, load_kinds(root / NOT_CLAIMS_FILE))
-    (missing,) = unlisted(root, listed)
+    (missing,) = unlisted(root, seeds(root)[1])
     assert missing.startswith("chapter: not listed: At 8,192 tokens it needed 16 MiB")
 
 

@@ -129,27 +129,19 @@ def test_artifact_strings_are_escaped(report_html):
 # ---------------------------------------------------------------- first screen, matrix
 
 
-def _matrix_rows(text: str) -> dict[str, str]:
-    """claim id -> the matrix row (a sentence of the chapter) that holds it."""
-    rows = re.findall(r"<tr>.*?</tr>", section(text, "claims").split("</thead>")[1], flags=re.S)
-    return {m: row for row in rows for m in re.findall(r'<li id="claim-([CQ]13-\d\d)"', row)}
-
-
-def test_claims_matrix_has_a_row_per_sentence(report_html):
+def test_claims_matrix_has_a_row_per_sentence_saying_verdict_value_and_basis(report_html,
+                                                                            evidence_root):
     loaded = claims.load().claims
-    rows = re.findall(r"<tr>.*?</tr>", section(report_html[0], "claims").split("</thead>")[1],
-                      flags=re.S)
-    assert len(rows) == len({c.sentence for c in loaded}) < len(loaded)
-    by_row = _matrix_rows(report_html[0])
+    by_id = {c.id: c for c in loaded}
+    matrix = re.findall(r"<tr>.*?</tr>", section(report_html[0], "claims").split("</thead>")[1],
+                        flags=re.S)
+    assert len(matrix) == len({c.sentence for c in loaded}) < len(loaded)
+    # claim id -> the row (a sentence of the chapter) that holds it
+    rows = {m: row for row in matrix for m in re.findall(r'<li id="claim-([CQ]13-\d\d)"', row)}
+    assert set(rows) == set(by_id)
     for claim in loaded:  # claims that share a sentence share its row
-        assert str(escape(formats.plain_text(claim.sentence))) in by_row[claim.id]
-        assert str(escape(formats.plain_text(claim.chapter_value))) in by_row[claim.id]
-
-
-def test_claims_matrix_rows_say_verdict_value_and_basis(report_html, evidence_root):
-    rows = _matrix_rows(report_html[0])
-    assert set(rows) == {c.id for c in claims.load().claims}
-    by_id = {c.id: c for c in claims.load().claims}
+        assert str(escape(formats.plain_text(claim.sentence))) in rows[claim.id]
+        assert str(escape(formats.plain_text(claim.chapter_value))) in rows[claim.id]
     for key in (CPU, GPU):
         for result in recorded(evidence_root, key)["claims"]:
             row = rows[result["id"]]
@@ -238,12 +230,6 @@ def test_claim_sentences_are_plain_unicode(report_html):
     assert "O(S²)" in text and "4.7 × 10⁻⁵" in text and "1×S" in text
 
 
-def test_missing_stage_says_not_measured_here(report_html):
-    traffic = section(report_html[0], "traffic")
-    assert f"{GPU}: {NOT_MEASURED}" in traffic and f"{CPU}: {NOT_MEASURED}" not in traffic
-    assert f"{CPU}: {NOT_MEASURED}: the manuscript stage did not run" in report_html[0]
-
-
 # ---------------------------------------------------------------- raw data, provenance
 
 
@@ -264,12 +250,6 @@ def test_numbers_carry_units_not_exponents_of_bytes(report_html):
     assert "e+0" not in text
     for unit in ("(MiB)", "(ms)", "(GB/s)"):
         assert unit in section(text, "prefill") + section(text, "decode")
-
-
-def test_noisy_rows_are_marked_and_explained(report_html):
-    prefill = section(report_html[0], "prefill")
-    assert 'class="noisy"' in prefill
-    assert "hollow" in prefill  # the figures' caption says what a hollow marker is
 
 
 def test_provenance_block_per_claim_and_machine(report_html, evidence_root):
@@ -301,8 +281,13 @@ def test_the_first_figure_is_the_chapters_comparison_and_the_claims_follow_the_f
     # the chapter's lengths as real numbers; 512 is measured, but outside its table
     ("prefill", [">1,024</text>", ">2,048</text>", ">4,096</text>", ">8,192</text>"],
      [">512</text>", "×10", "10^"]),
-    ("decode", ["batch 1</text>", "batch 4</text>", "batch 8</text>"], [])])  # every batch
-def test_each_figure_draws_what_its_section_says(report_html, section_id, drawn, never):
+    ("decode", ["batch 1</text>", "batch 4</text>", "batch 8</text>"], []),  # every batch
+    # noisy rows are marked, and the figures' caption says what a hollow marker is
+    ("prefill", ['class="noisy"', "hollow"], []),
+    # a stage a machine did not run says so
+    ("traffic", [f"{GPU}: {NOT_MEASURED}"], [f"{CPU}: {NOT_MEASURED}"]),
+    ("manuscript", [f"{CPU}: {NOT_MEASURED}: the manuscript stage did not run"], [])])
+def test_each_section_draws_and_says_what_it_should(report_html, section_id, drawn, never):
     text = section(report_html[0], section_id)
     assert [t for t in drawn if t not in text] == [] and [t for t in never if t in text] == []
 
