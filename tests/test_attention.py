@@ -17,7 +17,7 @@ from inferlab.algorithms.attention import (
     tiled_attention_fast,
 )
 from inferlab.algorithms.partials import splitkv_decode
-from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference
+from tests.numerics import assert_as_exact_as_naive, max_abs_err, naive_reference, requires_cuda
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 BLOCKS = [(16, 16), (64, 64), (128, 128), (64, 128), (128, 64)]
@@ -188,14 +188,9 @@ def test_non_causal_computes_every_pair(impl):
 # ---------------------------------------------------------------- validation
 
 
-def _entry_points():
-    """Each public entry point as f(q, k, v, **kwargs)."""
-    return {
-        "naive": naive_attention,
-        "tiled": tiled_attention,
-        "tiled_fast": tiled_attention_fast,
-        "splitkv": lambda q, k, v, **kw: splitkv_decode(q, k, v, splits=1, **kw),
-    }
+ENTRY_POINTS = {"naive": naive_attention, "tiled": tiled_attention,
+                "tiled_fast": tiled_attention_fast,
+                "splitkv": lambda q, k, v, **kw: splitkv_decode(q, k, v, splits=1, **kw)}
 
 
 BAD_INPUTS = {
@@ -219,20 +214,20 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("entry", list(_entry_points()))
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_inputs_raise_naming_the_argument(make_qkv, entry, case):
     argument, corrupt = BAD_INPUTS[case]
     q, k, v, kwargs = corrupt(*make_qkv((1, 2, 8, 8)))
     with pytest.raises(ValueError, match=argument):
-        _entry_points()[entry](q, k, v, **kwargs)
+        ENTRY_POINTS[entry](q, k, v, **kwargs)
 
 
 @pytest.mark.parametrize("entry", ["naive", "tiled", "tiled_fast"])
 def test_causal_with_unequal_lengths_is_refused(make_qkv, entry):
     q, k, v = make_qkv((1, 2, 8, 8), keys=12)
     with pytest.raises(ValueError, match="causal"):
-        _entry_points()[entry](q, k, v, causal=True)
+        ENTRY_POINTS[entry](q, k, v, causal=True)
 
 
 @pytest.mark.parametrize("impl", list(TILED))
@@ -244,7 +239,7 @@ def test_bad_blocks_raise_naming_the_argument(make_qkv, impl, argument, value):
         TILED[impl](q, k, v, **{argument: value})
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@requires_cuda
 @pytest.mark.parametrize("impl", list(TILED))
 def test_tiled_runs_on_cuda(draw_qkv, impl):
     q, k, v = draw_qkv(torch.Generator().manual_seed(0), (1, HEADS, 300, HEAD_DIM),

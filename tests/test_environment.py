@@ -17,9 +17,8 @@ from torch.utils import collect_env
 from inferlab.core.layout import REPO_ROOT, check_machine
 from inferlab.measurement import environment
 from inferlab.measurement.environment import default_device, fingerprint, machine_id, slug_machine
+from tests.numerics import requires_cuda
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                   reason="needs a CUDA device; this machine has none")
 without_cuda = pytest.mark.skipif(torch.cuda.is_available(),
                                   reason="checks a torch that cannot see the GPU")
 TOP_KEYS = {"device", "build", "host", "cuda", "collect_env", "runtime", "notes"}

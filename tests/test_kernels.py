@@ -74,9 +74,8 @@ def _draw(draw_qkv, shape, dtype=torch.float32, keys=None, seed=0):
 
 
 def _assert_as_exact_as_naive(out, q, k, v, causal=False, scale=None):
-    """flash-attention's rule: error against float64 at most twice naive's in q's dtype,
-    plus its floor of a couple of ulps (tests/numerics.py): naive runs ATen's SIMD kernels,
-    the interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
+    """tests/numerics.py's rule, floor included: naive runs ATen's SIMD kernels, the
+    interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
     assert out.dtype == q.dtype and out.shape == q.shape and out.device == q.device
     ref, naive_err = naive_reference(q, k, v, causal, scale)
     assert torch.isfinite(out).all()
@@ -423,7 +422,6 @@ def test_a_kernel_row_that_cannot_be_timed_here_says_why_as_data():
         "no_triton" if kernels.triton is None else "no_cuda_device")}
 
 
-
 # ---------------------------------------------------------------- the compiled path
 
 
@@ -443,17 +441,13 @@ def _compiled_modes() -> dict[str, str]:
     return dict(part.split("\n", 1) for part in parts)
 
 
-def _compiled(mode: str) -> str:
-    return _compiled_modes()[mode]
-
-
 COMPILED = pytest.mark.skipif(not kernels.INTERPRETED, reason="compiled and run on CUDA above")
 
 
 @COMPILED
 def test_kernels_compile_for_a_hopper_gpu_in_every_dtype():
     # bf16 matters most, being the one dtype the interpreter cannot check
-    assert _compiled("dtypes").split() == ["float16", "bfloat16", "float32"]
+    assert _compiled_modes()["dtypes"].split() == ["float16", "bfloat16", "float32"]
 
 
 @COMPILED
@@ -461,7 +455,7 @@ def test_prefill_configurations_fit_sm90_registers_and_shared_memory():
     """At each tile shape the configuration nearest the limits (the most stages kept):
     ptxas's registers within 255 a thread with nothing spilled, the shared memory the
     launch asks within a block's 227 KiB and equal to the estimate the list is pruned by."""
-    rows = [json.loads(line) for line in _compiled("prefill").splitlines()]
+    rows = [json.loads(line) for line in _compiled_modes()["prefill"].splitlines()]
     assert {r["config"] for r in rows} >= {"BM64,BN32,w4,s5", "BM128,BN128,w8,s4"}
     for r in rows:
         assert r["registers"] <= kernels.SM90_REGISTERS and r["spill_bytes"] == 0, r
@@ -473,7 +467,7 @@ def test_decode_key_loop_is_pipelined_with_asynchronous_copies():
     """The split kernel's key loop holds no tl.dot for one query: Triton pipelines its
     loads only because the loop carries num_stages (tl.range), and only loads of 4 bytes
     or more a thread (the head-dim mask is compiled out where there is no padding)."""
-    rows = [json.loads(line) for line in _compiled("decode").splitlines()]
+    rows = [json.loads(line) for line in _compiled_modes()["decode"].splitlines()]
     assert {r["group"] for r in rows} == {1, 16} and len(rows) >= 7
     for r in rows:
         assert r["async_copy"] and r["cp_async"], r
