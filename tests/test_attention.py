@@ -128,21 +128,14 @@ def test_tiled_accepts_non_contiguous_inputs(make_qkv, impl):
 
 @pytest.mark.parametrize("impl", list(TILED))
 @pytest.mark.parametrize("query_scale", [30.0, 40.0])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("causal", [False, True])
-def test_large_scores_stay_finite_and_exact(make_qkv, impl, query_scale, causal):
-    q, k, v = make_qkv((1, HEADS, 300, HEAD_DIM))
+def test_large_scores_stay_finite_and_exact(make_qkv, impl, query_scale, dtype, causal):
+    q, k, v = make_qkv((1, HEADS, 300, HEAD_DIM), dtype)
     q = q * query_scale  # scores in the hundreds: exp would overflow without the running max
     out, _ = TILED[impl](q, k, v, causal=causal, block_q=64, block_k=128)
     assert torch.isfinite(out).all()
     assert_as_exact_as_naive(out, *naive_reference(q, k, v, causal))
-
-
-@pytest.mark.parametrize("impl", list(TILED))
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_large_scores_finite_in_low_precision(make_qkv, impl, dtype):
-    q, k, v = make_qkv((1, HEADS, 200, HEAD_DIM), dtype)
-    out, _ = TILED[impl](q * 40, k, v, causal=True, block_q=64, block_k=64)
-    assert torch.isfinite(out).all()
 
 
 # ---------------------------------------------------------------- causal tile skipping

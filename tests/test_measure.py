@@ -131,8 +131,7 @@ def test_the_coverage_of_the_order_statistics_interval_is_at_least_95_percent():
 class _VirtualTime:
     """perf_counter of a virtual clock that only the virtual clocks move: no real waiting."""
 
-    def __init__(self):
-        self.now = 0.0
+    now = 0.0
 
     def perf_counter(self):
         return self.now
@@ -350,13 +349,18 @@ def test_the_defaults(monkeypatch):
     assert not mild.converged and not mild.noisy
 
 
-def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
-    """Virtual time: a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8
-    26.5 s are spent and the last round took 3.5: 30 s, exactly the cap, so round 9 runs
-    (29 s); round 10 would end at 31.5 s and does not start."""
-    cases = _virtual(monkeypatch, {"w": [2.5] + [2.5, 3.5] * 10})
-    timing = _timed(cases, warmup=1, max_rounds=20, target=1e-9, time_cap_s=30.0)["w"]
-    assert timing.rounds == 9 and not timing.converged and not timing.over_budget
+@pytest.mark.parametrize(("seconds", "warmup", "cap", "rounds"), [
+    # a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8 26.5 s are spent
+    # and the last round took 3.5: 30 s, exactly the cap, so round 9 runs (29 s); round 10
+    # would end at 31.5 s and does not start
+    ([2.5] + [2.5, 3.5] * 10, 1, 30.0, 9),
+    (2.0, 2, 10.0, 3),  # warm-up 2 x 2 s, rounds of 2 s: the warm-up's 4 s leave three
+])
+def test_a_round_starts_only_if_it_fits_in_the_cap_warm_up_counted(monkeypatch, seconds,
+                                                                   warmup, cap, rounds):
+    cases = _virtual(monkeypatch, {"w": seconds})
+    timing = _timed(cases, warmup=warmup, max_rounds=20, target=1e-9, time_cap_s=cap)["w"]
+    assert timing.rounds == rounds and not timing.converged and not timing.over_budget
 
 
 def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
@@ -417,13 +421,6 @@ def test_a_call_longer_than_the_cap_is_timed_a_bounded_number_of_times(monkeypat
     assert result["slow"].over_budget and result["slow"].median_ms == 300_000.0
     assert not result["quick"].over_budget and result["quick"].rounds == 1
     assert measure.time.now < 2 * 300 + 1  # two calls of it, never minutes of repetition
-
-
-def test_the_cap_counts_the_warm_up(monkeypatch):
-    """Warm-up 2 x 2 s, rounds of 2 s, cap 10 s: 4 s of warm-up leave three rounds."""
-    cases = _virtual(monkeypatch, {"a": 2.0})
-    timing = _timed(cases, warmup=2, min_rounds=6, max_rounds=20, time_cap_s=10.0)["a"]
-    assert timing.rounds == 3 and not timing.over_budget
 
 
 @pytest.mark.parametrize(("df", "t"), [(1, 12.706), (2, 4.303), (4, 2.776), (13, 2.179),
