@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
+from inferlab.algorithms.attention import naive_attention
 from inferlab.core.layout import REPO_ROOT
 from inferlab.evidence import artifacts
 from inferlab.measurement.backend_map import MAP_COLUMNS, map_cases, map_rows
@@ -96,11 +97,7 @@ def test_as_dict_is_the_probe_json_row(cpu_rows):
 @pytest.mark.parametrize("causal", [False, True])
 def test_run_sdpa_computes_attention(backend, causal):
     q, k, v = qkv(shape=(2, 3, 20, 8), seed=1)
-    scores = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(q.shape[-1])
-    if causal:
-        future = torch.ones(20, 20, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
-    expected = torch.softmax(scores, dim=-1) @ v.double()
+    expected = naive_attention(q.double(), k.double(), v.double(), causal=causal)
     got = run_sdpa(q, k, v, backend, causal=causal)
     torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
 

@@ -1,22 +1,20 @@
 """Our Triton kernels against the float64 oracle: exactness on awkward sizes, causal tile
 skipping, large scores, split-KV decoding at every split count, input validation.
 
-Runs in Triton's interpreter on CPU tensors: conftest.py imports inferlab.algorithms.kernels
-with TRITON_INTERPRET=1 (triton's @jit decorators read it then).
-``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same tests compiled, on
-CUDA tensors. The interpreter is slow (milliseconds per tile), so the sizes are small.
-The compiled path is still built here, for sm_90 without a GPU (the last test).
+Runs in Triton's interpreter on CPU tensors (conftest.py imports inferlab.algorithms.kernels
+with TRITON_INTERPRET=1; triton's @jit decorators read it then), so the sizes are small:
+milliseconds a tile. ``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same
+tests compiled, on CUDA tensors; the compiled path is also built here, for sm_90.
 
 How the interpreter computes ``tl.dot`` (measured on a 16x16 tile by ``_dot_error``):
 
-* float16: ``np.matmul(a, b, dtype=float32)``, i.e. the fp16 operands exactly widened and
-  products summed in float32, as a tensor core does. The fp16 tests are therefore real
-  tests of the kernel's rounding (p is rounded to fp16 before p @ v, as on the GPU).
-* bfloat16: numpy has no bfloat16; the interpreter stores it as uint16 and ``tl.dot``
-  multiplies the raw bit patterns (results near 1e10; triton-lang/triton#11584, answered
-  "we just don't support it yet"). A bf16 ``flash_attention`` cannot be checked in the
-  interpreter, so those cases are skipped with the measured error; ``flash_decode`` uses
-  no ``tl.dot`` (one query row is a reduction) and is tested in bf16 here.
+* float16: ``np.matmul(a, b, dtype=float32)``: the operands exactly widened, products
+  summed in float32, as a tensor core does; so the fp16 tests are real tests of the
+  kernel's rounding (p is rounded to fp16 before p @ v, as on the GPU).
+* bfloat16: stored as uint16 (numpy has none), and ``tl.dot`` multiplies the bit patterns
+  (results near 1e10; triton-lang/triton#11584, "we just don't support it yet"): bf16
+  ``flash_attention`` is skipped here with the measured error; ``flash_decode`` (one query
+  row is a reduction, no ``tl.dot``) is tested in bf16.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ sleeps carry the tests; the statistics are checked on known data.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -18,6 +19,7 @@ import time
 import pytest
 import torch
 
+from inferlab.algorithms.attention import naive_attention
 from inferlab.measurement import intervals, measure, workers
 from inferlab.measurement.intervals import median_ci, relative_halfwidth
 from inferlab.measurement.measure import Ratio, Timing, time_interleaved
@@ -33,24 +35,15 @@ def _timed(cases, **options):
     return time_interleaved(cases, **{"threads": 1, "min_run_s": 0.0, **options})
 
 
-def _collapse(calls: list[str]) -> list[str]:
-    """AAA BBB -> A B: torch's Timer adds untimed calls before each timing."""
-    return [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]
-
-
-def _naive_attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-    return torch.softmax(scores, dim=-1) @ v
-
-
 def test_cases_run_interleaved_a_b_c_in_their_warm_ups_and_rounds():
     calls: list[str] = []
     cases = {name: (lambda n=name: calls.append(n)) for name in "ABC"}
     steps: list[tuple[int, int, str]] = []
     result = _timed(cases, warmup=2, min_rounds=6, max_rounds=6,
                     progress=lambda *a: steps.append(a))
-    # two warm-up rounds A B C, A B C (never A A B B C C), then six timed rounds
-    assert _collapse(calls) == list("ABC") * (2 + 6)
+    # two warm-up rounds A B C, A B C (never A A B B C C), then six timed rounds; runs of
+    # one case collapsed: torch's Timer adds untimed calls before each timing
+    assert [case for case, _ in itertools.groupby(calls)] == list("ABC") * (2 + 6)
     assert [s[2] for s in steps[:6]] == [f"warm-up {w}/2 {c}" for w in (1, 2) for c in "ABC"]
     assert [s[2] for s in steps[6:]] == [f"round {r}" for r in range(1, 7)]
     assert all(t.rounds == 6 and t.status == "ok" for t in result.values())
@@ -222,7 +215,7 @@ def test_an_oom_case_is_a_status_and_the_others_still_time(failure):
 def test_cuda_timing():
     gen = torch.Generator(device="cuda").manual_seed(4)
     q, k, v = (torch.randn(1, 2, 1024, 64, device="cuda", generator=gen) for _ in range(3))
-    result = time_interleaved({"naive": lambda: _naive_attention(q, k, v)}, device="cuda",
+    result = time_interleaved({"naive": lambda: naive_attention(q, k, v)}, device="cuda",
                               threads=1, max_rounds=6)
     assert result["naive"].status == "ok" and result["naive"].median_ms > 0
     assert "L2" in result["naive"].method
