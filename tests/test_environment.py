@@ -101,8 +101,7 @@ def test_default_device_follows_torch():
 
 
 def test_fingerprint_is_json_and_has_documented_keys(cpu_facts):
-    again = json.loads(json.dumps(cpu_facts))
-    assert again == cpu_facts
+    assert json.loads(json.dumps(cpu_facts)) == cpu_facts
     assert set(cpu_facts) == TOP_KEYS
     assert set(cpu_facts["build"]) == BUILD_KEYS
     assert set(cpu_facts["host"]) == HOST_KEYS
