@@ -1,23 +1,10 @@
 """Compile inferlab.algorithms.kernels for sm_90 (H100/H200) without a GPU: Triton IR, PTX, ptxas.
 
-Run by tests/test_kernels.py in fresh processes with TRITON_INTERPRET=0 (the test
-process has Triton's interpreter on). Arguments are compiled as a launch on CUDA tensors
-specialises them: pointers and strides divisible by 16 (Triton's "D" specialisation of
-contiguous tensors at head dim 64); without it the compiler cannot vectorise a load and
-pipelines none. ``python tests/compile_kernels.py MODE...``, each mode's output after a line
-``== MODE``:
-
-* ``dtypes``: every kernel in float16, bfloat16 and float32; prints each dtype whose
-  kernels compiled.
-* ``prefill``: for each tile shape of ``prefill_configs()`` (fp16, head dim 64, causal),
-  the configuration with the most pipeline stages kept, the one nearest the limits
-  (registers and shared memory grow with the stages); one JSON line each: its name,
-  ptxas's registers, spill bytes and stack frame, and the shared memory the launch asks.
-* ``decode``: the split kernel of each tile and warps of ``decode_configs()``, at its
-  most pipeline stages, for one query and for a group (a tile of 16 rows); one JSON
-  line each: whether the key loop's loads became asynchronous copies
-  (``ttg.async_copy_global_to_local`` in the Triton GPU IR, ``cp.async`` in the PTX),
-  registers, spills, shared memory.
+Run by tests/test_kernels.py in a fresh process with TRITON_INTERPRET=0 (the test process
+has Triton's interpreter on): ``python tests/compile_kernels.py MODE...``, each mode's
+output after a line ``== MODE``. Arguments are specialised as a launch on CUDA tensors
+specialises them: pointers and strides divisible by 16 (Triton's "D" specialisation);
+without it the compiler cannot vectorise a load and pipelines none.
 """
 
 from __future__ import annotations
@@ -88,6 +75,8 @@ def _split(dtype: torch.dtype, config: kernels.DecodeConfig, group: int, head_di
 
 
 def dtypes() -> None:
+    """Every kernel in float16, bfloat16 and float32; prints each dtype whose kernels
+    compiled."""
     shape = {"head_dim": 128, "d": 80}  # a padded head dim: the masked loads
     for dtype, name in TYPES.items():
         fwd = _fwd(dtype, kernels.PrefillConfig(64, 32, 4, 3), **shape)
@@ -103,6 +92,8 @@ def dtypes() -> None:
 
 
 def prefill() -> None:
+    """Per tile shape (fp16, head dim 64, causal) the configuration with the most stages,
+    nearest the limits: a JSON line of its name, ptxas's usage and the shared estimate."""
     most = {}
     for c in kernels.prefill_configs(64, 2):
         most[(c.block_m, c.block_n)] = c  # listed by stages, ascending: the last is the most
@@ -113,6 +104,9 @@ def prefill() -> None:
 
 
 def decode() -> None:
+    """The split kernel per tile and warps at its most stages, for one query and a group
+    of 16 rows: a JSON line of whether its key loop's loads became asynchronous copies
+    (``ttg.async_copy_global_to_local`` in the IR, ``cp.async`` in the PTX) and usage."""
     for group, queries in ((1, 1), (16, 7)):  # one query; a group of 7 heads, as 28:4
         most = {}
         for c in kernels.decode_configs(queries):  # stages ascending: the last is the most

@@ -15,9 +15,13 @@ against naive's 1.39e-7). The floor keeps that a pass and stays far below any re
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from inferlab.algorithms.attention import naive_attention
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
+                                   reason="needs a CUDA device; this machine has none")
 
 
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -4,8 +4,8 @@ on a GPU.
 The GPU clock cannot run here, so torch.cuda's events, synchronize and _sleep, the L2
 flush buffer and the host's clock are replaced by stand-ins on a fake timeline: a call
 takes CALL_MS of GPU time and LAUNCH_S of host time, the flush FLUSH_MS, and every step
-is logged. The tests check the order of the steps around each call, what is timed, and
-that the GPU sleep covers the host's launch as measured. No wall-clock time is asserted.
+is logged: the tests check the steps' order, what is timed and what the GPU sleep covers,
+never wall-clock time.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import torch
 from inferlab.measurement import clocks, measure
 from inferlab.measurement.clocks import make_clock
 from inferlab.measurement.measure import time_interleaved
+from tests.numerics import requires_cuda
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                   reason="needs a CUDA device; this machine has none")
 CALL_MS, FLUSH_MS = 2.0, 5.0
 LAUNCH_S = 50e-6    # the host's time to launch one call
 CYCLES_PER_S = 1e9  # a 1 GHz fake GPU: cycles = seconds x 1e9
@@ -126,6 +125,15 @@ def test_gpu_clock_reuses_its_events_in_batches(gpu, monkeypatch):
     assert len(made) == 2 * 4, "one batch of event pairs, reused"
 
 
+def _launching(gpu: FakeGpu, extra_s):
+    """A clock over calls whose n-th (from 1) takes ``extra_s(n)`` more host time."""
+    def call():
+        gpu.call()
+        gpu.host_s += extra_s(gpu.log.count("call"))
+
+    return make_clock(call, "cuda", threads=1)
+
+
 def test_the_sleep_covers_the_measured_launch(gpu):
     clock = make_clock(gpu.call, "cuda", threads=1)
     clock.seconds_per_call(1)  # the clock's first call: not a steady launch
@@ -138,11 +146,7 @@ def test_the_sleep_covers_the_measured_launch(gpu):
 
 
 def test_a_host_bound_launch_sleeps_at_most_the_cap(gpu):
-    def call():
-        gpu.call()
-        gpu.host_s += 0.5  # a plain-PyTorch loop: half a second of launches
-
-    clock = make_clock(call, "cuda", threads=1)
+    clock = _launching(gpu, lambda n: 0.5)  # a plain-PyTorch loop: 0.5 s of launches
     clock.seconds_per_call(1)
     clock.seconds_per_call(3)
     assert gpu.slept == pytest.approx([clocks.MAX_SLEEP_S] * 4)
@@ -151,12 +155,7 @@ def test_a_host_bound_launch_sleeps_at_most_the_cap(gpu):
 def test_the_cover_follows_steady_launches_not_the_first_call(gpu):
     # The first call of a cuDNN case builds its plan (~0.4 s of host time): sized from that,
     # every later sleep sat at its 10 ms cap, seconds of GPU time no cap saw.
-    def call():
-        gpu.call()
-        if gpu.log.count("call") == 1:
-            gpu.host_s += 0.4
-
-    clock = make_clock(call, "cuda", threads=1)
+    clock = _launching(gpu, lambda n: 0.4 if n == 1 else 0.0)
     clock.seconds_per_call(1)  # the first warm-up call: the plan build
     clock.seconds_per_call(1)  # the second: a steady launch
     clock.seconds_per_call(3)
@@ -164,18 +163,11 @@ def test_the_cover_follows_steady_launches_not_the_first_call(gpu):
 
 
 def test_the_cover_rises_when_launches_do(gpu):
-    slower = {"s": 0.0}
-
-    def call():
-        gpu.call()
-        gpu.host_s += slower["s"]
-
-    clock = make_clock(call, "cuda", threads=1)
-    clock.seconds_per_call(1)
-    clock.seconds_per_call(1)
-    slower["s"] = 3 * LAUNCH_S  # a busy host: launches four times as long
-    clock.seconds_per_call(1)   # measured here, covered from the next call on
-    clock.seconds_per_call(1)
+    # a busy host from the third call: launches four times as long, measured in that call
+    # and covered from the next on
+    clock = _launching(gpu, lambda n: 3 * LAUNCH_S if n >= 3 else 0.0)
+    for _ in range(4):
+        clock.seconds_per_call(1)
     assert gpu.slept[-1] == pytest.approx(
         clocks.LAUNCH_COVER * 4 * LAUNCH_S + clocks.LAUNCH_MARGIN_S, rel=1e-3)
 

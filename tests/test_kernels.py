@@ -1,22 +1,20 @@
 """Our Triton kernels against the float64 oracle: exactness on awkward sizes, causal tile
 skipping, large scores, split-KV decoding at every split count, input validation.
 
-Runs in Triton's interpreter on CPU tensors: conftest.py imports inferlab.algorithms.kernels
-with TRITON_INTERPRET=1 (triton's @jit decorators read it then).
-``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same tests compiled, on
-CUDA tensors. The interpreter is slow (milliseconds per tile), so the sizes are small.
-The compiled path is still built here, for sm_90 without a GPU (the last test).
+Runs in Triton's interpreter on CPU tensors (conftest.py imports inferlab.algorithms.kernels
+with TRITON_INTERPRET=1; triton's @jit decorators read it then), so the sizes are small:
+milliseconds a tile. ``TRITON_INTERPRET=0 pytest tests/test_kernels.py`` runs the same
+tests compiled, on CUDA tensors; the compiled path is also built here, for sm_90.
 
 How the interpreter computes ``tl.dot`` (measured on a 16x16 tile by ``_dot_error``):
 
-* float16: ``np.matmul(a, b, dtype=float32)``, i.e. the fp16 operands exactly widened and
-  products summed in float32, as a tensor core does. The fp16 tests are therefore real
-  tests of the kernel's rounding (p is rounded to fp16 before p @ v, as on the GPU).
-* bfloat16: numpy has no bfloat16; the interpreter stores it as uint16 and ``tl.dot``
-  multiplies the raw bit patterns (results near 1e10; triton-lang/triton#11584, answered
-  "we just don't support it yet"). A bf16 ``flash_attention`` cannot be checked in the
-  interpreter, so those cases are skipped with the measured error; ``flash_decode`` uses
-  no ``tl.dot`` (one query row is a reduction) and is tested in bf16 here.
+* float16: ``np.matmul(a, b, dtype=float32)``: the operands exactly widened, products
+  summed in float32, as a tensor core does; so the fp16 tests are real tests of the
+  kernel's rounding (p is rounded to fp16 before p @ v, as on the GPU).
+* bfloat16: stored as uint16 (numpy has none), and ``tl.dot`` multiplies the bit patterns
+  (results near 1e10; triton-lang/triton#11584, "we just don't support it yet"): bf16
+  ``flash_attention`` is skipped here with the measured error; ``flash_decode`` (one query
+  row is a reduction, no ``tl.dot``) is tested in bf16.
 """
 
 from __future__ import annotations
@@ -74,9 +72,8 @@ def _draw(draw_qkv, shape, dtype=torch.float32, keys=None, seed=0):
 
 
 def _assert_as_exact_as_naive(out, q, k, v, causal=False, scale=None):
-    """flash-attention's rule: error against float64 at most twice naive's in q's dtype,
-    plus its floor of a couple of ulps (tests/numerics.py): naive runs ATen's SIMD kernels,
-    the interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
+    """tests/numerics.py's rule, floor included: naive runs ATen's SIMD kernels, the
+    interpreted kernel numpy's, so a one-ulp naive error is no yardstick alone."""
     assert out.dtype == q.dtype and out.shape == q.shape and out.device == q.device
     ref, naive_err = naive_reference(q, k, v, causal, scale)
     assert torch.isfinite(out).all()
@@ -423,7 +420,6 @@ def test_a_kernel_row_that_cannot_be_timed_here_says_why_as_data():
         "no_triton" if kernels.triton is None else "no_cuda_device")}
 
 
-
 # ---------------------------------------------------------------- the compiled path
 
 
@@ -443,17 +439,13 @@ def _compiled_modes() -> dict[str, str]:
     return dict(part.split("\n", 1) for part in parts)
 
 
-def _compiled(mode: str) -> str:
-    return _compiled_modes()[mode]
-
-
 COMPILED = pytest.mark.skipif(not kernels.INTERPRETED, reason="compiled and run on CUDA above")
 
 
 @COMPILED
 def test_kernels_compile_for_a_hopper_gpu_in_every_dtype():
     # bf16 matters most, being the one dtype the interpreter cannot check
-    assert _compiled("dtypes").split() == ["float16", "bfloat16", "float32"]
+    assert _compiled_modes()["dtypes"].split() == ["float16", "bfloat16", "float32"]
 
 
 @COMPILED
@@ -461,7 +453,7 @@ def test_prefill_configurations_fit_sm90_registers_and_shared_memory():
     """At each tile shape the configuration nearest the limits (the most stages kept):
     ptxas's registers within 255 a thread with nothing spilled, the shared memory the
     launch asks within a block's 227 KiB and equal to the estimate the list is pruned by."""
-    rows = [json.loads(line) for line in _compiled("prefill").splitlines()]
+    rows = [json.loads(line) for line in _compiled_modes()["prefill"].splitlines()]
     assert {r["config"] for r in rows} >= {"BM64,BN32,w4,s5", "BM128,BN128,w8,s4"}
     for r in rows:
         assert r["registers"] <= kernels.SM90_REGISTERS and r["spill_bytes"] == 0, r
@@ -473,7 +465,7 @@ def test_decode_key_loop_is_pipelined_with_asynchronous_copies():
     """The split kernel's key loop holds no tl.dot for one query: Triton pipelines its
     loads only because the loop carries num_stages (tl.range), and only loads of 4 bytes
     or more a thread (the head-dim mask is compiled out where there is no padding)."""
-    rows = [json.loads(line) for line in _compiled("decode").splitlines()]
+    rows = [json.loads(line) for line in _compiled_modes()["decode"].splitlines()]
     assert {r["group"] for r in rows} == {1, 16} and len(rows) >= 7
     for r in rows:
         assert r["async_copy"] and r["cp_async"], r

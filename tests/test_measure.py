@@ -8,6 +8,7 @@ sleeps carry the tests; the statistics are checked on known data.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -18,36 +19,31 @@ import time
 import pytest
 import torch
 
+from inferlab.algorithms.attention import naive_attention
 from inferlab.measurement import intervals, measure, workers
 from inferlab.measurement.intervals import median_ci, relative_halfwidth
 from inferlab.measurement.measure import Ratio, Timing, time_interleaved
-
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                reason="needs a CUDA GPU (CUDA events, max_memory_allocated)")
+from tests.numerics import requires_cuda
 
 
 def _sleeper(ms: float):
     return lambda: time.sleep(ms / 1e3)
 
 
-def _collapse(calls: list[str]) -> list[str]:
-    """AAA BBB -> A B: torch's Timer adds untimed calls before each timing."""
-    return [c for i, c in enumerate(calls) if i == 0 or calls[i - 1] != c]
-
-
-def _naive_attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T)
-    return torch.softmax(scores, dim=-1) @ v
+def _timed(cases, **options):
+    """time_interleaved on one thread, with no minimum run per timing unless given."""
+    return time_interleaved(cases, **{"threads": 1, "min_run_s": 0.0, **options})
 
 
 def test_cases_run_interleaved_a_b_c_in_their_warm_ups_and_rounds():
     calls: list[str] = []
     cases = {name: (lambda n=name: calls.append(n)) for name in "ABC"}
     steps: list[tuple[int, int, str]] = []
-    result = time_interleaved(cases, threads=1, warmup=2, min_rounds=6, max_rounds=6,
-                              min_run_s=0.0, progress=lambda *a: steps.append(a))
-    # two warm-up rounds A B C, A B C (never A A B B C C), then six timed rounds
-    assert _collapse(calls) == list("ABC") * (2 + 6)
+    result = _timed(cases, warmup=2, min_rounds=6, max_rounds=6,
+                    progress=lambda *a: steps.append(a))
+    # two warm-up rounds A B C, A B C (never A A B B C C), then six timed rounds; runs of
+    # one case collapsed: torch's Timer adds untimed calls before each timing
+    assert [case for case, _ in itertools.groupby(calls)] == list("ABC") * (2 + 6)
     assert [s[2] for s in steps[:6]] == [f"warm-up {w}/2 {c}" for w in (1, 2) for c in "ABC"]
     assert [s[2] for s in steps[6:]] == [f"round {r}" for r in range(1, 7)]
     assert all(t.rounds == 6 and t.status == "ok" for t in result.values())
@@ -55,8 +51,7 @@ def test_cases_run_interleaved_a_b_c_in_their_warm_ups_and_rounds():
 
 @pytest.mark.parametrize("ms", [2, 7])
 def test_a_sleeper_reads_its_own_length_in_milliseconds(ms):
-    timing = time_interleaved({"sleep": _sleeper(ms)}, threads=1, min_run_s=0.0,
-                              max_rounds=6)["sleep"]
+    timing = _timed({"sleep": _sleeper(ms)}, max_rounds=6)["sleep"]
     # a sleep never ends early; scheduling adds a little, never a factor of ten
     assert ms <= timing.median_ms < 10 * ms
     assert ms <= timing.ci_ms[0] <= timing.median_ms <= timing.ci_ms[1]
@@ -64,8 +59,8 @@ def test_a_sleeper_reads_its_own_length_in_milliseconds(ms):
 
 
 def test_statistics_of_known_sleeps_and_their_row():
-    result = time_interleaved({"fast": _sleeper(1), "slow": _sleeper(6)}, threads=1,
-                              min_run_s=0.0, max_rounds=8, pair_with={"slow": ["fast"]})
+    result = _timed({"fast": _sleeper(1), "slow": _sleeper(6)}, max_rounds=8,
+                    pair_with={"slow": ["fast"]})
     fast, slow = result["fast"], result["slow"]
     assert slow.median_ms > fast.median_ms + 3.0
     assert fast.median_ms == statistics.median(fast.samples_ms)
@@ -89,8 +84,7 @@ def test_calls_per_timing_follow_the_fastest_warm_up_call_not_a_disturbed_last_o
         if len(calls) == 3:
             time.sleep(0.02)
 
-    result = time_interleaved({"tiny": tiny}, threads=1, warmup=3, max_rounds=6,
-                              min_run_s=0.005)
+    result = _timed({"tiny": tiny}, warmup=3, max_rounds=6, min_run_s=0.005)
     assert result["tiny"].calls_per_timing >= 10
 
 
@@ -130,8 +124,7 @@ def test_the_coverage_of_the_order_statistics_interval_is_at_least_95_percent():
 class _VirtualTime:
     """perf_counter of a virtual clock that only the virtual clocks move: no real waiting."""
 
-    def __init__(self):
-        self.now = 0.0
+    now = 0.0
 
     def perf_counter(self):
         return self.now
@@ -183,8 +176,7 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
     wide, the paired ratio is exactly 2 with no width at all."""
     drift = [1.0] + [1.0, 2.0] * 10  # the warm-up, then the rounds
     cases = _virtual(monkeypatch, {"a": _scaled(10.0, drift), "b": _scaled(20.0, drift)})
-    result = time_interleaved(cases, threads=1, min_run_s=0.0,
-                              max_rounds=8, target=0.02, pair_with={"b": ["a"]})
+    result = _timed(cases, max_rounds=8, target=0.02, pair_with={"b": ["a"]})
     b = result["b"]
     assert (b.ratio.median, b.ratio.ci_low, b.ratio.ci_high) == (2.0, 2.0, 2.0)
     assert b.samples_ms == (20.0, 40.0) * 4 and b.median_ms == 30.0
@@ -195,13 +187,12 @@ def test_pairing_cancels_drift_shared_by_a_round(monkeypatch):
 def test_a_steady_case_stops_at_min_rounds_and_a_noisy_one_runs_on(monkeypatch):
     steady, wobbly = _scaled(3.0, [1.0] * 40), _scaled(3.0, [1.0] + [1.0, 3.0] * 20)
     cases = _virtual(monkeypatch, {"steady": steady, "wobbly": wobbly})
-    result = time_interleaved(cases, threads=1,
-                              min_run_s=0.0, min_rounds=6, max_rounds=9, target=0.02)
+    result = _timed(cases, min_rounds=6, max_rounds=9, target=0.02)
     # one case's wide interval keeps the rounds going for all (they are interleaved)
     assert result["steady"].rounds == result["wobbly"].rounds == 9
     assert result["steady"].converged and not result["wobbly"].converged
-    alone = time_interleaved(_virtual(monkeypatch, {"steady": steady}), threads=1, min_run_s=0.0,
-                             min_rounds=6, max_rounds=9, target=0.02)
+    alone = _timed(_virtual(monkeypatch, {"steady": steady}), min_rounds=6, max_rounds=9,
+                   target=0.02)
     assert alone["steady"].rounds == 6 and alone["steady"].converged
 
 
@@ -212,8 +203,7 @@ def test_an_oom_case_is_a_status_and_the_others_still_time(failure):
     def fails():
         raise failure
 
-    result = time_interleaved({"ok": _sleeper(1), "big": fails}, threads=1, max_rounds=6,
-                              min_run_s=0.0, pair_with={"ok": ["big"]})
+    result = _timed({"ok": _sleeper(1), "big": fails}, max_rounds=6, pair_with={"ok": ["big"]})
     assert result["big"].status == "oom" and math.isnan(result["big"].median_ms)
     assert result["big"].as_row()["median_ms"] is None  # not measured: an empty cell
     assert result["ok"].status == "ok" and result["ok"].rounds == 6
@@ -221,11 +211,11 @@ def test_an_oom_case_is_a_status_and_the_others_still_time(failure):
     assert list(result) == ["ok", "big"]
 
 
-@needs_cuda
+@requires_cuda
 def test_cuda_timing():
     gen = torch.Generator(device="cuda").manual_seed(4)
     q, k, v = (torch.randn(1, 2, 1024, 64, device="cuda", generator=gen) for _ in range(3))
-    result = time_interleaved({"naive": lambda: _naive_attention(q, k, v)}, device="cuda",
+    result = time_interleaved({"naive": lambda: naive_attention(q, k, v)}, device="cuda",
                               threads=1, max_rounds=6)
     assert result["naive"].status == "ok" and result["naive"].median_ms > 0
     assert "L2" in result["naive"].method
@@ -298,17 +288,15 @@ def test_noisy_and_converged_at_their_thresholds(monkeypatch):
     rounds."""
     schedule = [1.0, 0.9, 1.0, 1.0, 1.0, 1.0, 1.1]
     case = _virtual(monkeypatch, {"a": _scaled(10.0, schedule)})
-    first = time_interleaved(case, threads=1, min_run_s=0.0, max_rounds=6)["a"]
+    first = _timed(case, max_rounds=6)["a"]
     width = relative_halfwidth(*first.ci_ms, first.median_ms)
     assert width == pytest.approx(0.1)
     _virtual(monkeypatch, {"a": _scaled(10.0, schedule + [3.0, 0.2] * 5)})  # would widen it
-    at = time_interleaved(case, threads=1, min_run_s=0.0, max_rounds=12,
-                          noisy_threshold=width, target=width)["a"]
+    at = _timed(case, max_rounds=12, noisy_threshold=width, target=width)["a"]
     assert not at.noisy and at.converged and at.rounds == 6
     _virtual(monkeypatch, {"a": _scaled(10.0, schedule)})
-    under = time_interleaved(case, threads=1, min_run_s=0.0, max_rounds=6,
-                             noisy_threshold=width * (1 - 1e-9),
-                             target=width * (1 - 1e-9))["a"]
+    under = _timed(case, max_rounds=6, noisy_threshold=width * (1 - 1e-9),
+                   target=width * (1 - 1e-9))["a"]
     assert under.noisy and not under.converged
 
 
@@ -316,20 +304,18 @@ def test_a_paired_ratio_wider_than_the_median_keeps_the_rounds_going(monkeypatch
     """Each case alone is steady in its median; their per-round ratio is not."""
     cases = _virtual(monkeypatch, {"a": _scaled(1.0, [1.0] * 21),
                                    "b": _scaled(1.0, [1.0] + [1.0, 1.0, 2.0, 0.5] * 5)})
-    result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=8, target=0.02,
-                              pair_with={"b": ["a"]})
+    result = _timed(cases, max_rounds=8, target=0.02, pair_with={"b": ["a"]})
     assert result["b"].rounds == 8 and not result["b"].converged and result["b"].noisy
     _virtual(monkeypatch, {"a": 0.001, "b": 0.001})
-    alone = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=8, target=0.02,
-                             pair_with={"b": ["a"]})
+    alone = _timed(cases, max_rounds=8, target=0.02, pair_with={"b": ["a"]})
     assert alone["b"].rounds == 6 and alone["b"].converged
 
 
 def test_the_reference_is_the_fastest_candidate_and_itself_gives_one(monkeypatch):
     """By time, not by name: the fast one sorts last."""
     cases = _virtual(monkeypatch, {"a_slow": 0.004, "z_fast": 0.002, "case": 0.008})
-    result = time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=6,
-                              pair_with={"case": ["a_slow", "z_fast"], "z_fast": ["z_fast"]})
+    result = _timed(cases, max_rounds=6,
+                    pair_with={"case": ["a_slow", "z_fast"], "z_fast": ["z_fast"]})
     assert result["case"].ratio.ref == "z_fast" and result["case"].ratio.median == 4.0
     assert (result["case"].ratio.ci_low, result["case"].ratio.ci_high) == (4.0, 4.0)
     assert result["z_fast"].ratio == Ratio("z_fast", 1.0, 1.0, 1.0)
@@ -356,35 +342,38 @@ def test_the_defaults(monkeypatch):
     assert not mild.converged and not mild.noisy
 
 
-def test_a_round_starts_only_if_it_fits_exactly_in_the_cap(monkeypatch):
-    """Virtual time: a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8
-    26.5 s are spent and the last round took 3.5: 30 s, exactly the cap, so round 9 runs
-    (29 s); round 10 would end at 31.5 s and does not start."""
-    cases = _virtual(monkeypatch, {"w": [2.5] + [2.5, 3.5] * 10})
-    timing = time_interleaved(cases, threads=1, warmup=1, min_run_s=0.0,
-                              max_rounds=20, target=1e-9, time_cap_s=30.0)["w"]
-    assert timing.rounds == 9 and not timing.converged and not timing.over_budget
+@pytest.mark.parametrize(("seconds", "warmup", "cap", "rounds"), [
+    # a 2.5 s warm-up, then rounds of 2.5 and 3.5 s in turn. After round 8 26.5 s are spent
+    # and the last round took 3.5: 30 s, exactly the cap, so round 9 runs (29 s); round 10
+    # would end at 31.5 s and does not start
+    ([2.5] + [2.5, 3.5] * 10, 1, 30.0, 9),
+    (2.0, 2, 10.0, 3),  # warm-up 2 x 2 s, rounds of 2 s: the warm-up's 4 s leave three
+])
+def test_a_round_starts_only_if_it_fits_in_the_cap_warm_up_counted(monkeypatch, seconds,
+                                                                   warmup, cap, rounds):
+    cases = _virtual(monkeypatch, {"w": seconds})
+    timing = _timed(cases, warmup=warmup, max_rounds=20, target=1e-9, time_cap_s=cap)["w"]
+    assert timing.rounds == rounds and not timing.converged and not timing.over_budget
 
 
 def test_calls_per_timing_fill_min_run_and_are_capped(monkeypatch):
     calls: list = []
     case = _virtual(monkeypatch, {"a": 0.0005}, calls)
-    timing = time_interleaved(case, threads=1, min_run_s=0.002, max_rounds=6, warmup=3)["a"]
+    timing = _timed(case, min_run_s=0.002, max_rounds=6, warmup=3)["a"]
     # the warm-up: three single calls; then ceil(2 ms / 0.5 ms) = 4 calls per timing
     assert [n for _, n in calls] == [1, 1, 1] + [4] * 6 and timing.calls_per_timing == 4
     _virtual(monkeypatch, {"a": 0.005})
-    slow = time_interleaved(case, threads=1, min_run_s=0.002, max_rounds=6)["a"]
+    slow = _timed(case, min_run_s=0.002, max_rounds=6)["a"]
     assert slow.calls_per_timing == 1
     _virtual(monkeypatch, {"a": 0.0})
-    instant = time_interleaved(case, threads=1, min_run_s=0.002, max_rounds=6)["a"]
+    instant = _timed(case, min_run_s=0.002, max_rounds=6)["a"]
     assert instant.calls_per_timing == 1_000_000  # 2 ms at the 1 ns floor, capped
 
 
 def test_progress_counts_warm_ups_then_rounds(monkeypatch):
     steps: list[tuple] = []
     cases = _virtual(monkeypatch, {"a": 0.001, "b": 0.001})
-    time_interleaved(cases, threads=1, min_run_s=0.0, max_rounds=7,
-                     progress=lambda *a: steps.append(a))
+    _timed(cases, max_rounds=7, progress=lambda *a: steps.append(a))
     assert steps == [(1, 2, "warm-up a"), (2, 2, "warm-up b")] + \
         [(r, 7, f"round {r}") for r in range(1, 7)]
 
@@ -403,8 +392,7 @@ def test_a_case_failing_mid_rounds_is_an_error_and_the_others_time_on(monkeypatc
     calls per timing and clock's method kept, nothing measured); the other case times on."""
     cases = _virtual(monkeypatch, {"a": [0.0005] * 3 + [RuntimeError("lost the device\nmore")],
                                    "ok": 0.005})
-    result = time_interleaved(cases, threads=1,
-                              min_run_s=0.002, max_rounds=6)
+    result = _timed(cases, min_run_s=0.002, max_rounds=6)
     timing = result["a"]
     assert timing.status == "error: RuntimeError: lost the device"
     assert timing.calls_per_timing == 4 and timing.samples_ms == () and timing.rounds == 0
@@ -420,21 +408,12 @@ def test_a_call_longer_than_the_cap_is_timed_a_bounded_number_of_times(monkeypat
     three asked, one timing, flagged over budget; the quick case beside it is timed too."""
     calls = []
     cases = _virtual(monkeypatch, {"slow": 300.0, "quick": 0.01}, calls)
-    result = time_interleaved(cases, threads=1,
-                              warmup=3, min_run_s=0.0, max_rounds=20, time_cap_s=12.0)
+    result = _timed(cases, warmup=3, max_rounds=20, time_cap_s=12.0)
     assert [c for c in calls if c[0] == "slow"] == [("slow", 1), ("slow", 1)]
     # reported in milliseconds per call: 300 s is 300,000 ms, not 300 nor 3e8
     assert result["slow"].over_budget and result["slow"].median_ms == 300_000.0
     assert not result["quick"].over_budget and result["quick"].rounds == 1
     assert measure.time.now < 2 * 300 + 1  # two calls of it, never minutes of repetition
-
-
-def test_the_cap_counts_the_warm_up(monkeypatch):
-    """Warm-up 2 x 2 s, rounds of 2 s, cap 10 s: 4 s of warm-up leave three rounds."""
-    cases = _virtual(monkeypatch, {"a": 2.0})
-    timing = time_interleaved(cases, threads=1, warmup=2, min_run_s=0.0,
-                              min_rounds=6, max_rounds=20, time_cap_s=10.0)["a"]
-    assert timing.rounds == 3 and not timing.over_budget
 
 
 @pytest.mark.parametrize(("df", "t"), [(1, 12.706), (2, 4.303), (4, 2.776), (13, 2.179),
@@ -485,17 +464,24 @@ def test_a_timing_over_processes_takes_its_interval_from_them():
     assert 0 < row["between_share"] <= 1
 
 
-def _in_process(monkeypatch, seconds: dict[str, float]):
-    """time_points' workers run here, on virtual time; returns the jobs they were given."""
+def _in_process(monkeypatch, seconds: dict[str, float], factory=None, jobs=None):
+    """time_points with its workers run here, on virtual time, on points built by
+    ``factory`` (default _virtual_cases). Returns ``jobs`` (each worker's job appended as it
+    starts) and time_points on one thread, one warm-up, no minimum run per timing."""
     _virtual(monkeypatch, seconds)
     monkeypatch.setattr(workers, "time", measure.time)  # the stage's budget on that clock
-    jobs = []
+    monkeypatch.setattr(workers, "_factory", lambda name: factory or _virtual_cases)
+    jobs = [] if jobs is None else jobs
 
     def run_worker(job, log, names, worker):
         jobs.append(job)
         return workers._worker_job(job, None)
 
-    return jobs, run_worker
+    def time_points(points, **options):
+        return workers.time_points("virtual", points, **{
+            "threads": 1, "warmup": 1, "min_run_s": 0.0, "run_worker": run_worker, **options})
+
+    return jobs, time_points
 
 
 def _virtual_cases(point):
@@ -516,13 +502,9 @@ def test_time_points_share_the_budget_and_drop_the_last_points(monkeypatch):
     skip it, and start the third (not timed before) with what is left. So the first point
     has three processes, the second one, the third two; the budget holds exactly."""
     seconds = {"a": 0.1, "b": 0.2, "c": 4.0, "d": 0.05}
-    jobs, run_worker = _in_process(monkeypatch, seconds)
-    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
-    points = [["a", "b"], ["c"], ["d"]]
-    results = workers.time_points("virtual", points, workers=3, rounds=5, budget_s=14.0,
-                                  time_cap_s=6.0, threads=1, warmup=1, min_run_s=0.0,
-                                  run_worker=run_worker)
-    first, slow, last = results
+    jobs, time_points = _in_process(monkeypatch, seconds)
+    first, slow, last = time_points([["a", "b"], ["c"], ["d"]], workers=3, rounds=5,
+                                    budget_s=14.0, time_cap_s=6.0)
     assert first.timings["a"].workers == 3 and first.timings["b"].rounds == 15
     assert first.timings["b"].ratio.ref == "a"
     assert first.timings["b"].ratio.median == pytest.approx(2.0)
@@ -544,11 +526,9 @@ def test_a_point_that_fits_no_worker_is_dropped_with_the_reason(monkeypatch):
     worker 1 has: over budget) takes one warm-up call and one timing; worker 1 has no
     time left for the second point, and worker 2 none for either: the second point is
     dropped, and worker 2 is not even started."""
-    jobs, run_worker = _in_process(monkeypatch, {"a": 5.0, "b": 0.1})
-    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
-    first, second = workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=3,
-                                        budget_s=1.0, time_cap_s=100.0, threads=1, warmup=1,
-                                        min_run_s=0.0, run_worker=run_worker)
+    jobs, time_points = _in_process(monkeypatch, {"a": 5.0, "b": 0.1})
+    first, second = time_points([["a"], ["b"]], workers=2, rounds=3, budget_s=1.0,
+                                time_cap_s=100.0)
     assert first.timings["a"].over_budget and first.timings["a"].rounds == 1
     assert second.dropped == {"status": "dropped", "cause": "budget", "budget_left_s": 0.0}
     assert len(jobs) == 1
@@ -558,19 +538,16 @@ def test_the_readings_stop_case_by_case_at_the_step_limit(monkeypatch):
     """A reading of 5 s a case (the profiler over a Python loop of thousands of kernels on
     an H200) and a step limit 3 s in: the first case is read, the second is not started
     (checked per case, not per point)."""
-    _, run_worker = _in_process(monkeypatch, {"a": 0.01, "b": 0.01})
-    now = measure.time
-
     def slow_reads(point):
         built = _virtual_cases(point)
         built["read"] = lambda label: (setattr(now, "now", now.now + 5.0),
                                        {"kernel": f"k-{label}"})[1]
         return built
 
-    monkeypatch.setattr(workers, "_factory", lambda name: slow_reads)
-    (point,) = workers.time_points("virtual", [["a", "b"]], workers=1, rounds=2,
-                                   budget_s=100.0, time_cap_s=10.0, threads=1, warmup=1,
-                                   min_run_s=0.0, stop_at=3.0, run_worker=run_worker)
+    _, time_points = _in_process(monkeypatch, {"a": 0.01, "b": 0.01}, slow_reads)
+    now = measure.time
+    (point,) = time_points([["a", "b"]], workers=1, rounds=2, budget_s=100.0, time_cap_s=10.0,
+                           stop_at=3.0)
     assert point.timings["a"].status == point.timings["b"].status == "ok"
     assert point.readings == {"a": {"kernel": "k-a"}}
     assert now.now < 3.0 + 5.0 + 1.0  # one case's reading past the limit, not the point's
@@ -579,12 +556,9 @@ def test_the_readings_stop_case_by_case_at_the_step_limit(monkeypatch):
 def test_points_past_the_step_limit_are_stopped_and_those_before_it_kept(monkeypatch):
     """A stage given ``--limit-s`` (the GPU call's steps) keeps what it timed before the
     limit; the points it did not reach are rows "stopped", cause step_limit, not lost."""
-    _, run_worker = _in_process(monkeypatch, {"a": 1.0, "c": 1.0, "d": 1.0})
-    monkeypatch.setattr(workers, "_factory", lambda name: _virtual_cases)
-    first, *rest = workers.time_points("virtual", [["a"], ["c"], ["d"]], workers=2, rounds=2,
-                                       budget_s=100.0, time_cap_s=100.0, threads=1,
-                                       warmup=1, min_run_s=0.0, stop_at=1.5,
-                                       run_worker=run_worker)
+    _, time_points = _in_process(monkeypatch, {"a": 1.0, "c": 1.0, "d": 1.0})
+    first, *rest = time_points([["a"], ["c"], ["d"]], workers=2, rounds=2, budget_s=100.0,
+                               time_cap_s=100.0, stop_at=1.5)
     assert first.timings["a"].status == "ok" and first.dropped is None
     assert [r.dropped for r in rest] == [workers.STOPPED] * 2
     assert workers.STOPPED["cause"] == "step_limit"
@@ -618,8 +592,13 @@ def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
     """The profiler (the factory's ``read``) runs only in the first worker and only after
     all of that worker's timings, never between them (pytorch#144455: a profiler session
     can slow what runs after it)."""
-    events = []
-    _, run_worker = _in_process(monkeypatch, {"a": 0.1, "b": 0.1})
+    def cases(point):
+        built = _virtual_cases(point)
+        built["read"] = lambda label: events.append("read") or {}
+        return built
+
+    events = []  # "time", "read", and each worker's job as it starts
+    _, time_points = _in_process(monkeypatch, {"a": 0.1, "b": 0.1}, cases, jobs=events)
     inner = measure.make_clock
 
     def make(fn, *args):
@@ -628,21 +607,9 @@ def test_the_readings_follow_every_timing_of_their_worker(monkeypatch):
         clock.seconds_per_call = lambda n: (events.append("time"), timed(n))[1]
         return clock
 
-    def cases(point):
-        built = _virtual_cases(point)
-        built["read"] = lambda label: events.append("read") or {}
-        return built
-
     monkeypatch.setattr(measure, "make_clock", make)
-    monkeypatch.setattr(workers, "_factory", lambda name: cases)
-    def run_worker_marked(job, progress, names, worker):
-        events.append("worker")
-        return run_worker(job, progress, names, worker)
-
-    workers.time_points("virtual", [["a"], ["b"]], workers=2, rounds=2, budget_s=100.0,
-                        time_cap_s=10.0, threads=1, warmup=1, min_run_s=0.0,
-                        run_worker=run_worker_marked)
-    first, second = "".join(e[0] for e in events).split("w")[1:]
+    time_points([["a"], ["b"]], workers=2, rounds=2, budget_s=100.0, time_cap_s=10.0)
+    first, second = "".join("w" if isinstance(e, dict) else e[0] for e in events).split("w")[1:]
     assert first == "t" * 6 + "rr" and second == "t" * 6  # 2 warm-ups + 2 points x 2 rounds
 
 
@@ -652,8 +619,7 @@ def test_every_warm_up_round_runs_in_a_worker_short_of_time(monkeypatch):
     short of time still times a heap laid out as the rounds lay it out, like the others."""
     calls: list = []
     cases = _virtual(monkeypatch, {"a": 0.6, "b": 0.6}, calls)
-    result = time_interleaved(cases, threads=1, warmup=2,
-                              min_run_s=0.0, min_rounds=6, max_rounds=6, time_cap_s=1.0)
+    result = _timed(cases, warmup=2, min_rounds=6, max_rounds=6, time_cap_s=1.0)
     assert [c[0] for c in calls] == list("abab") + list("ab")
     assert [result[x].rounds for x in "ab"] == [1, 1]
     assert not any(result[x].over_budget for x in "ab")
@@ -667,9 +633,8 @@ def test_a_case_failing_in_a_warm_up_call_is_a_status_and_the_others_go_on(monke
     calls: list = []
     cases = _virtual(monkeypatch, {"z": [RuntimeError("no")], "a": 0.01, "c": 0.02,
                            "b": [0.01, RuntimeError("boom\nmore"), 0.01]}, calls)
-    result = time_interleaved(cases, threads=1, warmup=2,
-                              min_run_s=0.05, min_rounds=6, max_rounds=6, time_cap_s=100.0,
-                              pair_with={"a": ["b"]})
+    result = _timed(cases, warmup=2, min_run_s=0.05, min_rounds=6, max_rounds=6,
+                    time_cap_s=100.0, pair_with={"a": ["b"]})
     assert calls[:4] == [("z", 1), ("a", 1), ("c", 1), ("b", 1)]
     assert (result["z"].samples_ms, result["z"].status) == ((), "error: RuntimeError: no")
     b = result["b"]
@@ -692,8 +657,8 @@ def test_a_call_exactly_as_long_as_the_cap_is_not_over_budget(monkeypatch):
     warm-up calls and is not over budget."""
     calls: list = []
     cases = _virtual(monkeypatch, {"a": 1.0}, calls)
-    timing = time_interleaved(cases, threads=1, warmup=2, min_run_s=2.0,
-                              min_rounds=6, max_rounds=6, time_cap_s=1.0)["a"]
+    timing = _timed(cases, warmup=2, min_run_s=2.0, min_rounds=6, max_rounds=6,
+                    time_cap_s=1.0)["a"]
     # two warm-up calls, then the rounds' timings of two calls each
     assert calls[:3] == [("a", 1), ("a", 1), ("a", 2)] and not timing.over_budget
 

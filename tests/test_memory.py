@@ -19,9 +19,8 @@ import pytest
 import torch
 
 from inferlab.measurement.memory import capped, is_oom, memory_cap, peak_extra_bytes
+from tests.numerics import requires_cuda
 
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(),
-                                   reason="needs a CUDA device; this machine has none")
 GiB, MiB = 1 << 30, 1 << 20
 TOTAL = 80 * GiB
 

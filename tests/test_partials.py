@@ -37,11 +37,6 @@ def splitkv_decode_fold(q, k, v, splits: int):
     return finalize(merged).to(q.dtype)
 
 
-def _partial_over(q, k, v, keys: list[int]) -> Partial:
-    index = torch.tensor(keys, dtype=torch.long)
-    return partial_attention(q, k.index_select(2, index), v.index_select(2, index))
-
-
 def _assert_same_partial(a: Partial, b: Partial, tol: float) -> None:
     """Same attention state: equal lse (-inf where no key) and equal output."""
     torch.testing.assert_close(a.lse, b.lse, rtol=0, atol=tol)
@@ -52,29 +47,17 @@ def _assert_same_partial(a: Partial, b: Partial, tol: float) -> None:
 partitions = st.lists(st.integers(0, 2), min_size=1, max_size=40)
 
 
-def _groups(labels: list[int]) -> list[list[int]]:
-    return [[j for j, g in enumerate(labels) if g == group] for group in range(3)]
-
-
 @settings(max_examples=30, deadline=None)
 @given(labels=partitions, seed=st.integers(0, 2**31 - 1))
-def test_merge_is_associative_and_commutative(draw_qkv, labels, seed):
+def test_merge_is_associative_commutative_and_one_softmax_over_the_union(draw_qkv, labels,
+                                                                         seed):
     q, k, v = draw_qkv(torch.Generator().manual_seed(seed), (1, 2, 3, 8), torch.float64,
                          keys=len(labels))
-    a, b, c = (_partial_over(q, k, v, g) for g in _groups(labels))
-    left = merge_partials(merge_partials(a, b), c)
-    right = merge_partials(a, merge_partials(b, c))
-    _assert_same_partial(left, right, F64_TOL)
-    _assert_same_partial(merge_partials(a, b), merge_partials(b, a), F64_TOL)
-
-
-@settings(max_examples=30, deadline=None)
-@given(labels=partitions, seed=st.integers(0, 2**31 - 1))
-def test_merged_partition_equals_one_softmax_over_the_union(draw_qkv, labels, seed):
-    q, k, v = draw_qkv(torch.Generator().manual_seed(seed), (1, 2, 3, 8), torch.float64,
-                         keys=len(labels))
-    a, b, c = (_partial_over(q, k, v, g) for g in _groups(labels))
+    groups = ([j for j, label in enumerate(labels) if label == g] for g in range(3))
+    a, b, c = (partial_attention(q, k[:, :, keys], v[:, :, keys]) for keys in groups)
     merged = merge_partials(merge_partials(a, b), c)
+    _assert_same_partial(merged, merge_partials(a, merge_partials(b, c)), F64_TOL)
+    _assert_same_partial(merge_partials(a, b), merge_partials(b, a), F64_TOL)
     assert max_abs_err(finalize(merged), naive_attention(q, k, v)) <= F64_TOL
     scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     assert max_abs_err(merged.lse, torch.logsumexp(scores, dim=-1)) <= F64_TOL
@@ -201,17 +184,13 @@ def test_splitkv_runs_the_same_operations_for_one_and_sixty_four_splits(make_qkv
                                                                         1024, 1)[0]
 
 
-def test_splitkv_over_a_cache_it_divides_copies_nothing_the_size_of_the_cache(make_qkv):
-    q, k, v = make_qkv((1, 4, 1, 64), keys=4096)
-    peak = peak_extra_bytes(lambda: splitkv_decode(q, k, v, 64)).peak_extra_bytes
-    assert peak < k.numel() * k.element_size() / 4
-
-
-def test_partial_attention_does_not_copy_the_cache_to_float32(make_qkv):
-    """Only scores and outputs are float32: no allocation the size of K or V in fp32."""
-
-    q, k, v = make_qkv((1, 4, 1, 64), torch.bfloat16, keys=4096)
-    peak = peak_extra_bytes(lambda: partial_attention(q, k, v)).peak_extra_bytes
+@pytest.mark.parametrize(("fn", "dtype"), [
+    (lambda q, k, v: splitkv_decode(q, k, v, 64), torch.float32),  # 64 splits divide 4096
+    (partial_attention, torch.bfloat16),  # only scores and outputs are float32
+])
+def test_no_copy_the_size_of_the_cache_in_float32(make_qkv, fn, dtype):
+    q, k, v = make_qkv((1, 4, 1, 64), dtype, keys=4096)
+    peak = peak_extra_bytes(lambda: fn(q, k, v)).peak_extra_bytes
     assert peak < k.numel() * 4 / 4  # well below one fp32 copy of K (4 MiB here)
 
 

@@ -37,7 +37,6 @@ def test_the_steady_process_keeps_freed_buffers_warm_and_records_it():
     assert "'OMP_WAIT_POLICY': 'PASSIVE'" in info and "trim_threshold" in info
 
 
-
 def test_the_steady_process_keeps_buffers_warm_past_two_gib():
     """"No trimming" must hold for any size: naive attention at 4,096 tokens (12 heads)
     frees two 805 MB buffers a call, and a trim threshold of 2 GiB (mallopt's largest)
@@ -63,7 +62,6 @@ def test_the_steady_process_keeps_buffers_warm_past_two_gib():
     assert second <= 0.01 * first, out
 
 
-
 _HOLD_AND_RELEASE = """
 import resource, sys
 sys.path.insert(0, sys.argv[1])
@@ -81,7 +79,6 @@ print(held, rss_mib())
 """
 
 
-
 def test_release_freed_memory_gives_a_steadied_heap_back():
     """steady_process keeps freed buffers (never trims); the stage's own process gives
     them back before its timing worker needs the memory."""
@@ -89,4 +86,3 @@ def test_release_freed_memory_gives_a_steadied_heap_back():
                          capture_output=True, text=True, timeout=120, check=True)
     held, released = map(float, out.stdout.split())
     assert held > 900 and released < held - 900, (held, released)
-

@@ -74,7 +74,7 @@ def test_a_capability_the_cpu_lacks_is_named(setting, flags, refused):
     assert lacking and not set(lacking) & flags
 
 
-def test_a_capability_the_cpu_lacks_stops_the_pipeline_and_the_cli(monkeypatch, tmp_path):
+def test_a_capability_the_cpu_lacks_stops_the_pipeline(monkeypatch):
     monkeypatch.setattr(cpu_guard, "cpu_flags", lambda: AVX2_FLAGS)
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx512")
     with pytest.raises(ValueError, match="ATEN_CPU_CAPABILITY='avx512'.*avx512f"):
