@@ -511,12 +511,6 @@ def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
             book["prefill"].min_run_ms) == (4, 3, 50)
 
 
-@pytest.mark.parametrize("key", ["worker_rounds", "workers"])
-def test_a_bad_decode_harness_count_is_named(key):
-    with pytest.raises(Exception, match=rf"decode\.cpu\.{key}"):
-        _params("decode", [f"decode.cpu.{key}=0"])
-
-
 def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
     from inferlab.workflow.config import resolve
 
