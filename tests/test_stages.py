@@ -185,14 +185,18 @@ def test_prefill_rows_and_rates(prefill_run):
     assert bad.empty, bad[["impl", "causal", "peak_extra_bytes", "kernel"]].to_string()
 
 
-def test_prefill_names_refused_backends(prefill_run):
+@pytest.mark.parametrize(("impl", "causes"), [
+    ("sdpa_cudnn", {"no_cuda_build"}),  # a CPU build of torch has no CUDA: the tests' is one
+    ("triton_flash", {"no_cuda_device", "no_triton"})])
+def test_a_cuda_only_kernel_is_not_measured_on_a_cpu_and_says_why(prefill_run, impl, causes):
+    """The cause says why, as data; no words of ours in the artifact; none of our kernel's
+    configurations chosen."""
     _, _, rows, _ = prefill_run
-    cudnn = rows[rows["impl"] == "sdpa_cudnn"]
-    assert (cudnn["status"] == "unavailable").all()  # CPU: no cuDNN kernel
-    # the cause says why, as data; no words of ours in the artifact (a CPU build of torch
-    # has no CUDA: the tests' torch is one)
-    assert (cudnn["cause"] == "no_cuda_build").all() and cudnn["reason"].isna().all()
-    assert cudnn["median_ms"].isna().all()
+    ours = rows[rows["impl"] == impl]
+    assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
+    assert ours["block_q"].isna().all() and ours["kernel"].isna().all()
+    assert (ours["status"] == "unavailable").all() and ours["reason"].isna().all()
+    assert set(ours["cause"]) <= causes
 
 
 def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
@@ -202,15 +206,6 @@ def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
     ours = rows[rows["reason"].notna() & ~rows["cause"].isin(
         ["backend_refused", "triton_driver", "exception"])]
     assert ours.empty, ours[["impl", "cause", "reason"]].to_string()
-
-
-def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
-    _, _, rows, _ = prefill_run
-    ours = rows[rows["impl"] == "triton_flash"]
-    assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
-    assert ours["block_q"].isna().all() and ours["kernel"].isna().all()  # none chosen
-    assert (ours["status"] == "unavailable").all() and ours["reason"].isna().all()
-    assert set(ours["cause"]) <= {"no_cuda_device", "no_triton"}
 
 
 def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(prefill_run):
@@ -372,7 +367,7 @@ def test_prefill_rows_are_paired_with_naive_of_their_own_mask(prefill_run):
 
 # --------------------------------------------------------------------------- older versions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = layout.REPO_ROOT
 COMMITTED = "cpu-amd-epyc-avx512bf16-2c"   # evidence committed by an earlier version
 NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]  # version 2
 RUN_LEVEL_COLUMNS = ["ratio_process_sd", "ratio_run_sd"]                       # version 3
@@ -381,28 +376,33 @@ STATUS_COLUMNS = ["cause", "reason", "budget_left_s", "process_sd",             
 INEXACT_COLUMNS = ["max_error", "error_bound"]                                  # version 5
 
 
-def _as_version_1(text: str) -> str:
+def _rewritten(tmp_path: Path, stage: str, change) -> Path:
+    """The committed ``stage`` table, its frame (of strings) passed through ``change``."""
+    path = layout.artifact_path(ROOT, COMMITTED, stage)
+    old = tmp_path / path.name
+    old.write_text(change(pd.read_csv(path, dtype=str, keep_default_na=False))
+                   .to_csv(index=False))
+    return old
+
+
+def _as_version_1(frame: pd.DataFrame) -> pd.DataFrame:
     """A table in the layout of schema version 1: the columns added since left out."""
-    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
     if "reason" in frame:  # its status one string, as versions 1-3 wrote it
         frame.loc[frame["status"] == "dropped", "status"] = \
             "dropped: 0.0 s of the stage budget left for this worker"
         # an unavailable row's words, as they wrote them (today's reason is only PyTorch's)
         frame.loc[frame["status"] == "unavailable", "status"] = \
             "unavailable: cudnn attention is a CUDA-only kernel and this build has no CUDA"
-    frame = frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS + STATUS_COLUMNS
-                                + INEXACT_COLUMNS if c in frame])
-    return frame.to_csv(index=False)
+    return frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS + STATUS_COLUMNS
+                               + INEXACT_COLUMNS if c in frame])
 
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
 def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
-    path = layout.artifact_path(ROOT, COMMITTED, stage)
-    old = tmp_path / path.name
-    old.write_text(_as_version_1(path.read_text()))
-    table = artifacts.read(old, stage)
+    table = artifacts.read(_rewritten(tmp_path, stage, _as_version_1), stage)
     added = NEW_COLUMNS + RUN_LEVEL_COLUMNS
-    assert len(table) == len(pd.read_csv(path)) and table.frame[added].isna().all().all()
+    committed = pd.read_csv(layout.artifact_path(ROOT, COMMITTED, stage))
+    assert len(table) == len(committed) and table.frame[added].isna().all().all()
     assert artifacts.schema_version(stage) == {"prefill": 5, "decode": 6}[stage]
     since = {c: artifacts.schema(stage)["properties"][c]["x-since-version"] for c in added}
     assert since == {**dict.fromkeys(NEW_COLUMNS, 2), **dict.fromkeys(RUN_LEVEL_COLUMNS, 3)}
@@ -420,19 +420,14 @@ def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
 def test_a_version_4_table_reads_with_no_inexact_columns(stage, tmp_path):
     """Every table committed before schema version 5 (the AVX2 machine's) has no
     ``max_error``/``error_bound``: it reads, with them empty."""
-    path = layout.artifact_path(ROOT, COMMITTED, stage)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    old = tmp_path / path.name
-    old.write_text(frame.drop(columns=INEXACT_COLUMNS).to_csv(index=False))
-    table = artifacts.read(old, stage)
-    assert len(table) == len(frame) and table.frame[INEXACT_COLUMNS].isna().all().all()
+    table = artifacts.read(_rewritten(tmp_path, stage, lambda f: f.drop(columns=INEXACT_COLUMNS)),
+                           stage)
+    committed = pd.read_csv(layout.artifact_path(ROOT, COMMITTED, stage))
+    assert len(table) == len(committed) and table.frame[INEXACT_COLUMNS].isna().all().all()
 
 
 def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):
-    text = _as_version_1(layout.artifact_path(ROOT, COMMITTED, "prefill").read_text())
-    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
-    bad = tmp_path / "prefill.csv"
-    bad.write_text(frame.drop(columns=["ratio"]).to_csv(index=False))
+    bad = _rewritten(tmp_path, "prefill", lambda f: _as_version_1(f).drop(columns=["ratio"]))
     with pytest.raises(ValueError, match="nor an older version's"):
         artifacts.read(bad, "prefill")
 
