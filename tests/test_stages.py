@@ -495,15 +495,12 @@ def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
     timing = _params("decode", base).timing
     options = timing.point_options(types.SimpleNamespace(device="cpu", threads=1))
     assert (timing.workers, options["rounds"], options["min_run_s"]) == (5, 11, 0.007)
-    # the other stages keep the timing section's
-    assert (_params("prefill", base).timing.workers,
-            _params("prefill", base).timing.worker_rounds) == (2, 3)
+    prefill_timing = _params("prefill", base).timing  # the others keep the timing section's
+    assert (prefill_timing.workers, prefill_timing.worker_rounds) == (2, 3)
     # config.yaml: decode's own, the timing section's for the others
     book = {s: _params(s, []).timing for s in ("decode", "prefill")}
-    assert (book["decode"].workers, book["decode"].worker_rounds,
-            book["decode"].min_run_ms) == (4, 9, 10)
-    assert (book["prefill"].workers, book["prefill"].worker_rounds,
-            book["prefill"].min_run_ms) == (4, 3, 50)
+    assert {s: (t.workers, t.worker_rounds, t.min_run_ms) for s, t in book.items()} == {
+        "decode": (4, 9, 10), "prefill": (4, 3, 50)}
 
 
 def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
