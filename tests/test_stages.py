@@ -19,6 +19,7 @@ from inferlab.stages import common, correctness, decode, prefill, traffic
 from inferlab.workflow.config import effective_config, load_config
 from inferlab.workflow.runner import StageContext
 from tests.series_helper import series_table
+from tests.test_traffic import _prefill_point, _timed
 
 SEED = 20240611
 
@@ -308,24 +309,14 @@ def test_a_grouped_layout_whose_heads_do_not_divide_is_named():
 # --------------------------------------------------------------------------- traffic
 
 
-def _prefill_rows(rng: random.Random, T: int, naive_status: str = "ok") -> list[dict]:
-    times = {"naive": rng.uniform(50, 100), "sdpa_flash": rng.uniform(5, 10),
-             "sdpa_efficient": rng.uniform(10, 20), "sdpa_math": rng.uniform(1, 2)}
-    naive_ok = naive_status == "ok"
-    return [{"impl": impl, "fused_sdpa": impl in ("sdpa_flash", "sdpa_efficient"), "T": T,
-             "batch": 1, "heads": 2, "d": 64, "causal": True, "dtype": "float32",
-             "threads": 1, "median_ms": ms, "flops": 1,
-             # paired with naive round by round (here: exactly, with a ±1 % interval)
-             **({"ratio_to": "naive", "ratio": ms / times["naive"],
-                 "ratio_ci_low": 0.99 * ms / times["naive"],
-                 "ratio_ci_high": 1.01 * ms / times["naive"]} if naive_ok else {}),
-             "status": naive_status if impl == "naive" else "ok"}
-            for impl, ms in times.items()]
-
-
 def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
-    rng = random.Random(SEED + 3)
-    rows = _prefill_rows(rng, 1024) + _prefill_rows(rng, 2048, "oom")
+    naive, flash = _prefill_point(random.Random(SEED + 3), 1024, True, None)
+    ms = naive["median_ms"]
+    rows = [naive, _timed(flash, ms, 8), _timed(flash, ms, 4, impl="sdpa_efficient"),
+            _timed(flash, ms, 50, impl="sdpa_math", fused_sdpa=False)]
+    # at 2,048 tokens naive ran out of memory: no row is paired with it
+    rows += [{k: v for k, v in r.items() if not k.startswith("ratio")}
+             | {"T": 2048, "status": "oom" if r is naive else "ok"} for r in rows]
     prefill_table = artifacts.decode("prefill", artifacts.encode("prefill", rows))
     frame = prefill_table.frame
     params = _params("traffic", ["traffic.block_q_model=64"])
@@ -503,9 +494,7 @@ def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
         "decode": (4, 9, 10), "prefill": (4, 3, 50)}
 
 
-def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
-    from inferlab.workflow.config import resolve
-
+def test_an_out_of_memory_length_is_an_oom_row(monkeypatch, tmp_path):
     real = correctness.naive_attention
 
     def naive(q, k, v, causal=False):
@@ -515,13 +504,9 @@ def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
         return real(q, k, v, causal)
 
     monkeypatch.setattr(correctness, "naive_attention", naive)
-    raw = load_config(overrides=["correctness.cpu.lengths=[32,4096]",
-                                 "correctness.cpu.splitkv_cache_len=4096"],
-                      base=layout.REPO_ROOT / "config.yaml")
-    config = resolve(raw, machine="cpu-test-2t")
-    params = correctness.Params.from_config(config.effective("correctness"))
-    ctx = types.SimpleNamespace(device="cpu", seed=0, progress=lambda *a: None)
-    rows = correctness.run(params, ctx)
+    params = _params("correctness", ["correctness.cpu.lengths=[32,4096]",
+                                     "correctness.cpu.splitkv_cache_len=4096"])
+    rows = correctness.run(params, _ctx(tmp_path, "correctness"))
     artifacts.encode("correctness", rows)  # the rows pass the schema
     big = [r for r in rows if r["T"] == 4096 and r["check"] != "causal_pairs"]
     assert big and {r["status"] for r in big} == {"oom"}
