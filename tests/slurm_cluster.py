@@ -1,14 +1,5 @@
-"""A single-node Slurm cluster for tests, and helpers to run a workflow through it.
-
-Use from a test module::
-
-    from tests.slurm_cluster import slurm_cluster  # noqa: F401  (the session fixture)
-
-    @pytest.mark.slurm
-    def test_x(slurm_cluster, tmp_path):
-        run = slurm_cluster.run_snakemake(workdir, profile, "--config", "machine=ID")
-        jobs = run.slurm_jobs()                      # {rule: [slurm job id, ...]}
-        states = slurm_cluster.job_records(ids)      # {job id: {"State": ..., ...}}
+"""A single-node Slurm cluster for tests (the session fixture ``slurm_cluster``; docs/slurm.md
+shows its use), and helpers to run a workflow through it.
 
 The fixture skips (with the reason) when Slurm, munge, MariaDB or the Snakemake Slurm plugin
 is not installed, or when not root; it never installs anything (LOCAL_SLURM_NO_INSTALL=1).
@@ -40,15 +31,9 @@ DEFAULT_DIR = "/tmp/inferlab-slurm"
 START_TIMEOUT_S = 180
 
 # What the script runs, and the Debian package that brings it.
-BINARIES = {
-    "sbatch": "slurm-client",
-    "sacct": "slurm-client",
-    "slurmctld": "slurmctld",
-    "slurmd": "slurmd",
-    "slurmdbd": "slurmdbd",
-    "munged": "munge",
-    "mariadbd": "mariadb-server",
-}
+BINARIES = {"sbatch": "slurm-client", "sacct": "slurm-client", "slurmctld": "slurmctld",
+            "slurmd": "slurmd", "slurmdbd": "slurmdbd", "munged": "munge",
+            "mariadbd": "mariadb-server"}
 PLUGIN_MODULE = "snakemake_executor_plugin_slurm"
 
 # "Job 2 has been submitted with SLURM jobid 7 (log: .../slurm/rule_prepare/7.log)."

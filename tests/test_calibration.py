@@ -40,6 +40,7 @@ def test_a_saved_run_is_reanalysed_from_its_first_workers_and_rounds():
     first = [g[:2] for g in GROUPS[:3]]
     assert smaller == (*process_interval(first), between_share(first))
     assert smaller != full
+    assert cal.intervals_of({"p|c": [[], []]}) == {}  # a case with no process is skipped
 
 
 def test_coverage_counts_each_run_inside_the_others_interval():
@@ -63,10 +64,6 @@ def test_load_reports_the_coverage_of_saved_runs(monkeypatch, tmp_path, capsys):
     assert "median |diff| 1.0%" in out
 
 
-def test_intervals_of_skips_a_case_with_no_process():
-    assert _calibration().intervals_of({"p|c": [[], []]}) == {}
-
-
 def _refused(monkeypatch, capsys, *argv) -> str:
     """calibration.py's error on ``argv``; measuring would fail the test: they are refused."""
     module = _calibration()
@@ -80,9 +77,6 @@ def _refused(monkeypatch, capsys, *argv) -> str:
         module.main()
     assert exc.value.code == 2
     return capsys.readouterr().err
-
-
-TWO_GROUPS = [[1.0, 1.02, 0.98], [1.1, 1.12, 1.3]]
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -102,14 +96,14 @@ def test_calibration_refuses_bad_arguments_by_name_before_anything_is_timed(
     (None, "not a file --save wrote"), ("not json", "not a file --save wrote"),
     ({"runs": 3}, "not a file --save wrote"), ({"other": []}, "not a file --save wrote"),
     ([1, 2], "not a file --save wrote"),
-    ({"runs": [{"p|c": TWO_GROUPS}, {"p|c": TWO_GROUPS}]}, "no 'args'"),
-    ({"args": {}, "runs": [{"p|c": [[1.0, "a"]]}, {"p|c": TWO_GROUPS}]},
+    ({"runs": [{"p|c": GROUPS[:2]}, {"p|c": GROUPS[:2]}]}, "no 'args'"),
+    ({"args": {}, "runs": [{"p|c": [[1.0, "a"]]}, {"p|c": GROUPS[:2]}]},
      "run 1, 'p|c', process 1: 'a' is not a ratio"),
-    ({"args": {}, "runs": [{"p|c": [[-1.0, 2.0]]}, {"p|c": TWO_GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": [[-1.0, 2.0]]}, {"p|c": GROUPS[:2]}]},
      "run 1, 'p|c', process 1: -1.0 is not a ratio"),
-    ({"args": {}, "runs": [{"p|c": 5}, {"p|c": TWO_GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": 5}, {"p|c": GROUPS[:2]}]},
      "run 1, 'p|c': 5 is not a list of processes"),
-    ({"args": {}, "runs": [{"p|c": [[math.inf]]}, {"p|c": TWO_GROUPS}]},
+    ({"args": {}, "runs": [{"p|c": [[math.inf]]}, {"p|c": GROUPS[:2]}]},
      "run 1, 'p|c', process 1: inf is not a ratio")])
 def test_calibration_load_of_a_malformed_file_is_named(monkeypatch, capsys, tmp_path,
                                                        saved, message):

@@ -7,8 +7,6 @@ the real ceilings at tiny sizes through the artifact's schema.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jsonschema
 import pytest
 import torch
@@ -18,13 +16,7 @@ from inferlab.measurement import backends
 from inferlab.stages import probe
 from inferlab.workflow.cli import main as cli_main
 from inferlab.workflow.config import effective_config, load_config
-from inferlab.workflow.runner import StageContext
-
-SEED = 1234
-
-
-def _ctx(tmp_path: Path) -> StageContext:
-    return StageContext("probe", tmp_path, "test-probe", "cpu", 1, SEED, {}, lambda _: None)
+from tests.test_stages import _ctx
 
 
 def _params(**probe_cpu) -> probe.Params:
@@ -74,7 +66,7 @@ def fake_clock(monkeypatch):
 def test_the_growth_stops_at_the_first_size_long_enough_or_at_max_n(tmp_path, fake_clock,
                                                                     max_n, call_ms, sizes):
     params = _params(matmul_min_n=256, matmul_max_n=max_n, matmul_call_ms=call_ms)
-    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path), None)
+    steps = probe.matmul_sizing(params, "float32", _ctx(tmp_path, "probe"), None)
     assert [s["n"] for s in steps] == sizes
     assert all(s["call_ms"] < call_ms for s in steps[:-1])
 
@@ -83,7 +75,7 @@ def test_a_slow_path_dtype_stops_growing_after_one_long_call(tmp_path, fake_cloc
     """A bf16 fallback: a fixed n = 2,048 cost 58.7 s a call on the AVX2 host; grown by
     time the sizing spends two calls at 256 (13 ms) and two at 512 (103 ms), under 1 s."""
     params = _params(matmul_min_n=256, matmul_max_n=4096, matmul_call_ms=25)
-    steps = probe.matmul_sizing(params, "bfloat16", _ctx(tmp_path), None)
+    steps = probe.matmul_sizing(params, "bfloat16", _ctx(tmp_path, "probe"), None)
     assert [s["n"] for s in steps] == [256, 512]
     assert fake_clock.calls == [256, 256, 512, 512]
     assert sum(2 * s["call_ms"] for s in steps) < 1e3
@@ -107,7 +99,7 @@ def test_the_real_ceilings_at_tiny_sizes_fit_the_schema(tmp_path):
     params = probe.Params(**{**params.__dict__, "timing": probe.TimingParams(
         warmup=1, min_rounds=6, max_rounds=6, target=0.5, time_cap_s=1,
         noisy_threshold=0.5, min_run_ms=0)})
-    result = probe.ceilings(params, _ctx(tmp_path))
+    result = probe.ceilings(params, _ctx(tmp_path, "probe"))
     assert result["matmul_sizes"] == [64]
     assert [s["n"] for s in result["matmul_sizing"]["bfloat16"]] == [32, 64]
     assert set(result["matmul_slow_path"]) == {"float32", "bfloat16"}

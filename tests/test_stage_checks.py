@@ -11,12 +11,7 @@ import pytest
 from inferlab.algorithms import implementations, kernels
 from inferlab.measurement.status import status_fields
 from inferlab.stages import decode, prefill
-from inferlab.workflow.config import effective_config, load_config
-
-
-def _params(module, stage: str, overrides: list[str]):
-    raw = load_config(overrides=["device=cpu", *overrides])
-    return module.Params.from_config(effective_config(raw, stage, "cpu"))
+from tests.test_stages import _params
 
 
 @pytest.fixture
@@ -44,8 +39,7 @@ def _ours_wrong(monkeypatch, impl: str, wrong) -> None:
 
 
 def test_prefill_times_the_chosen_configuration_and_names_it(timeable_here, make_qkv):
-    params = _params(prefill, "prefill", ["prefill.d=16",
-                                          "prefill.implementations=[triton_flash]"])
+    params = _params("prefill", ["prefill.d=16", "prefill.implementations=[triton_flash]"])
     q, k, v = make_qkv((1, 2, 48, 16))
     config = kernels.PrefillConfig(16, 32, 4, 2)
     cases, meta, refused = prefill._cases(params, q, k, v, True, ((), []),
@@ -57,8 +51,7 @@ def test_prefill_times_the_chosen_configuration_and_names_it(timeable_here, make
 
 
 def test_prefill_refuses_an_inexact_triton_configuration(monkeypatch, timeable_here, make_qkv):
-    params = _params(prefill, "prefill", ["prefill.d=16",
-                                          "prefill.implementations=[triton_flash]"])
+    params = _params("prefill", ["prefill.d=16", "prefill.implementations=[triton_flash]"])
     q, k, v = make_qkv((1, 2, 48, 16))
     _ours_wrong(monkeypatch, "triton_flash", lambda args: args[4].block_m == 32)
     launches = {("triton_flash", True): kernels.PrefillConfig(32, 16, 4, 2)}
@@ -70,7 +63,7 @@ def test_prefill_refuses_an_inexact_triton_configuration(monkeypatch, timeable_h
 
 
 def test_decode_refuses_an_inexact_triton_configuration(monkeypatch, timeable_here, make_qkv):
-    params = _params(decode, "decode", ["decode.d=16", "decode.splits=[1, 4]"])
+    params = _params("decode", ["decode.d=16", "decode.splits=[1, 4]"])
     q, _, _ = make_qkv((1, 2, 1, 16))
     _, k, v = make_qkv((1, 2, 64, 16))
     _ours_wrong(monkeypatch, "triton_decode", lambda args: args[3] != 1)
@@ -88,7 +81,7 @@ def test_decode_times_our_kernel_at_its_chosen_split_count_beside_the_grids(
     chooses 3 splits of 256 keys at 768 keys, 4 at 1,024: one of the grid's counts,
     then one row that is both."""
     assert kernels.decode_splits(keys, 2, 2, kernels.DEFAULT_DECODE.waves) == chosen
-    params = _params(decode, "decode", ["decode.d=16", "decode.splits=[1, 4]"])
+    params = _params("decode", ["decode.d=16", "decode.splits=[1, 4]"])
     q, _, _ = make_qkv((1, 2, 1, 16))
     _, k, v = make_qkv((1, 2, keys, 16))
     cases, meta, refused = decode._cases(params, q, k, v, ((), []),

@@ -19,6 +19,7 @@ from inferlab.stages import common, correctness, decode, prefill, traffic
 from inferlab.workflow.config import effective_config, load_config
 from inferlab.workflow.runner import StageContext
 from tests.series_helper import series_table
+from tests.test_traffic import _prefill_point, _timed
 
 SEED = 20240611
 
@@ -185,14 +186,18 @@ def test_prefill_rows_and_rates(prefill_run):
     assert bad.empty, bad[["impl", "causal", "peak_extra_bytes", "kernel"]].to_string()
 
 
-def test_prefill_names_refused_backends(prefill_run):
+@pytest.mark.parametrize(("impl", "causes"), [
+    ("sdpa_cudnn", {"no_cuda_build"}),  # a CPU build of torch has no CUDA: the tests' is one
+    ("triton_flash", {"no_cuda_device", "no_triton"})])
+def test_a_cuda_only_kernel_is_not_measured_on_a_cpu_and_says_why(prefill_run, impl, causes):
+    """The cause says why, as data; no words of ours in the artifact; none of our kernel's
+    configurations chosen."""
     _, _, rows, _ = prefill_run
-    cudnn = rows[rows["impl"] == "sdpa_cudnn"]
-    assert (cudnn["status"] == "unavailable").all()  # CPU: no cuDNN kernel
-    # the cause says why, as data; no words of ours in the artifact (a CPU build of torch
-    # has no CUDA: the tests' torch is one)
-    assert (cudnn["cause"] == "no_cuda_build").all() and cudnn["reason"].isna().all()
-    assert cudnn["median_ms"].isna().all()
+    ours = rows[rows["impl"] == impl]
+    assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
+    assert ours["block_q"].isna().all() and ours["kernel"].isna().all()
+    assert (ours["status"] == "unavailable").all() and ours["reason"].isna().all()
+    assert set(ours["cause"]) <= causes
 
 
 def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
@@ -202,15 +207,6 @@ def test_a_prefill_rows_reason_is_only_ever_external_words(prefill_run):
     ours = rows[rows["reason"].notna() & ~rows["cause"].isin(
         ["backend_refused", "triton_driver", "exception"])]
     assert ours.empty, ours[["impl", "cause", "reason"]].to_string()
-
-
-def test_our_triton_kernel_is_not_measured_on_a_cpu_and_says_so(prefill_run):
-    _, _, rows, _ = prefill_run
-    ours = rows[rows["impl"] == "triton_flash"]
-    assert sorted(ours["causal"]) == [False, True] and ours["median_ms"].isna().all()
-    assert ours["block_q"].isna().all() and ours["kernel"].isna().all()  # none chosen
-    assert (ours["status"] == "unavailable").all() and ours["reason"].isna().all()
-    assert set(ours["cause"]) <= {"no_cuda_device", "no_triton"}
 
 
 def test_prefill_skips_a_slow_path_dtype_with_rows_saying_why(prefill_run):
@@ -313,24 +309,14 @@ def test_a_grouped_layout_whose_heads_do_not_divide_is_named():
 # --------------------------------------------------------------------------- traffic
 
 
-def _prefill_rows(rng: random.Random, T: int, naive_status: str = "ok") -> list[dict]:
-    times = {"naive": rng.uniform(50, 100), "sdpa_flash": rng.uniform(5, 10),
-             "sdpa_efficient": rng.uniform(10, 20), "sdpa_math": rng.uniform(1, 2)}
-    naive_ok = naive_status == "ok"
-    return [{"impl": impl, "fused_sdpa": impl in ("sdpa_flash", "sdpa_efficient"), "T": T,
-             "batch": 1, "heads": 2, "d": 64, "causal": True, "dtype": "float32",
-             "threads": 1, "median_ms": ms, "flops": 1,
-             # paired with naive round by round (here: exactly, with a ±1 % interval)
-             **({"ratio_to": "naive", "ratio": ms / times["naive"],
-                 "ratio_ci_low": 0.99 * ms / times["naive"],
-                 "ratio_ci_high": 1.01 * ms / times["naive"]} if naive_ok else {}),
-             "status": naive_status if impl == "naive" else "ok"}
-            for impl, ms in times.items()]
-
-
 def test_traffic_ratio_uses_the_fastest_fused_backend(tmp_path):
-    rng = random.Random(SEED + 3)
-    rows = _prefill_rows(rng, 1024) + _prefill_rows(rng, 2048, "oom")
+    naive, flash = _prefill_point(random.Random(SEED + 3), 1024, True, None)
+    ms = naive["median_ms"]
+    rows = [naive, _timed(flash, ms, 8), _timed(flash, ms, 4, impl="sdpa_efficient"),
+            _timed(flash, ms, 50, impl="sdpa_math", fused_sdpa=False)]
+    # at 2,048 tokens naive ran out of memory: no row is paired with it
+    rows += [{k: v for k, v in r.items() if not k.startswith("ratio")}
+             | {"T": 2048, "status": "oom" if r is naive else "ok"} for r in rows]
     prefill_table = artifacts.decode("prefill", artifacts.encode("prefill", rows))
     frame = prefill_table.frame
     params = _params("traffic", ["traffic.block_q_model=64"])
@@ -372,7 +358,7 @@ def test_prefill_rows_are_paired_with_naive_of_their_own_mask(prefill_run):
 
 # --------------------------------------------------------------------------- older versions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = layout.REPO_ROOT
 COMMITTED = "cpu-amd-epyc-avx512bf16-2c"   # evidence committed by an earlier version
 NEW_COLUMNS = ["workers", "between_share", "interval_method", "over_budget"]  # version 2
 RUN_LEVEL_COLUMNS = ["ratio_process_sd", "ratio_run_sd"]                       # version 3
@@ -381,28 +367,33 @@ STATUS_COLUMNS = ["cause", "reason", "budget_left_s", "process_sd",             
 INEXACT_COLUMNS = ["max_error", "error_bound"]                                  # version 5
 
 
-def _as_version_1(text: str) -> str:
+def _rewritten(tmp_path: Path, stage: str, change) -> Path:
+    """The committed ``stage`` table, its frame (of strings) passed through ``change``."""
+    path = layout.artifact_path(ROOT, COMMITTED, stage)
+    old = tmp_path / path.name
+    old.write_text(change(pd.read_csv(path, dtype=str, keep_default_na=False))
+                   .to_csv(index=False))
+    return old
+
+
+def _as_version_1(frame: pd.DataFrame) -> pd.DataFrame:
     """A table in the layout of schema version 1: the columns added since left out."""
-    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
     if "reason" in frame:  # its status one string, as versions 1-3 wrote it
         frame.loc[frame["status"] == "dropped", "status"] = \
             "dropped: 0.0 s of the stage budget left for this worker"
         # an unavailable row's words, as they wrote them (today's reason is only PyTorch's)
         frame.loc[frame["status"] == "unavailable", "status"] = \
             "unavailable: cudnn attention is a CUDA-only kernel and this build has no CUDA"
-    frame = frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS + STATUS_COLUMNS
-                                + INEXACT_COLUMNS if c in frame])
-    return frame.to_csv(index=False)
+    return frame.drop(columns=[c for c in NEW_COLUMNS + RUN_LEVEL_COLUMNS + STATUS_COLUMNS
+                               + INEXACT_COLUMNS if c in frame])
 
 
 @pytest.mark.parametrize("stage", ["prefill", "decode"])
 def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
-    path = layout.artifact_path(ROOT, COMMITTED, stage)
-    old = tmp_path / path.name
-    old.write_text(_as_version_1(path.read_text()))
-    table = artifacts.read(old, stage)
+    table = artifacts.read(_rewritten(tmp_path, stage, _as_version_1), stage)
     added = NEW_COLUMNS + RUN_LEVEL_COLUMNS
-    assert len(table) == len(pd.read_csv(path)) and table.frame[added].isna().all().all()
+    committed = pd.read_csv(layout.artifact_path(ROOT, COMMITTED, stage))
+    assert len(table) == len(committed) and table.frame[added].isna().all().all()
     assert artifacts.schema_version(stage) == {"prefill": 5, "decode": 6}[stage]
     since = {c: artifacts.schema(stage)["properties"][c]["x-since-version"] for c in added}
     assert since == {**dict.fromkeys(NEW_COLUMNS, 2), **dict.fromkeys(RUN_LEVEL_COLUMNS, 3)}
@@ -420,19 +411,14 @@ def test_a_version_1_table_still_reads_its_new_columns_missing(stage, tmp_path):
 def test_a_version_4_table_reads_with_no_inexact_columns(stage, tmp_path):
     """Every table committed before schema version 5 (the AVX2 machine's) has no
     ``max_error``/``error_bound``: it reads, with them empty."""
-    path = layout.artifact_path(ROOT, COMMITTED, stage)
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    old = tmp_path / path.name
-    old.write_text(frame.drop(columns=INEXACT_COLUMNS).to_csv(index=False))
-    table = artifacts.read(old, stage)
-    assert len(table) == len(frame) and table.frame[INEXACT_COLUMNS].isna().all().all()
+    table = artifacts.read(_rewritten(tmp_path, stage, lambda f: f.drop(columns=INEXACT_COLUMNS)),
+                           stage)
+    committed = pd.read_csv(layout.artifact_path(ROOT, COMMITTED, stage))
+    assert len(table) == len(committed) and table.frame[INEXACT_COLUMNS].isna().all().all()
 
 
 def test_a_table_missing_a_column_of_version_1_is_refused(tmp_path):
-    text = _as_version_1(layout.artifact_path(ROOT, COMMITTED, "prefill").read_text())
-    frame = pd.read_csv(pd.io.common.StringIO(text), dtype=str, keep_default_na=False)
-    bad = tmp_path / "prefill.csv"
-    bad.write_text(frame.drop(columns=["ratio"]).to_csv(index=False))
+    bad = _rewritten(tmp_path, "prefill", lambda f: _as_version_1(f).drop(columns=["ratio"]))
     with pytest.raises(ValueError, match="nor an older version's"):
         artifacts.read(bad, "prefill")
 
@@ -500,26 +486,15 @@ def test_decode_sets_its_own_rounds_and_timing_length_over_the_timing_section():
     timing = _params("decode", base).timing
     options = timing.point_options(types.SimpleNamespace(device="cpu", threads=1))
     assert (timing.workers, options["rounds"], options["min_run_s"]) == (5, 11, 0.007)
-    # the other stages keep the timing section's
-    assert (_params("prefill", base).timing.workers,
-            _params("prefill", base).timing.worker_rounds) == (2, 3)
+    prefill_timing = _params("prefill", base).timing  # the others keep the timing section's
+    assert (prefill_timing.workers, prefill_timing.worker_rounds) == (2, 3)
     # config.yaml: decode's own, the timing section's for the others
     book = {s: _params(s, []).timing for s in ("decode", "prefill")}
-    assert (book["decode"].workers, book["decode"].worker_rounds,
-            book["decode"].min_run_ms) == (4, 9, 10)
-    assert (book["prefill"].workers, book["prefill"].worker_rounds,
-            book["prefill"].min_run_ms) == (4, 3, 50)
+    assert {s: (t.workers, t.worker_rounds, t.min_run_ms) for s, t in book.items()} == {
+        "decode": (4, 9, 10), "prefill": (4, 3, 50)}
 
 
-@pytest.mark.parametrize("key", ["worker_rounds", "workers"])
-def test_a_bad_decode_harness_count_is_named(key):
-    with pytest.raises(Exception, match=rf"decode\.cpu\.{key}"):
-        _params("decode", [f"decode.cpu.{key}=0"])
-
-
-def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
-    from inferlab.workflow.config import resolve
-
+def test_an_out_of_memory_length_is_an_oom_row(monkeypatch, tmp_path):
     real = correctness.naive_attention
 
     def naive(q, k, v, causal=False):
@@ -529,13 +504,9 @@ def test_an_out_of_memory_length_is_an_oom_row(monkeypatch):
         return real(q, k, v, causal)
 
     monkeypatch.setattr(correctness, "naive_attention", naive)
-    raw = load_config(overrides=["correctness.cpu.lengths=[32,4096]",
-                                 "correctness.cpu.splitkv_cache_len=4096"],
-                      base=layout.REPO_ROOT / "config.yaml")
-    config = resolve(raw, machine="cpu-test-2t")
-    params = correctness.Params.from_config(config.effective("correctness"))
-    ctx = types.SimpleNamespace(device="cpu", seed=0, progress=lambda *a: None)
-    rows = correctness.run(params, ctx)
+    params = _params("correctness", ["correctness.cpu.lengths=[32,4096]",
+                                     "correctness.cpu.splitkv_cache_len=4096"])
+    rows = correctness.run(params, _ctx(tmp_path, "correctness"))
     artifacts.encode("correctness", rows)  # the rows pass the schema
     big = [r for r in rows if r["T"] == 4096 and r["check"] != "causal_pairs"]
     assert big and {r["status"] for r in big} == {"oom"}

@@ -4,6 +4,7 @@ code closures agree with; no import cycle; small modules that say what they do."
 from __future__ import annotations
 
 import ast
+import graphlib
 import json
 import re
 import subprocess
@@ -73,11 +74,11 @@ def test_the_schemas_stage_enums_and_config_sections_follow_from_the_declaration
 # --------------------------------------------------------------------------- code
 
 
-def _imports(path: Path) -> set[str]:
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def _imported(tree: ast.AST, package: str = "") -> set[str]:
+    """What the import statements in ``tree`` load: each module and each ``module.name``
+    (a relative import resolved against ``package``)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -86,27 +87,23 @@ def _imports(path: Path) -> set[str]:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
             found |= {base, *(f"{base}.{a.name}" for a in node.names)}
+    return found
+
+
+def _imports(path: Path) -> set[str]:
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     known = {_module_name(p) for p in MODULES}
-    return {m for m in found if m in known and m != name}
+    return {m for m in _imported(ast.parse(path.read_text()), package) if m in known
+            and m != name}
 
 
 def test_no_import_cycle_inside_inferlab():
     graph = {_module_name(p): _imports(p) for p in MODULES}
-    state: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(
-                    path[path.index(nxt):] + [nxt] if nxt in path else [*path, nxt]))
-            if nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as exc:
+        pytest.fail("import cycle: " + " -> ".join(reversed(exc.args[1])))  # importer first
 
 
 # Imports point one way down the layers (pipeline.LAYERS, bottom up), and a module's layer
@@ -117,15 +114,6 @@ def test_every_module_lies_in_a_declared_layer():
     top = {p.name for p in PACKAGE.glob("*.py")}
     assert top == {"__init__.py", "__main__.py"}, "a module outside the layers' folders"
     assert all(pipeline.layer_of(_module_name(p)) for p in MODULES if p.parent != PACKAGE)
-
-
-@pytest.mark.parametrize("path", [p for p in MODULES if p.name == "__init__.py"
-                                  and p.parent != PACKAGE],
-                         ids=lambda p: p.relative_to(PACKAGE).as_posix())
-def test_a_package_init_holds_only_its_docstring(path):
-    """So that a package's ``__init__`` is never code: it says what its layer holds."""
-    body = ast.parse(path.read_text(encoding="utf-8")).body
-    assert len(body) == 1 and ast.get_docstring(ast.Module(body=body, type_ignores=[]))
 
 
 _MODULE_VALUE = re.compile(r"^inferlab(?:\.[a-z_]+)+(?::[a-z_]+)?$")
@@ -147,14 +135,9 @@ def _named_in_strings(path: Path, source: str | None = None) -> set[str]:
             named.add(text.partition(":")[0])
         elif "import inferlab" in text or "from inferlab" in text:
             try:
-                code = ast.parse(text.replace("; ", "\n"))
+                named |= _imported(ast.parse(text.replace("; ", "\n")))
             except SyntaxError:
                 continue
-            for inner in ast.walk(code):
-                if isinstance(inner, ast.ImportFrom) and inner.module:
-                    named |= {inner.module, *(f"{inner.module}.{a.name}" for a in inner.names)}
-                elif isinstance(inner, ast.Import):
-                    named |= {a.name for a in inner.names}
     return {n for n in named if n in known and n != _module_name(path)}
 
 
@@ -280,11 +263,9 @@ def imported_by_rule() -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("name", [*STAGES, "report"])
 def test_computed_code_files_cover_what_really_gets_imported(imported_by_rule, name):
-    """What the rule runs, imported in a fresh interpreter (its glue script's module, the
-    runner, which steadies the process and reads and writes the artifacts, and the
-    stage's module): every inferlab module loaded is either computing code (its change
-    reruns the stage) or declared bookkeeping, and every one is hashed into the sidecar
-    (so that a change to the runner's allocator settings reruns the stages)."""
+    """Every inferlab module the rule loads is either computing code (its change reruns the
+    stage) or declared bookkeeping, and every one is hashed into the sidecar (so that a
+    change to the runner's allocator settings reruns the stages)."""
     loaded = {m: pipeline._module_file(m).relative_to(layout.REPO_ROOT).as_posix()
               for m in imported_by_rule[name]}
     code, bookkeeping = set(pipeline.code_files(name)), set(pipeline.bookkeeping_files(name))
@@ -331,9 +312,12 @@ def test_attention_is_not_code_of_probe_but_of_the_stages_that_use_it():
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_every_module_says_its_job(path):
     """A module is one idea a reader can hold, and its docstring says which (no size cap:
-    a cap split classes into fragments; cohesion is the reviewer's to judge)."""
-    tree = ast.parse(path.read_text())
+    a cap split classes into fragments; cohesion is the reviewer's to judge); a layer's
+    ``__init__`` is only that docstring, never code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     assert ast.get_docstring(tree), f"{path.name} has no opening docstring"
+    if path.name == "__init__.py" and path.parent != PACKAGE:
+        assert len(tree.body) == 1, f"{path} holds code"
 
 
 def test_every_file_that_restates_the_declaration_is_current_and_names_every_stage():

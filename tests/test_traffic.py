@@ -32,29 +32,20 @@ from inferlab.workflow.runner import StageContext
 from tests.series_helper import series_table
 
 
-def _brute_force_pairs(T, block_q, block_k, causal):
-    """Count tile pairs by looking at every (query, key) index they contain."""
-    computed = total = 0
-    for qs in range(0, T, block_q):
-        for ks in range(0, T, block_k):
-            total += 1
-            needed = any(not causal or k <= q
-                         for q in range(qs, min(T, qs + block_q))
-                         for k in range(ks, min(T, ks + block_k)))
-            computed += needed
-    return computed, total
-
-
-def _brute_force_elements(T, d, block_q, block_k, causal):
-    """Q read and O written once, plus K and V (2·d per key) of every key tile a query tile
-    computes, each tile at its real length (the last one may be short)."""
-    keys = 0
+def _brute_force(T, d, block_q, block_k, causal):
+    """(computed, total) tile pairs, found by looking at every (query, key) index they
+    contain, and the elements moved: Q read and O written once, plus K and V (2·d per key)
+    of every key tile a query tile computes, each tile at its real length (the last one may
+    be short)."""
+    computed = total = keys = 0
     for qs in range(0, T, block_q):
         for ks in range(0, T, block_k):
             tile = range(ks, min(T, ks + block_k))
+            total += 1
             if any(not causal or k <= q for q in range(qs, min(T, qs + block_q)) for k in tile):
+                computed += 1
                 keys += len(tile)
-    return 2 * T * d + 2 * d * keys
+    return (computed, total), 2 * T * d + 2 * d * keys
 
 
 AWKWARD_T = [1, 7, 64, 100, 257, 300]
@@ -66,9 +57,9 @@ AWKWARD_BLOCKS = [(16, 16), (16, 48), (48, 16), (64, 32), (32, 64), (100, 7)]
 @pytest.mark.parametrize("causal", [False, True])
 def test_tiled_elements_and_pairs_match_a_brute_force_count(T, blocks, causal):
     """T not a multiple of the tile, B_k != B_q either way: the counts are the tiles'."""
-    assert block_pairs(T, T, *blocks, causal) == _brute_force_pairs(T, *blocks, causal)
     d = 8
-    expected = _brute_force_elements(T, d, *blocks, causal)
+    pairs, expected = _brute_force(T, d, *blocks, causal)
+    assert block_pairs(T, T, *blocks, causal) == pairs
     assert tiled_hbm_elements(T, d, *blocks, causal=causal) == expected
     ratio = traffic_ratio(T, d, *blocks, causal=causal)
     assert ratio == naive_hbm_elements(T, d, causal=causal) / expected
@@ -79,16 +70,16 @@ def test_block_k_changes_the_causal_count_and_defaults_to_block_q():
     # key tiles wider than the query tile read keys past the diagonal
     assert tiled_hbm_elements(T, d, 16, 64, causal=True) > tiled_hbm_elements(T, d, 16, 16,
                                                                               causal=True)
-    assert tiled_hbm_elements(T, d, 16, causal=True) == _brute_force_elements(T, d, 16, 16, True)
+    assert tiled_hbm_elements(T, d, 16, causal=True) == _brute_force(T, d, 16, 16, True)[1]
     assert traffic_ratio(T, d, 16, 64) == traffic_ratio(T, d, 16, 64, causal=True) < \
         traffic_ratio(T, d, 16)
 
 
 def test_the_defaults_are_full_for_the_count_and_causal_for_the_ratio():
     T, d, B = 300, 8, 48
-    assert tiled_hbm_elements(T, d, B) == _brute_force_elements(T, d, B, B, False)
+    assert tiled_hbm_elements(T, d, B) == _brute_force(T, d, B, B, False)[1]
     assert traffic_ratio(T, d, B) == naive_hbm_elements(T, d, True) / \
-        _brute_force_elements(T, d, B, B, True)
+        _brute_force(T, d, B, B, True)[1]
     assert naive_hbm_elements(T, d) == 4 * T * d + 4 * T * T
     assert naive_hbm_elements(T, d, causal=True) == 4 * T * d + 6 * T * T
     ratio = traffic_ratio(4096, 64, 128, causal=True)
@@ -214,16 +205,19 @@ def _prefill_point(rng, T: int, causal: bool, fused_kernel: str | None,
              ("sdpa_flash", True, None, None, fused_kernel)]
     impls += [("triton_flash", False, b, 64, f"_attn_fwd (Triton, BLOCK_M={b})")
               for b in triton_blocks]
-    rows = []
-    for impl, fused, block_q, block_k, kernel in impls:
-        ms = naive_ms if impl == "naive" else naive_ms / rng.uniform(2, 12)
-        rows.append({"impl": impl, "fused_sdpa": fused, "T": T, "batch": 1, "heads": 2,
-                     "d": 64, "dtype": "float32", "causal": causal, "block_q": block_q,
-                     "block_k": block_k, "threads": 1, "median_ms": ms, "ratio_to": "naive",
-                     "ratio": ms / naive_ms, "ratio_ci_low": 0.98 * ms / naive_ms,
-                     "ratio_ci_high": 1.02 * ms / naive_ms, "flops": 1, "kernel": kernel,
-                     "status": "ok"})
-    return rows
+    return [_timed({"impl": impl, "fused_sdpa": fused, "T": T, "batch": 1, "heads": 2, "d": 64,
+                    "dtype": "float32", "causal": causal, "block_q": block_q,
+                    "block_k": block_k, "threads": 1, "ratio_to": "naive", "flops": 1,
+                    "kernel": kernel, "status": "ok"},
+                   naive_ms, 1 if impl == "naive" else rng.uniform(2, 12))
+            for impl, fused, block_q, block_k, kernel in impls]
+
+
+def _timed(row: dict, naive_ms: float, speedup: float, **fields) -> dict:
+    """``row`` (with ``fields``) timed ``speedup`` times faster than naive, its ratio ±2 %."""
+    ms = naive_ms / speedup
+    return {**row, **fields, "median_ms": ms, "ratio": ms / naive_ms,
+            "ratio_ci_low": 0.98 * ms / naive_ms, "ratio_ci_high": 1.02 * ms / naive_ms}
 
 
 def _traffic(tmp_path, prefill_rows, device: str = "cpu", ceilings: dict | None = None):
@@ -306,15 +300,9 @@ def test_each_fused_kernel_that_ran_has_its_own_assumed_row(tmp_path):
     """Two fused SDPA kernels at one point: two assumed-tile rows, each with its own
     kernel's measured ratio, the fastest one marked (a claim about the chapter's kernel
     selects it by name, one about PyTorch's fused kernel in general the fastest)."""
-    rows = _prefill_point(random.Random(5), 1024, True, None)
-    flash = next(r for r in rows if r["impl"] == "sdpa_flash")
-    naive_ms = next(r["median_ms"] for r in rows if r["impl"] == "naive")
-    for impl, ms in (("sdpa_flash", naive_ms / 8), ("sdpa_efficient", naive_ms / 4)):
-        row = flash if impl == "sdpa_flash" else {**flash, "impl": impl}
-        row.update(median_ms=ms, ratio=ms / naive_ms, ratio_ci_low=0.98 * ms / naive_ms,
-                   ratio_ci_high=1.02 * ms / naive_ms)
-        if row is not flash:
-            rows.append(row)
+    naive, flash = _prefill_point(random.Random(5), 1024, True, None)
+    rows = [naive, _timed(flash, naive["median_ms"], 8),
+            _timed(flash, naive["median_ms"], 4, impl="sdpa_efficient")]
     out = _traffic(tmp_path, rows, device="cuda")
     assumed = out[out["tile"] == "assumed"].set_index("fused_impl")
     assert sorted(assumed.index) == ["sdpa_efficient", "sdpa_flash"]
