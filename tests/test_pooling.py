@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from inferlab.measurement.intervals import process_var
 from inferlab.measurement.pooling import (
     Run,
     RunLevel,
@@ -180,6 +181,16 @@ def test_the_chi_square_tail_and_median_are_the_tables():
         assert chi2_sf(x, d) == pytest.approx(0.05, abs=2e-4)
     for d, median in ((1, 0.4549), (2, 1.3863), (3, 2.3660), (10, 9.3418)):
         assert chi2_median(d) == pytest.approx(median, abs=1e-4)
+
+
+def test_process_var_prefers_the_recorded_sd_over_backing_it_out():
+    """The variance a run's interval over processes allots its value, which the run-level
+    variance is estimated beyond: an interval that includes a run-level term cannot be
+    backed out, so the row's sd is used."""
+    t3 = 3.182  # t(3), 97.5 %
+    assert process_var(0.5, 0.9, 4, process_sd=0.02) == pytest.approx(0.02 ** 2 / 4)
+    assert process_var(0.5, 0.5 * math.exp(t3 * 0.02 * math.sqrt(0.5)), 4) == \
+        pytest.approx(0.02 ** 2 / 4, rel=1e-3)
 
 
 def test_one_point_whose_runs_spread_beyond_the_others_is_named_and_still_pooled():
