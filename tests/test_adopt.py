@@ -48,13 +48,19 @@ def _write(root: Path, key: str, name: str, config, environment: dict,
     return entry
 
 
+def _made_with(root: Path) -> tuple[object, dict]:
+    """The config and environment every stage is written with."""
+    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
+    environment = fingerprint(config.device, collect_env=False)
+    environment["host"]["torch_threads"] = 1  # what `snakemake --cores 1` gives a stage
+    return config, environment
+
+
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> tuple[Path, str]:
     """A copy of the repository with every stage made for MACHINE, committed."""
     root = copy_repo(tmp_path_factory.mktemp("adopt") / "repo")
-    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
-    environment = fingerprint(config.device, collect_env=False)
-    environment["host"]["torch_threads"] = 1  # what `snakemake --cores 1` gives a stage
+    config, environment = _made_with(root)
     for name in STAGES:
         _write(root, config.key, name, config, environment)
     commit(root)
@@ -66,10 +72,7 @@ def repo(made, tmp_path) -> tuple[Path, str, object, dict]:
     """A clone of ``made`` (its own git), with the config and environment it was made with."""
     root = tmp_path / "clone"
     git(made[0], "clone", "-q", str(made[0]), str(root))
-    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
-    environment = fingerprint(config.device, collect_env=False)
-    environment["host"]["torch_threads"] = 1
-    return root, made[1], config, environment
+    return root, made[1], *_made_with(root)
 
 
 @pytest.fixture(autouse=True)
