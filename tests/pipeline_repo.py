@@ -50,6 +50,7 @@ def env(repo: Path) -> dict:
 
 def run(repo: Path, *args: str, module: str = "snakemake",
         timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m module args`` in ``repo``, with that copy's package first on the path."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=repo, env=env(repo),
                           capture_output=True, text=True, timeout=timeout)
 
