@@ -9,6 +9,7 @@ committed), and all of them share one xdist group, so it is built once.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -265,8 +266,6 @@ def test_a_ctrl_c_during_a_forced_rerun_is_made_good_by_the_next_run(copy, tmp_p
 def test_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(copy):
     """What a SIGKILL leaves (.snakemake/incomplete markers on a stage's outputs) must not
     stop the next plain run (``rerun-incomplete`` in profiles/default)."""
-    import base64
-
     marks = copy / ".snakemake" / "incomplete"
     marks.mkdir(parents=True, exist_ok=True)
     artifact = layout.artifact_path(copy, KEY, "correctness")

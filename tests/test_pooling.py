@@ -157,7 +157,6 @@ def test_runs_of_one_process_each_get_intervals_from_their_spread():
     on a slow CPU): no process variance is known, but the spread between the runs is what
     one more such run varies by. The series stage pools it as ``series_total``, never a
     value without an interval."""
-
     rng = random.Random(SEED + 7)
     shifts = [rng.gauss(0, 0.05) for _ in range(3)]
     runs = [[{"impl": "naive", "fused_sdpa": False, "T": T, "batch": 1, "heads": 12, "d": 64,
@@ -226,7 +225,6 @@ def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_lates
     ceiling at half. The pooled time is the quiet runs' mostly; divided by the latest run's
     low ceiling naive attention would run above the roof. A ceiling is the fastest the
     machine was seen doing: the series' roof is the highest its runs read."""
-
     flops = 2 * 2 * 12 * 1024 * 1024 * 64
     quiet_ceiling, busy_ceiling = 92.0, 47.0
 

@@ -12,6 +12,7 @@ import pytest
 from inferlab.core import layout
 from inferlab.evidence.register import write_artifact
 from inferlab.workflow.cli import main as cli_main
+from inferlab.workflow.runner import hold_before_write
 from tests.pipeline_repo import commit
 
 BOOK = "cpu-amd-epyc-avx512bf16-2c"  # the committed evidence's key
@@ -73,8 +74,6 @@ def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
 def test_the_hold_point_holds_only_the_stage_it_names(tmp_path):
     """tests/test_pipeline.py interrupts a stage held here (runner.hold_before_write); unset, or
     naming another stage, it returns at once."""
-    from inferlab.workflow.runner import hold_before_write
-
     hold_before_write("prefill", {})
     hold_before_write("prefill", {"INFERLAB_HOLD": f"decode:{tmp_path / 'held'}"})
     assert not (tmp_path / "held").exists()
