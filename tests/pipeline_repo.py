@@ -1,21 +1,16 @@
 """Helpers for tests that run the real pipeline in a temporary copy of the repository.
 
-``copy_repo`` copies the tracked and untracked-not-ignored files without earlier results;
-``run`` runs ``python -m snakemake`` (or another module) there with that copy's package
-first on the path; ``jobs`` reads the stage jobs of a dry run. ``built`` is the one
-pipeline a test session runs: this project with the smoke sizes as its book grid, for a
-fixed machine id, every stage made by ``snakemake --cores 1`` and committed, as a fresh
-clone of this project finds its evidence (only much smaller). Tests take a ``clone_of`` it
-(what ``git clone`` gives: no .snakemake/) or a ``copy_of`` it (the tree as the run left
-it, .snakemake/ metadata included). It is built once per session, under a lock, by the
-first test that asks: only tests/test_pipeline.py asks, and pytest-xdist gives a file to
-one worker (``--dist loadfile``), so one worker builds it while the other runs the rest.
+``built`` is the one pipeline a test session runs: this project with the smoke sizes as its
+book grid, for a fixed machine id, every stage made by ``snakemake --cores 1`` and
+committed, as a fresh clone of this project finds its evidence (only much smaller). It is
+built once per session, under a lock, by the first test that asks: only
+tests/test_pipeline.py asks, and pytest-xdist gives a file to one worker (``--dist
+loadfile``), so one worker builds it while the other runs the rest.
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import re
 import shutil
@@ -29,8 +24,6 @@ import pytest
 import yaml
 
 from inferlab.core.layout import REPO_ROOT
-from inferlab.core.pipeline import STAGES
-from inferlab.evidence.register import Register
 from inferlab.workflow.config import deep_merge
 
 NOT_COPIED = {".git", ".venv", "results", "evidence", "report", "logs", ".snakemake"}
@@ -57,6 +50,7 @@ def env(repo: Path) -> dict:
 
 def run(repo: Path, *args: str, module: str = "snakemake",
         timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m module args`` in ``repo``, with that copy's package first on the path."""
     return subprocess.run([sys.executable, "-m", module, *args], cwd=repo, env=env(repo),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -66,6 +60,14 @@ def git(repo: Path, *args: str) -> str:
                           check=True).stdout
 
 
+def commit(repo: Path, message: str = "evidence") -> None:
+    """Commit everything in ``repo``, made a repository first if it is none."""
+    if not (repo / ".git").exists():
+        git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
 def jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
     """Stage rules in a dry run's 'Job stats' table (not the 'all' target; empty when
     nothing is to be done)."""
@@ -73,16 +75,6 @@ def jobs(dry_run: subprocess.CompletedProcess) -> set[str]:
     text = dry_run.stdout + dry_run.stderr
     table = text.split("Job stats:", 1)[1].split("total", 1)[0] if "Job stats:" in text else ""
     return {m.group(1) for m in re.finditer(r"^(\w+)\s+\d+\s*$", table, re.MULTILINE)} - {"all"}
-
-
-def versions(repo: Path, key: str) -> dict[str, int]:
-    """stage -> how many versions the register keeps (measured stages only)."""
-    return {s: len(Register(repo, key).history(s)) for s in STAGES if STAGES[s].measured}
-
-
-def tree_hashes(folder: Path) -> dict[str, str]:
-    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # The one pipeline's machine id and results key: never this host's own
@@ -105,14 +97,11 @@ def _build(dest: Path) -> Path:
     book = deep_merge(yaml.safe_load((repo / "config.yaml").read_text()), smoke)
     book["machine"] = MACHINE
     (repo / "config.yaml").write_text(yaml.safe_dump(book, sort_keys=False))
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "code, with the smoke sizes as the book grid")
+    commit(repo, "code, with the smoke sizes as the book grid")
     made = run(repo, "--cores", "1")
     if made.returncode != 0:
         raise RuntimeError(made.stderr[-5000:])
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "evidence")
+    commit(repo)
     return repo
 
 
@@ -131,17 +120,6 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if failed.exists():
         pytest.fail(f"the session's pipeline run failed:\n{failed.read_text()}")
     return made
-
-
-def clone_of(repo: Path, dest: Path) -> Path:
-    """What ``git clone`` of ``repo`` gives: the committed tree, no .snakemake/."""
-    git(repo.parent, "clone", "-q", str(repo), str(dest))
-    return dest
-
-
-def copy_of(repo: Path, dest: Path) -> Path:
-    """The tree as the run left it, .snakemake/ metadata and mtimes included."""
-    return Path(shutil.copytree(repo, dest, symlinks=True))
 
 
 @contextmanager

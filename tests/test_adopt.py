@@ -16,13 +16,14 @@ import pytest
 
 from inferlab.core import layout
 from inferlab.core.files import sha256_bytes
-from inferlab.core.pipeline import STAGES, code_files
-from inferlab.evidence.register import Register, write_artifact
+from inferlab.core.pipeline import STAGES, bookkeeping_files, code_files
+from inferlab.evidence.loading import code_changed
+from inferlab.evidence.register import Register, file_hashes, write_artifact
 from inferlab.measurement.environment import fingerprint
 from inferlab.workflow import adopt
 from inferlab.workflow.adopt import cli_adopt
 from inferlab.workflow.config import load_config, resolve
-from tests.pipeline_repo import copy_repo, git
+from tests.pipeline_repo import commit, copy_repo, git
 
 MACHINE = "cpu-adopt-2t"
 DERIVED = {name: f"{name}\n".encode() for name in STAGES["manuscript"].derived}
@@ -47,23 +48,22 @@ def _write(root: Path, key: str, name: str, config, environment: dict,
     return entry
 
 
-def _commit(root: Path, message: str = "evidence") -> None:
-    if not (root / ".git").exists():
-        git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", message)
+def _made_with(root: Path) -> tuple[object, dict]:
+    """The config and environment every stage is written with."""
+    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
+    environment = fingerprint(config.device, collect_env=False)
+    environment["host"]["torch_threads"] = 1  # what `snakemake --cores 1` gives a stage
+    return config, environment
 
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> tuple[Path, str]:
     """A copy of the repository with every stage made for MACHINE, committed."""
     root = copy_repo(tmp_path_factory.mktemp("adopt") / "repo")
-    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
-    environment = fingerprint(config.device, collect_env=False)
-    environment["host"]["torch_threads"] = 1  # what `snakemake --cores 1` gives a stage
+    config, environment = _made_with(root)
     for name in STAGES:
         _write(root, config.key, name, config, environment)
-    _commit(root)
+    commit(root)
     return root, config.key
 
 
@@ -72,10 +72,7 @@ def repo(made, tmp_path) -> tuple[Path, str, object, dict]:
     """A clone of ``made`` (its own git), with the config and environment it was made with."""
     root = tmp_path / "clone"
     git(made[0], "clone", "-q", str(made[0]), str(root))
-    config = resolve(load_config(base=root / "config.yaml"), machine=MACHINE)
-    environment = fingerprint(config.device, collect_env=False)
-    environment["host"]["torch_threads"] = 1
-    return root, made[1], config, environment
+    return root, made[1], *_made_with(root)
 
 
 @pytest.fixture(autouse=True)
@@ -123,7 +120,7 @@ def test_a_run_made_here_since_the_last_commit_reruns(repo, capsys, recorded):
 def test_a_version_committed_without_rerunning_its_readers_reruns_them(repo, capsys):
     root, key, config, env = repo
     _write(root, key, "prefill", config, env, content=b"made prefill again\n")
-    _commit(root, "a new prefill version, series not rerun")
+    commit(root, "a new prefill version, series not rerun")
     said = _adopt(root, capsys)
     assert said["prefill"] == "adopted (current)"
     assert said["series"].startswith(f"will rerun: it was computed from another version of "
@@ -161,7 +158,7 @@ def test_what_changed_since_a_stage_was_made_reruns_it(repo, capsys, change):
         before = config.effective("model")
         before["model"]["launch_us"] += 1
         _write(root, key, "model", config, env, effective=before)
-        _commit(root)
+        commit(root)
     elif change == "threads":
         cores = 2  # `snakemake --cores 2` gives a stage two threads: not the version's one
         if env["host"].get("logical_cpus", 1) < 2:
@@ -172,7 +169,7 @@ def test_what_changed_since_a_stage_was_made_reruns_it(repo, capsys, change):
         other = {**prov["environment"], "host": {**prov["environment"]["host"],
                                                   "cpu_model": "another CPU"}}
         _write(root, key, "model", config, other)
-        _commit(root)
+        commit(root)
     said = _adopt(root, capsys, cores=cores)
     why = said["probe" if change == "threads" else "model"]
     assert why == {"code": "will rerun: its code changed since it was made "
@@ -189,10 +186,24 @@ def test_what_changed_since_a_stage_was_made_reruns_it(repo, capsys, change):
 def test_an_edited_derived_file_reruns_its_stage(repo, capsys):
     root, key, _, _ = repo
     layout.derived_path(root, key, "manuscript", "numbers.tex").write_text("\\newcommand{}\n")
-    _commit(root, "an edit of numbers.tex")
+    commit(root, "an edit of numbers.tex")
     said = _adopt(root, capsys)
     assert said["claims"] == "adopted (current)"
     assert said["manuscript"] == (
         f"will rerun: a file derived from it is not the one it recorded: results/{key}/"
         "manuscript/numbers.tex: changed since the stage wrote it; rerun the 'manuscript' "
         "stage (snakemake --forcerun manuscript)")
+
+
+def test_adopt_compares_only_the_computing_code_of_a_version():
+    """A version recorded before the split listed its bookkeeping as code: adopt ignores
+    those entries, and flags exactly the computing files that differ today."""
+    root = layout.REPO_ROOT
+    code = file_hashes([root / f for f in code_files("prefill")], root)
+    books = file_hashes([root / f for f in bookkeeping_files("prefill")], root)
+    edited = dict.fromkeys(books, "0" * 64)  # every bookkeeping file changed since
+    assert code_changed(root, "prefill", {**code, **edited}) == []
+    assert code_changed(root, "prefill", {**code, "inferlab/algorithms/kernels.py": "0" * 64}) == \
+        ["inferlab/algorithms/kernels.py"]
+    missing = {f: sha for f, sha in code.items() if f != "inferlab/measurement/process.py"}
+    assert code_changed(root, "prefill", missing) == ["inferlab/measurement/process.py"]

@@ -9,6 +9,8 @@ committed), and all of them share one xdist group, so it is built once.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
@@ -30,21 +32,7 @@ from inferlab.evidence.register import Register, load_evidence, write_artifact
 from inferlab.evidence.verify import cli_verify
 from inferlab.presentation import audit
 from inferlab.workflow.cli import main as cli_main
-from tests.pipeline_repo import (
-    KEY,
-    MACHINE,
-    built,
-    clone_of,
-    copy_of,
-    copy_repo,
-    env,
-    git,
-    jobs,
-    run,
-    small_tmpfs,
-    tree_hashes,
-    versions,
-)
+from tests.pipeline_repo import KEY, MACHINE, built, copy_repo, env, git, jobs, run, small_tmpfs
 
 VENV = Path(sys.prefix)
 REPO = layout.REPO_ROOT
@@ -58,12 +46,25 @@ def repo(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def clone(repo, tmp_path) -> Path:
-    return clone_of(repo, tmp_path / "clone")
+    """What ``git clone`` of the run gives: the committed tree, no .snakemake/."""
+    git(tmp_path, "clone", "-q", str(repo), str(tmp_path / "clone"))
+    return tmp_path / "clone"
 
 
 @pytest.fixture
 def copy(repo, tmp_path) -> Path:
-    return copy_of(repo, tmp_path / "copy")
+    """The tree as the run left it, .snakemake/ metadata and mtimes included."""
+    return Path(shutil.copytree(repo, tmp_path / "copy", symlinks=True))
+
+
+def versions(repo: Path, key: str) -> dict[str, int]:
+    """stage -> how many versions the register keeps (measured stages only)."""
+    return {s: len(Register(repo, key).history(s)) for s in STAGES if STAGES[s].measured}
+
+
+def tree_hashes(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # --------------------------------------------------------------------------- one run
@@ -265,8 +266,6 @@ def test_a_ctrl_c_during_a_forced_rerun_is_made_good_by_the_next_run(copy, tmp_p
 def test_after_a_kill_the_next_plain_run_reruns_the_incomplete_job(copy):
     """What a SIGKILL leaves (.snakemake/incomplete markers on a stage's outputs) must not
     stop the next plain run (``rerun-incomplete`` in profiles/default)."""
-    import base64
-
     marks = copy / ".snakemake" / "incomplete"
     marks.mkdir(parents=True, exist_ok=True)
     artifact = layout.artifact_path(copy, KEY, "correctness")

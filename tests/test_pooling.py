@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from inferlab.measurement.intervals import process_var
 from inferlab.measurement.pooling import (
     Run,
     RunLevel,
@@ -156,7 +157,6 @@ def test_runs_of_one_process_each_get_intervals_from_their_spread():
     on a slow CPU): no process variance is known, but the spread between the runs is what
     one more such run varies by. The series stage pools it as ``series_total``, never a
     value without an interval."""
-
     rng = random.Random(SEED + 7)
     shifts = [rng.gauss(0, 0.05) for _ in range(3)]
     runs = [[{"impl": "naive", "fused_sdpa": False, "T": T, "batch": 1, "heads": 12, "d": 64,
@@ -180,6 +180,16 @@ def test_the_chi_square_tail_and_median_are_the_tables():
         assert chi2_sf(x, d) == pytest.approx(0.05, abs=2e-4)
     for d, median in ((1, 0.4549), (2, 1.3863), (3, 2.3660), (10, 9.3418)):
         assert chi2_median(d) == pytest.approx(median, abs=1e-4)
+
+
+def test_process_var_prefers_the_recorded_sd_over_backing_it_out():
+    """The variance a run's interval over processes allots its value, which the run-level
+    variance is estimated beyond: an interval that includes a run-level term cannot be
+    backed out, so the row's sd is used."""
+    t3 = 3.182  # t(3), 97.5 %
+    assert process_var(0.5, 0.9, 4, process_sd=0.02) == pytest.approx(0.02 ** 2 / 4)
+    assert process_var(0.5, 0.5 * math.exp(t3 * 0.02 * math.sqrt(0.5)), 4) == \
+        pytest.approx(0.02 ** 2 / 4, rel=1e-3)
 
 
 def test_one_point_whose_runs_spread_beyond_the_others_is_named_and_still_pooled():
@@ -215,7 +225,6 @@ def test_a_pooled_fraction_of_a_ceiling_divides_by_the_series_roof_not_the_lates
     ceiling at half. The pooled time is the quiet runs' mostly; divided by the latest run's
     low ceiling naive attention would run above the roof. A ceiling is the fastest the
     machine was seen doing: the series' roof is the highest its runs read."""
-
     flops = 2 * 2 * 12 * 1024 * 1024 * 64
     quiet_ceiling, busy_ceiling = 92.0, 47.0
 

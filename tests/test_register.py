@@ -42,7 +42,7 @@ from inferlab.evidence.register import (
     write_artifact,
 )
 from inferlab.evidence.verify import cli_history, cli_verify
-from tests.pipeline_repo import git, small_tmpfs
+from tests.pipeline_repo import commit, git, small_tmpfs
 
 REPO = Path(__file__).resolve().parents[1]
 MACHINE = "cpu-test-2t"
@@ -55,13 +55,15 @@ def _csv(seed: int) -> bytes:
 
 
 def _write(root: Path, stage: str, seed: int, key: str = MACHINE, inputs=(),
-           content: bytes | None = None, environment: dict | None = None) -> dict:
+           content: bytes | None = None, environment: dict | None = None,
+           bookkeeping: list[Path] | None = None) -> dict:
     code = root / "inferlab_code.py"
     if not code.exists():
         root.mkdir(parents=True, exist_ok=True)
         code.write_text("# the code that ran\n")
     return write_artifact(root, key, stage, _csv(seed) if content is None else content,
                           config={"seed": seed, "T": [512]}, code_files=[code],
+                          bookkeeping_files=bookkeeping,
                           inputs=list(inputs), seed=seed,
                           command=f"python -m inferlab stage {stage}",
                           environment=environment or {"torch": "test", "threads": 2})
@@ -77,13 +79,6 @@ def three_versions(root: Path) -> Path:
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return three_versions(tmp_path)
-
-
-def _commit(root: Path) -> None:
-    if not (root / ".git").exists():
-        git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "evidence")
 
 
 def _verify(root: Path, capsys) -> tuple[int, str]:
@@ -249,7 +244,7 @@ def test_versions_out_of_order_are_named(root, capsys):
 def test_a_register_that_does_not_extend_the_committed_one_is_named_and_not_added_to(
         tmp_path, capsys, change):
     root = three_versions(tmp_path / "a")
-    _commit(root)
+    commit(root)
     path = layout.register_path(root, MACHINE)
     if change == "line edited":
         path.write_bytes(path.read_bytes().replace(b'"seed":11', b'"seed":12', 1))
@@ -289,7 +284,7 @@ def test_git_reads_this_checkout_whatever_git_dir_says(tmp_path, monkeypatch):
     for repo, text in ((mine, "mine\n"), (other, "other\n")):
         repo.mkdir()
         (repo / "a.txt").write_text(text)
-        _commit(repo)
+        commit(repo)
     monkeypatch.setenv("GIT_DIR", str(other / ".git"))  # a git hook running `make` sets it
     assert files.git_file(mine, "HEAD", "a.txt") == b"mine\n"
     (mine / "a.txt").write_text("changed\n")
@@ -302,7 +297,7 @@ def test_git_file_and_git_changed_say_what_git_has(tmp_path):
     assert files.git_file(tmp_path, "HEAD", "a.txt") is None  # no commit yet
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.txt").write_text("committed\n")
-    _commit(tmp_path)
+    commit(tmp_path)
     assert files.git_file(tmp_path, "HEAD", "sub/a.txt") == b"committed\n"
     assert files.git_file(tmp_path, "HEAD", "sub/b.txt") is None  # not tracked
     assert files.git_changed(tmp_path / "sub", ["a.txt"]) == set()  # from a subfolder
@@ -319,7 +314,7 @@ def test_git_state_reads_the_commit_and_whether_code_is_dirty(tmp_path):
     assert git_state(tmp_path) == {"commit": None, "dirty": None}  # not a repository
     (tmp_path / "code.py").write_text("x = 1\n")
     (tmp_path / "inferlab_code.py").write_text("# the code that ran\n")
-    _commit(tmp_path)
+    commit(tmp_path)
     head = git(tmp_path, "rev-parse", "HEAD").strip()
     assert git_state(tmp_path) == {"commit": head, "dirty": False}
     _write(tmp_path, "prefill", 1)  # outputs are not code: still clean
@@ -524,14 +519,20 @@ def test_write_artifact_names_a_bad_argument_and_writes_nothing(tmp_path, change
 
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_every_stage_writes_a_sidecar_its_schema_accepts(tmp_path, stage):
-    _write(tmp_path, stage, 1)
+    """The code that computed an artifact and the bookkeeping that ran around it are
+    hashed into its sidecar apart."""
+    books = tmp_path / "register.py"
+    books.write_text("MESSAGE = 'a message'\n")
+    _write(tmp_path, stage, 1, bookkeeping=[books])
     sidecar = json.loads(layout.sidecar_path(_artifact(tmp_path, stage)).read_bytes())
     schema = json.loads((REPO / "schemas" / "sidecar.schema.json").read_text())
     errors = list(Draft202012Validator(schema).iter_errors(sidecar))
     assert errors == []
     assert sidecar["artifact"] == STAGES[stage].artifact
-    assert sidecar["provenance"]["code_files"] == {"inferlab_code.py": sha256_bytes(
-        b"# the code that ran\n")}
+    prov = sidecar["provenance"]
+    assert prov["code_files"] == {"inferlab_code.py": sha256_bytes(b"# the code that ran\n")}
+    assert prov["bookkeeping_files"] == {"register.py": sha256_bytes(b"MESSAGE = 'a message'\n")}
+    assert prov["bookkeeping_sha256"] != prov["code_sha256"]
     assert bool(Register(tmp_path, MACHINE).entries()) == STAGES[stage].measured
 
 

@@ -12,15 +12,10 @@ import pytest
 from inferlab.core import layout
 from inferlab.evidence.register import write_artifact
 from inferlab.workflow.cli import main as cli_main
-from tests.pipeline_repo import git
+from inferlab.workflow.runner import hold_before_write
+from tests.pipeline_repo import commit
 
 BOOK = "cpu-amd-epyc-avx512bf16-2c"  # the committed evidence's key
-
-
-def _committed(root: Path) -> None:
-    git(root, "init", "-q")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "evidence")
 
 
 @pytest.fixture
@@ -33,7 +28,7 @@ def book(tmp_path) -> Path:
     for folder in (f"results/{BOOK}", f"evidence/{BOOK}"):
         shutil.copytree(layout.REPO_ROOT / folder, root / folder)
     shutil.copy2(layout.REPO_ROOT / "config.yaml", root / "config.yaml")
-    _committed(root)
+    commit(root)
     return root
 
 
@@ -57,51 +52,11 @@ def test_a_malformed_registered_input_is_refused_naming_its_file(tmp_path, capsy
     # consistent in the register (written through the one writer), refused by its schema
     write_artifact(root, "cpu-test-1c", "prefill", b"impl,T\nnaive,many\n", config={},
                    code_files=[], inputs=[], seed=0, command="x", environment={})
-    _committed(root)
+    commit(root)
     assert cli_main(["stage", "series", "--root", str(root), "--machine", "cpu-test-1c"]) == 2
     err = capsys.readouterr().err
     assert "results/cpu-test-1c/prefill.csv" in err, err
     assert "version 1" in err and "--forcerun prefill" in err
-
-
-def test_the_sidecar_records_the_bookkeeping_apart_from_the_code(tmp_path):
-    """The code that computed an artifact and the bookkeeping that ran around it are both
-    hashed into its sidecar, apart, and the sidecar still validates."""
-    import json
-
-    from jsonschema import Draft202012Validator
-
-    code, books = tmp_path / "algorithm.py", tmp_path / "register.py"
-    code.write_text("x = 1\n")
-    books.write_text("MESSAGE = 'a message'\n")
-    entry = write_artifact(tmp_path, "cpu-test-1c", "prefill", b"T\n1\n", config={},
-                           code_files=[code], bookkeeping_files=[books], inputs=[], seed=0,
-                           command="x", environment={})
-    prov = entry["provenance"]
-    assert set(prov["code_files"]) == {"algorithm.py"}
-    assert set(prov["bookkeeping_files"]) == {"register.py"}
-    assert prov["bookkeeping_sha256"] != prov["code_sha256"]
-    schema = json.loads(layout.schema_path("sidecar.schema.json").read_text())
-    sidecar = layout.sidecar_path(layout.artifact_path(tmp_path, "cpu-test-1c", "prefill"))
-    Draft202012Validator(schema).validate(json.loads(sidecar.read_text()))
-
-
-def test_adopt_compares_only_the_computing_code_of_a_version(tmp_path):
-    """A version recorded before the split listed its bookkeeping as code: adopt ignores
-    those entries, and flags exactly the computing files that differ today."""
-    from inferlab.core.pipeline import bookkeeping_files, code_files
-    from inferlab.evidence.loading import code_changed
-    from inferlab.evidence.register import file_hashes
-
-    root = layout.REPO_ROOT
-    code = file_hashes([root / f for f in code_files("prefill")], root)
-    books = file_hashes([root / f for f in bookkeeping_files("prefill")], root)
-    edited = dict.fromkeys(books, "0" * 64)  # every bookkeeping file changed since
-    assert code_changed(root, "prefill", {**code, **edited}) == []
-    assert code_changed(root, "prefill", {**code, "inferlab/algorithms/kernels.py": "0" * 64}) == \
-        ["inferlab/algorithms/kernels.py"]
-    missing = {f: sha for f, sha in code.items() if f != "inferlab/measurement/process.py"}
-    assert code_changed(root, "prefill", missing) == ["inferlab/measurement/process.py"]
 
 
 def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
@@ -119,8 +74,6 @@ def test_a_refused_stage_says_why_once_without_a_traceback(tmp_path, capsys):
 def test_the_hold_point_holds_only_the_stage_it_names(tmp_path):
     """tests/test_pipeline.py interrupts a stage held here (runner.hold_before_write); unset, or
     naming another stage, it returns at once."""
-    from inferlab.workflow.runner import hold_before_write
-
     hold_before_write("prefill", {})
     hold_before_write("prefill", {"INFERLAB_HOLD": f"decode:{tmp_path / 'held'}"})
     assert not (tmp_path / "held").exists()

@@ -25,6 +25,7 @@ from inferlab.judging.claims import load
 from inferlab.measurement.environment import fingerprint
 from inferlab.stages import series
 from inferlab.workflow.cli import main as cli_main
+from inferlab.workflow.config import deep_merge, load_config, validate_config
 from tests.series_helper import series_rows
 
 KEY = "cpu-test-series-1c"
@@ -185,8 +186,6 @@ def test_one_artifact_registered_twice_is_one_run(root):
 
 @pytest.mark.parametrize("value", [0, -1, "3", 2.5, None])
 def test_a_max_runs_that_is_no_count_of_runs_is_named(value):
-    from inferlab.workflow.config import deep_merge, load_config, validate_config
-
     with pytest.raises(ValueError, match=r"series\.max_runs"):
         validate_config(deep_merge(load_config([]), {"series": {"max_runs": value}}))
 
@@ -292,20 +291,19 @@ def _rows(content: bytes) -> list[dict]:
     return [{k: (None if v != v else v) for k, v in r.items()} for r in rows]
 
 
-def _stopped_at(T: int, shift: float) -> bytes:
-    rows = _rows(_prefill(shift))
-    for r in rows:
-        if r["T"] == T:
-            r.update(status="stopped", cause="step_limit", median_ms=None, ci_low_ms=None,
-                     ci_high_ms=None, ratio=None, ratio_ci_low=None, ratio_ci_high=None)
-    return artifacts.encode("prefill", rows)
-
-
 def _drop(row: dict, **status) -> None:
     for c in ("median_ms", "ci_low_ms", "ci_high_ms", "ratio", "ratio_ci_low",
               "ratio_ci_high", "workers", "process_sd", "ratio_process_sd"):
         row[c] = None
     row.update(status)
+
+
+def _stopped_at(T: int, shift: float) -> bytes:
+    rows = _rows(_prefill(shift))
+    for r in rows:
+        if r["T"] == T:
+            _drop(r, status="stopped", cause="step_limit")
+    return artifacts.encode("prefill", rows)
 
 
 def test_the_latest_runs_failure_is_the_points_evidence():
@@ -449,7 +447,6 @@ def test_the_series_benchmarks_refuse_what_they_cannot_compare(script, args, wor
 def test_the_coverage_benchmarks_half_width_is_the_series_stages():
     """The benchmark re-pools the committed runs as the series stage does, leaving out each
     kernel's ratio to itself (1, of zero width); series.csv's own rows must agree."""
-
     spec = importlib.util.spec_from_file_location("series_coverage",
                                                   REPO / "benchmarks" / "series_coverage.py")
     bench = importlib.util.module_from_spec(spec)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 
 import pytest
@@ -50,7 +49,16 @@ def current(tmp_path_factory):
 def listed(current) -> dict[str, set[str]]:
     """rule -> its job's input files, as Snakemake prints every job of a forced dry run."""
     repo, _ = current
-    found = _inputs_by_rule(run(repo, *ARGS, "--forceall", "--printshellcmds"))
+    dry_run = run(repo, *ARGS, "--forceall", "--printshellcmds")
+    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
+    found: dict[str, set[str]] = {}
+    rule = None
+    for line in (dry_run.stdout + dry_run.stderr).splitlines():
+        if m := re.match(r"^(?:local)?rule (\w+):$", line):
+            rule = m.group(1)
+        elif rule and line.strip().startswith("input:"):
+            found[rule] = set(line.split(":", 1)[1].strip().split(", "))
+            rule = None
     found.pop("all", None)  # the target rule
     return found
 
@@ -94,21 +102,6 @@ def _rerun_by(direct: set[str]) -> set[str]:
         if hit & set(STAGES[name].reads):
             hit.add(name)
     return hit | {"report"}
-
-
-def _inputs_by_rule(dry_run: subprocess.CompletedProcess) -> dict[str, set[str]]:
-    """rule -> the input files of its job, from a dry run's job listing."""
-    assert dry_run.returncode == 0, dry_run.stderr[-3000:]
-    found: dict[str, set[str]] = {}
-    rule = None
-    for line in (dry_run.stdout + dry_run.stderr).splitlines():
-        if m := re.match(r"^(?:local)?rule (\w+):$", line):
-            rule = m.group(1)
-        elif rule and line.strip().startswith("input:"):
-            found[rule] = set(line.split(":", 1)[1].strip().split(", "))
-            rule = None
-    return found
-
 
 
 def test_each_file_reruns_exactly_the_stages_that_compute_with_it(listed):
