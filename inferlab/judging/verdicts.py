@@ -1,34 +1,14 @@
 """The check interpreter: a typed claim (``inferlab.judging.claims``) judged on one results key.
 
-A claim's verdict is per machine (DESIGN.md, "Claims"):
+A claim's verdict is per machine, one of ``VERDICTS``; claims.yaml's header says what each
+means. Premises are decided first (``premises_hold``), so a sentence about another device
+shows no value computed under one that fails; "not measurable here" carries its ``cause``
+as data (``inferlab.judging.causes``).
 
-- ``reproduced``: the 95 % interval of every judged value lies inside the range the
-  sentence accepts (on the claimed side of a bound);
-- ``not reproduced``: the interval of some value lies wholly outside it (the value here
-  is given), or a value it rests on is NaN or infinite (the rows are kept: a kernel that
-  overflowed does not pass);
-- ``within noise here``: no interval is wholly outside, but one straddles an edge: this
-  machine's run-to-run noise cannot decide;
-- ``answered here``: an open question of the chapter (kind ``question``), answered with
-  its evidence (``answer``: yes, no or undecided), never "reproduced";
-- ``not measurable here``: with its ``cause`` as data (``inferlab.judging.causes``: not
-  in the grid, dropped by the budget, stopped at the limit, the device cannot, an
-  upstream stage or row failed, a premise the check rests on does not hold here or
-  nothing here measures it, ...); premises are decided first, so a sentence about another
-  device shows no value computed under one (``premises_hold``); a question that asks
-  whether a premise holds (``asks``) is answered "no" where it does not;
-- ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
-  the chapter's GPU) on another device class, or on a GPU other than the chapter's (its
-  multiprocessors: claims.yaml's ``chapter_gpu``); the value here is shown beside it;
-- ``about the author's code``: a property of the chapter author's own implementation (its
-  operation count); this project's implementation's value is shown beside it;
-- ``not checkable``: a figure reported by others; nothing here can test it.
-
-The accepted range and the intervals are ``inferlab.judging.rule``'s (1/x of an interval
-is [1/hi, 1/lo]); which rows are judged is ``inferlab.judging.selection``'s. This module
-measures them (``statistic``), judges the value (``judge``) and writes the claims.json
-entry: values, enums and references only. Every text people read (the reason, the value
-with its unit) is rendered by ``inferlab.presentation.claim_text``.
+The accepted range and the intervals are ``inferlab.judging.rule``'s; which rows are
+judged is ``inferlab.judging.selection``'s. This module writes the claims.json entry:
+values, enums and references only. Every text people read is rendered by
+``inferlab.presentation.claim_text``.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """series -> series.csv: every timed point of prefill and decode pooled over this machine's
 series, the register's runs made alike (the same code, effective config, hardware and
-threads), as the evidence the chapter's claims are judged on.
+threads), as the evidence the chapter's claims are judged on (docs/series.md).
 
 One run is not the unit of evidence on a shared VM: about half the variance between runs
 is run-level, which no process inside one run samples (``measurement.pooling``). So per
-point (a stage's key columns) and quantity (median time, paired ratio, causal over full):
-
-* a ``run`` row per run that measured it: its own value and process interval, its register
-  version, whether it was made under load (``environment.load``) and whether it lies
-  outside the prediction interval the series' other runs give (``outside_pi``);
-* a ``pooled`` row: the random-effects value over the runs, its 95 % confidence interval
-  (``ci_*``: the machine's value) and the 95 % prediction interval of one more run
-  (``pi_*``), how many runs and processes it rests on, the run-level sd it carries and
-  where that comes from (``run_sd_origin``: ``series``; ``series_total`` where every run
-  has one process, whose variance is then the runs' with the processes' in it; or for a
-  first run ``prior``: the committed series of machines of the same kind, named in
-  ``prior_source``), the largest
-  difference between two runs (``*_spread``), the quantities whose runs spread beyond the stage's
-  other points (``outlying``, ``pooling.outlying``: kept in the stage's run-level sd, which
-  they widen for every point), and whether the latest run measured it
-  (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
-  no run measured keeps the latest run's status and cause.
+point and quantity (median time, paired ratio, causal over full) there is a ``run`` row
+per run that measured it and a ``pooled`` row (random effects over the runs); the columns
+are described in schemas/series.schema.json. A point no run measured keeps the latest
+run's status and cause.
 
 The runs are the register's kept versions (``evidence.history``): a version whose kept
-file was edited, or holds a value no clock measures, is left out and logged with the reason. At most
-``max_runs`` of the latest runs are pooled (the machine as it is now, as asv keeps).
+file was edited, or holds a value no clock measures, is left out and logged with the
+reason. At most ``max_runs`` of the latest runs are pooled (the machine as it is now).
 """
 
 from __future__ import annotations
