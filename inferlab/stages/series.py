@@ -130,18 +130,14 @@ class _Series:
         self.stage, self.latest = stage, latest["version"]
         self.versions = versions
         self.points: dict[tuple, list[tuple[int, dict]]] = {}
-        self.order: list[tuple] = []
         self.load = {v.entry["version"]: ((v.entry["provenance"].get("environment") or {})
                                           .get("load") or {}).get("under_load")
                      for v in versions}
         for v in versions:
             for row in v.table.frame.to_dict(orient="records"):
                 row = {k: (None if missing(x) else x) for k, x in row.items()}
-                key = _key(row, stage)
-                if key not in self.points:
-                    self.points[key] = []
-                    self.order.append(key)
-                self.points[key].append((v.entry["version"], row))
+                self.points.setdefault(_key(row, stage), []).append((v.entry["version"], row))
+        self.order = list(self.points)  # the points in the order the runs first have them
 
     def run_levels(self, prior: dict[str, RunLevel]) -> dict[str, tuple[RunLevel, float | None,
                                                                        int]]:
@@ -261,9 +257,8 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
         if roofs and is_number(pooled.get(rate)):
             pooled[frac] = pooled[rate] / max(roofs)
     for r in run_rows.values():
-        flags = [r.pop(f"outside_pi_{q}", None) for q in QUANTITIES]
-        r["outside_pi"] = any(f for f in flags if f is not None) if any(
-            f is not None for f in flags) else None
+        flags = [f for q in QUANTITIES if (f := r.pop(f"outside_pi_{q}", None)) is not None]
+        r["outside_pi"] = any(flags) if flags else None
         out.append(r)
     return [pooled, *out]
 
