@@ -297,13 +297,9 @@ def integrity_of(found: Evidence) -> dict | None:
 
 def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, device: str,
                   stand_in: dict) -> None:
-    """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``:
-    premise_fails for one a measurement refuted on this machine, or one whose own check is
-    not reproduced here (its verdict, value and interval go in the cause);
-    premise_unmeasured for one without a check that no measurement decided here. A premise
-    whose own check cannot be made here leaves the claim not measurable for that check's
-    cause. A premise holds only where something shows it: a model's premise is what the
-    machine must be shown to satisfy, never assumed where it was not refuted."""
+    """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``
+    (a premise whose own check cannot be made here: for that check's cause). A premise
+    holds only where something shows it: never assumed where it was not refuted."""
     machine = layout.split_key(key)[0]
     for premise in check.premises:
         if machine in premise.refuted_on:
