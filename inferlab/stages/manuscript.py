@@ -1,11 +1,7 @@
 """manuscript -> manuscript.json: the values of the chapter's four tables and every number
-it cites, with their references, from this key's artifacts.
-
-The artifact holds values, enums and references only: per table its rows as numbers (a
-length not measured: its cause), per claim its value, interval, unit, verdict, the
-chapter's figures and the artifact version and commit it comes from, and the sha256 of each
-file rendered from it (``derived_files``: tables.md, tables.tex, numbers.json, numbers.tex),
-which the runner writes into results/{key}/manuscript/ after registering the artifact.
+it cites, with their references, from this key's artifacts (values, enums and references
+only: schemas/manuscript.schema.json). The runner writes the files rendered from it
+(``derived_files``) into results/{key}/manuscript/ after registering the artifact.
 """
 
 from __future__ import annotations
