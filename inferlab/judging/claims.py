@@ -129,14 +129,9 @@ class Expect:
 
 @dataclass(frozen=True)
 class Premise:
-    """A premise of a model that checks rest on (claims.yaml's ``premises``, named by a
-    check's ``premises``). It holds on a machine where its ``check``, judged there as a
-    claim's is, is reproduced. One without a check was measured outside the artifacts
-    (``measured``: what, with its figures and where it is kept; ``to_judge``: what would
-    make it a check) on the machines that measurement refuted it on (``refuted_on``); on
-    every other machine nothing measures it. A claim that rests on a premise is not
-    measurable where the premise does not hold (causes: premise_fails) or where nothing
-    measures it (premise_unmeasured)."""
+    """A premise of a model that checks rest on (claims.yaml's ``premises``; its header says
+    when one holds). One without a ``check`` was measured outside the artifacts
+    (``measured``, ``to_judge``) on the machines it was refuted on (``refuted_on``)."""
 
     name: str
     says: str

@@ -30,11 +30,8 @@ PER_TIME = ("achieved_gbs", "frac_copy_ceiling", "achieved_gflops", "frac_matmul
 
 
 def interval_of(rows: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series]:
-    """(low, high) of the 95 % interval of ``rows[column]``. A timed column has the
-    stage's own interval; a rate over the time has the time's interval inverted; a value
-    without sampling noise (a count, bytes, an error against float64, a model number, a
-    difference between two runs, which is the noise itself) has [v, v]. A row whose
-    interval cells are empty keeps [v, v] too (the reason says the interval is missing)."""
+    """(low, high) of the 95 % interval of ``rows[column]``, as claims.yaml's header says; a
+    row whose interval cells are empty keeps [v, v] (the reason says it is missing)."""
     value = pd.to_numeric(rows[column], errors="coerce").astype(float)
     low, high = value.copy(), value.copy()
     if column in INTERVALS and all(c in rows for c in INTERVALS[column]):

@@ -109,11 +109,8 @@ def not_taken(rows: pd.DataFrame, reading: str, scope: list[str]) -> list[dict]:
 
 def _judged(frame: pd.DataFrame, name: str, sel: Selection, upstream,
             column: str | None = None) -> pd.DataFrame:
-    """Rows whose judged value (column "value", from ``name``) is computed non-finite fail
-    the check; rows where it does not apply (an empty cell) are counted and left out, and
-    where an upstream row explains the empty cell (a point the stage it reads dropped),
-    that cause is recorded, as is a reading not taken (``column`` one of causes.READINGS:
-    ``not_taken``); with no row left, not measurable."""
+    """The rows with a judged value: a computed non-finite one fails the check; an empty
+    cell is left out, counted or explained (upstream, ``not_taken``)."""
     bad = frame[frame[NONFINITE]]
     if not bad.empty:
         raise NonFinite(name, bad)
@@ -347,10 +344,8 @@ def _gpu(evidence: dict[str, Evidence], device: str, chapter_gpu: dict | None) -
 
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
              stand_in: dict | None = None, chapter_gpu: dict | None = None) -> dict:
-    """One claim's verdict on ``key``: the claims.json entry for it (values, intervals,
-    units, verdicts, causes and references; the report makes the text people read).
-    ``evidence`` maps a stage to its artifact on that key; ``stand_in`` the dtype for fp16
-    per device."""
+    """One claim's claims.json entry on ``key`` (``evidence``: stage -> its artifact there;
+    ``stand_in``: device -> the dtype for fp16)."""
     result = {"id": claim.id, "kind": claim.kind, "verdict": NOT_CHECKABLE, "value": None,
               "interval": None, "unit": None, "answer": None, "device": None,
               "judged_on": {}, "judged": [], "cause": None, "integrity": None, "rows": [],
