@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.core.pipeline import STAGES
+from inferlab.judging import series_view
 from inferlab.judging.causes import NotMeasurable, primary, row_cause
 from inferlab.judging.claims import Check, Condition, Rows
-from inferlab.judging.series_view import missing
 
 NONFINITE = "__nonfinite__"
 
@@ -99,7 +99,7 @@ def failed_statuses(rows: pd.DataFrame) -> list[dict]:
     out = []
     for (status, why), group in rows.assign(_cause=cause.astype(object)).groupby(
             ["status", "_cause"], dropna=False, sort=True):
-        why = None if missing(why) else str(why)
+        why = None if series_view.missing(why) else str(why)
         entry = {"status": str(status), "cause": why, "kind": row_cause(str(status), why),
                  "rows": len(group)}
         if "impl" in group:
