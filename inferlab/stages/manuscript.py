@@ -1,7 +1,9 @@
 """manuscript -> manuscript.json: the values of the chapter's four tables and every number
-it cites, with their references, from this key's artifacts (values, enums and references
-only: schemas/manuscript.schema.json). The runner writes the files rendered from it
-(``derived_files``) into results/{key}/manuscript/ after registering the artifact.
+it cites, with their references, from this key's artifacts.
+
+Values, enums and references only (schemas/manuscript.schema.json); the runner writes the
+files rendered from it (``derived_files``) into results/{key}/manuscript/ after registering
+the artifact.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """series -> series.csv: every timed point of prefill and decode pooled over this machine's
 series, the register's runs made alike (the same code, effective config, hardware and
-threads), as the evidence the chapter's claims are judged on (docs/series.md).
+threads), as the evidence the chapter's claims are judged on.
 
-One run is not the unit of evidence on a shared VM: about half the variance between runs
-is run-level, which no process inside one run samples (``measurement.pooling``). So per
-point and quantity (median time, paired ratio, causal over full) there is a ``run`` row
-per run that measured it and a ``pooled`` row (random effects over the runs); the columns
-are described in schemas/series.schema.json. A point no run measured keeps the latest
-run's status and cause.
+One run is not the unit of evidence on a shared VM (docs/series.md): about half the
+variance between runs is run-level, which no process inside one run samples
+(``measurement.pooling``). So per point and quantity (median time, paired ratio, causal
+over full) there is a ``run`` row per run that measured it and a ``pooled`` row (random
+effects over the runs); the columns are described in schemas/series.schema.json. A point
+no run measured keeps the latest run's status and cause.
 
 The runs are the register's kept versions (``evidence.history``): a version whose kept
 file was edited, or holds a value no clock measures, is left out and logged with the
