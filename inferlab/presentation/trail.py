@@ -8,6 +8,7 @@ copy hash-checked now. ``problems`` names what no longer holds.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import math
 from pathlib import Path
@@ -21,7 +22,6 @@ from inferlab.evidence import artifacts
 from inferlab.evidence.register import Register
 from inferlab.judging.claims import Claim
 from inferlab.judging.selection import apply_where
-from inferlab.judging.series_view import missing
 from inferlab.presentation.claim_text import reason_text
 
 SERIES = "series"
@@ -48,6 +48,18 @@ def no_claims(root: Path | str, key: str) -> ValueError:
                       f"(claims.json is there for: {', '.join(held) or 'no machine'})")
 
 
+def _cell(text: str):
+    """A series.csv cell as a value: '' -> None, 'True' -> True, '8192' -> 8192."""
+    if text in ("", "True", "False"):
+        return {"": None, "True": True, "False": False}[text]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def _point(row: dict, columns) -> tuple:
     """A row's point as a hashable key: numbers as floats (8192 and 8192.0 alike)."""
     return tuple(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
@@ -72,13 +84,9 @@ class Trail:
             self._series = {}
             path = layout.artifact_path(self.root, self.key, SERIES)
             # without a series.csv each point the claim judged says it is not there
-            table = artifacts.read(path, SERIES) if path.is_file() else \
-                artifacts.frame_of([], {})
-            for cells, computed in zip(table.frame.to_dict(orient="records"),
-                                       table.nonfinite.to_dict(orient="records"), strict=True):
-                # an empty cell is None; a computed NaN or infinity stays a float
-                row = {c: None if missing(v) and not computed.get(c) else v
-                       for c, v in cells.items()}
+            text = path.read_text(encoding="utf-8") if path.is_file() else ""
+            for cells in csv.DictReader(text.splitlines()):
+                row = {c: _cell(v) for c, v in cells.items()}
                 found = self._series.setdefault(
                     (row["stage"], _point(row, STAGES[row["stage"]].key_columns)),
                     {"pooled": None, "runs": []})
