@@ -1,34 +1,11 @@
-"""Why a claim is not measurable here, as data: one kind of a fixed vocabulary and the
-fields that say where (the column, the values missing, the stage, the seconds of budget
-left). claims.json stores the cause; the words are the presentation's
-(``inferlab.presentation.claim_text``).
+"""Why a claim is not measurable here, as data: one kind of ``CAUSES`` and the fields that
+say where (the column, the values missing, the stage, the seconds of budget left).
+claims.json stores the cause; the words are ``inferlab.presentation.claim_text``'s.
 
-A row that is not ``ok`` (``inferlab.measurement.status``: its status and cause columns)
-leaves a sentence's value unmeasured for one of these reasons:
-
-==================  ==============================================================
-kind                when
-==================  ==============================================================
-not_in_grid         the grid has no row at the sentence's value (a length, a dtype,
-                    a backend map the probe did not make)
-dropped_by_budget   the point was dropped: the stage's time budget was spent
-stopped_at_limit    the stage was stopped at its limit (or by SIGTERM) before it, or
-                    before it took the row's readings (memory, the kernel: READINGS)
-device_cannot       this device cannot run it: a CUDA-only check, a backend PyTorch
-                    refuses here, out of memory, a dtype on a slow path, our kernel
-                    inexact here
-upstream_failed     the stage (or the stage it reads) did not run, cannot be read, or
-                    its row failed (an exception, a killed worker)
-too_few_runs        a between-run check with one run
-not_physical        a value above its physical limit (a probe error)
-not_applicable      every selected row has no value of the column (e.g. a refusal
-                    kind where the backend ran)
-premise_fails       a premise the check rests on (claims.yaml's ``premises``) does not
-                    hold here: its own check is not reproduced here (its verdict,
-                    value and interval), or a measurement refuted it on this machine
-premise_unmeasured  a premise the check rests on has no check and no measurement
-                    decided it on this machine: nothing here shows that it holds
-==================  ==============================================================
+A row that is not ``ok`` (``inferlab.measurement.status``) leaves a sentence's value
+unmeasured for the kind its status and cause make (``ROW_CAUSES``); a value may also be
+not in the grid, have too few runs (a between-run check with one run), be above its
+physical limit (a probe error) or not apply (every selected row has no value of it).
 
 ``premise_fails`` and ``premise_unmeasured`` are not about a row: the rows may be all
 there. They say that the quantity the check computes stands for the sentence only under
@@ -59,7 +36,6 @@ ROW_CAUSES = {("dropped", "budget"): "dropped_by_budget",
               ("oom", None): "device_cannot",
               ("error", "inexact"): "device_cannot",
               ("error", None): "upstream_failed"}
-
 
 
 class NotMeasurable(Exception):

@@ -1,23 +1,11 @@
 """claims.yaml, loaded into typed checks: the claims vocabulary, specified once, here.
 
-``claims.yaml`` lists each claim of the chapter with the value the chapter printed, its
-kind, its reading and a declarative check (the file's header explains the vocabulary in
-words). Loading checks every field as it types it into frozen dataclasses, then every
-column a check names against the schema of the artifact it reads, so a typo is an error
-naming the claim, the field and the fix, never a verdict of "not measurable here".
-Nothing in a claim is executed.
-
-Each sentence is stored once, in ``docs/chapter/sentences.yaml`` beside it (every sentence
-of both seeds, in order); a claim's sentence is the text of the sentences whose ``claims:``
-name it, which the loader attaches (``Claim.sentence``).
-
-A model's premises are stated once, in the file's ``premises`` (``Premise``); a check names
-those it rests on, and is judged only on a machine where something shows that they hold:
-where this project measured what a model predicts, the measurement decides, not the model,
-and where nothing measures a premise, nothing that rests on it is judged.
-
-``inferlab.judging.verdicts`` judges a ``Claim`` on a machine's artifacts;
-``inferlab.presentation.audit`` traces a verdict to the evidence behind it.
+Loading checks every field as it types it into frozen dataclasses, then every column a
+check names against the schema of the artifact it reads, so a typo is an error naming the
+claim, the field and the fix, never a verdict of "not measurable here". Nothing in a claim
+is executed. Each sentence is stored once, in ``docs/chapter/sentences.yaml``; the loader
+attaches it (``Claim.sentence``). The file's header explains the vocabulary in words,
+premises included.
 """
 
 from __future__ import annotations
@@ -141,14 +129,9 @@ class Expect:
 
 @dataclass(frozen=True)
 class Premise:
-    """A premise of a model that checks rest on (claims.yaml's ``premises``, named by a
-    check's ``premises``). It holds on a machine where its ``check``, judged there as a
-    claim's is, is reproduced. One without a check was measured outside the artifacts
-    (``measured``: what, with its figures and where it is kept; ``to_judge``: what would
-    make it a check) on the machines that measurement refuted it on (``refuted_on``); on
-    every other machine nothing measures it. A claim that rests on a premise is not
-    measurable where the premise does not hold (causes: premise_fails) or where nothing
-    measures it (premise_unmeasured)."""
+    """A premise of a model that checks rest on (claims.yaml's ``premises``; its header says
+    when one holds). One without a ``check`` was measured outside the artifacts
+    (``measured``, ``to_judge``) on the machines it was refuted on (``refuted_on``)."""
 
     name: str
     says: str
@@ -312,8 +295,7 @@ def _rows(spec: dict, field: str) -> Rows:
 
 def _statistic(spec: dict, field: str) -> dict:
     stat = _word(spec["stat"], f"{field}.stat", STATS)
-    for needs in ("x", "at"):
-        wanted = {"x": "loglog_slope", "at": "at"}[needs]
+    for needs, wanted in (("x", "loglog_slope"), ("at", "at")):
         if stat == wanted and needs not in spec:
             raise Bad(field, f"stat {stat} needs {needs}: the column it is taken against")
     return {"column": _column(spec["column"], f"{field}.column"), "stat": stat,
@@ -593,8 +575,7 @@ def artifact_columns(check: Check) -> set[str]:
         stored = set(artifacts.schema("probe")["properties"][check.table]["items"]["required"])
         return stored | (set(MAP_DERIVED) if check.table == "backend_map" else set())
     if check.between_runs:
-        return {*STAGES[check.stage].key_columns, "status",
-                *BETWEEN_RUNS}
+        return {*STAGES[check.stage].key_columns, "status", *BETWEEN_RUNS}
     return set(artifacts.columns(check.stage))
 
 
@@ -662,9 +643,8 @@ def _file(data: Any) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise Bad("chapter_gpu.multiprocessors", f"expected a count of at least 1, got "
                       f"{count!r}")
-    for key in ("chapter_hardware",):
-        if key in data:
-            _text(data[key], key)
+    if "chapter_hardware" in data:
+        _text(data["chapter_hardware"], "chapter_hardware")
     for name, rule in (data.get("rules") or {}).items():
         _text(rule, f"rules.{name}")
     if not isinstance(data["claims"], list) or not data["claims"]:

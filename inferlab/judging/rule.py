@@ -1,19 +1,9 @@
-"""The interval rule: every value a check uses with its 95 % interval, the statistics
-over such values, and where an interval sits against the range a sentence accepts.
-
-- ``interval_of``: a column's interval (the stages' own for times and paired ratios, a
-  rate over the time takes the time's inverted, a value without sampling noise [v, v]);
-- ``statistic``: max, min, median, range, spread, log-log slope or the median per value
-  of a column, each with the interval it takes when every value may sit anywhere in its
-  own (``Estimate``);
-- ``judge``: reproduced (every interval inside the accepted region), not reproduced (one
-  wholly outside), within noise here (one across an edge). The region is the sentence's
-  bounds exactly; a bound the chapter printed stands for what rounds to it
-  (``claims.printed_rounding``), and nothing else widens it.
-
-The rule is written once for people in claims.yaml's header and the report's legend (the
-expectation in words: ``inferlab.presentation.claim_text``);
-``inferlab.judging.verdicts`` applies it to a claim on a machine's artifacts.
+"""The interval rule: every value a check uses with its 95 % interval (``interval_of``), the
+statistics over such values with the interval each takes when every value may sit anywhere
+in its own (``statistic``), and where an interval sits against the range a sentence
+accepts (``judge``). The region is the sentence's bounds exactly; a bound the chapter
+printed stands for what rounds to it (``claims.printed_rounding``), and nothing else widens
+it. The rule is written once for people in claims.yaml's header.
 """
 
 from __future__ import annotations
@@ -40,11 +30,8 @@ PER_TIME = ("achieved_gbs", "frac_copy_ceiling", "achieved_gflops", "frac_matmul
 
 
 def interval_of(rows: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series]:
-    """(low, high) of the 95 % interval of ``rows[column]``. A timed column has the
-    stage's own interval; a rate over the time has the time's interval inverted; a value
-    without sampling noise (a count, bytes, an error against float64, a model number, a
-    difference between two runs, which is the noise itself) has [v, v]. A row whose
-    interval cells are empty keeps [v, v] too (the reason says the interval is missing)."""
+    """(low, high) of the 95 % interval of ``rows[column]``, as claims.yaml's header says; a
+    row whose interval cells are empty keeps [v, v] (the reason says it is missing)."""
     value = pd.to_numeric(rows[column], errors="coerce").astype(float)
     low, high = value.copy(), value.copy()
     if column in INTERVALS and all(c in rows for c in INTERVALS[column]):

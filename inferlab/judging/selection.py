@@ -1,22 +1,14 @@
 """Which rows a check judges, and what it records about the rest.
 
-A check's rows are chosen in a fixed order, and nothing left out is left out silently:
+A check's rows are chosen in a fixed order (claims.yaml's header says what each field
+means), and nothing left out is left out silently: the dtype, the ``where`` filters, the
+sentence's ``scope`` (each value without an ok row is recorded in ``Selection.missing``
+with its cause; with none of them, not measurable here), the rows whose status is not ok
+(counted by status and cause in ``Selection.left_out``), then the best row per group.
 
-1. the dtype: ``fp16`` is the device's stand-in for the chapter's fp16 (claims.yaml
-   ``fp16_stand_in``), ``16-bit`` is float16 where present, else bfloat16, a dtype name
-   is exactly that dtype (no substitute), ``each`` judges every dtype present separately,
-   ``any`` does not filter (model rows);
-2. the ``where`` filters;
-3. the sentence's ``scope``: each value it speaks of that has no ok row is recorded in
-   ``Selection.missing`` with its cause (``inferlab.judging.causes``: not in this grid,
-   dropped by the budget, ...); with none of them, not measurable here;
-4. rows whose status is not ok are counted by status and cause (``Selection.left_out``),
-   then left out;
-5. the best row per group.
-
-What is recorded is data (columns, values, enums, counts); the words are the report's.
-The selected rows carry ``__nonfinite__``: True where a column the check judges holds a
-computed NaN or infinity (``artifacts.Table.nonfinite``), which the verdict must not drop.
+What is recorded is data; the words are the report's. The selected rows carry
+``__nonfinite__``: True where a column the check judges holds a computed NaN or infinity
+(``artifacts.Table.nonfinite``), which the verdict must not drop.
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from inferlab.core.pipeline import STAGES
+from inferlab.judging import series_view
 from inferlab.judging.causes import NotMeasurable, primary, row_cause
 from inferlab.judging.claims import Check, Condition, Rows
 
@@ -106,8 +99,7 @@ def failed_statuses(rows: pd.DataFrame) -> list[dict]:
     out = []
     for (status, why), group in rows.assign(_cause=cause.astype(object)).groupby(
             ["status", "_cause"], dropna=False, sort=True):
-        why = None if why is None or why is pd.NA or (isinstance(why, float) and why != why) \
-            else str(why)
+        why = None if series_view.missing(why) else str(why)
         entry = {"status": str(status), "cause": why, "kind": row_cause(str(status), why),
                  "rows": len(group)}
         if "impl" in group:

@@ -39,10 +39,8 @@ VIEW_EXTRAS = ("runs", "processes", "ratio_runs", "pi_low_ms", "pi_high_ms", "ra
 
 
 def view(series: Table, stage: str) -> Table:
-    """``stage``'s points as the series pools them, shaped as ``stage``'s own table (its
-    columns and types, the pooled value and its confidence interval where the stage has
-    its median, ratio and their intervals) with the series' columns beside them: what
-    traffic, claims and manuscript judge instead of the latest run."""
+    """``stage``'s points as the series pools them, in ``stage``'s own columns and types
+    (``VIEW_EXTRAS`` beside them): what is judged instead of the latest run."""
     frame = series.frame
     pooled = frame[(frame["stage"] == stage) & (frame["kind"] == "pooled")]
     own = artifacts.columns(stage)

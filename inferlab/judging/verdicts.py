@@ -1,34 +1,14 @@
 """The check interpreter: a typed claim (``inferlab.judging.claims``) judged on one results key.
 
-A claim's verdict is per machine (DESIGN.md, "Claims"):
+A claim's verdict is per machine, one of ``VERDICTS``; claims.yaml's header says what each
+means. Premises are decided first (``premises_hold``), so a sentence about another device
+shows no value computed under one that fails; "not measurable here" carries its ``cause``
+as data (``inferlab.judging.causes``).
 
-- ``reproduced``: the 95 % interval of every judged value lies inside the range the
-  sentence accepts (on the claimed side of a bound);
-- ``not reproduced``: the interval of some value lies wholly outside it (the value here
-  is given), or a value it rests on is NaN or infinite (the rows are kept: a kernel that
-  overflowed does not pass);
-- ``within noise here``: no interval is wholly outside, but one straddles an edge: this
-  machine's run-to-run noise cannot decide;
-- ``answered here``: an open question of the chapter (kind ``question``), answered with
-  its evidence (``answer``: yes, no or undecided), never "reproduced";
-- ``not measurable here``: with its ``cause`` as data (``inferlab.judging.causes``: not
-  in the grid, dropped by the budget, stopped at the limit, the device cannot, an
-  upstream stage or row failed, a premise the check rests on does not hold here or
-  nothing here measures it, ...); premises are decided first, so a sentence about another
-  device shows no value computed under one (``premises_hold``); a question that asks
-  whether a premise holds (``asks``) is answered "no" where it does not;
-- ``not comparable on this device``: a device-specific figure (µs, GB/s, a ratio bound to
-  the chapter's GPU) on another device class, or on a GPU other than the chapter's (its
-  multiprocessors: claims.yaml's ``chapter_gpu``); the value here is shown beside it;
-- ``about the author's code``: a property of the chapter author's own implementation (its
-  operation count); this project's implementation's value is shown beside it;
-- ``not checkable``: a figure reported by others; nothing here can test it.
-
-The accepted range and the intervals are ``inferlab.judging.rule``'s (1/x of an interval
-is [1/hi, 1/lo]); which rows are judged is ``inferlab.judging.selection``'s. This module
-measures them (``statistic``), judges the value (``judge``) and writes the claims.json
-entry: values, enums and references only. Every text people read (the reason, the value
-with its unit) is rendered by ``inferlab.presentation.claim_text``.
+The accepted range and the intervals are ``inferlab.judging.rule``'s; which rows are
+judged is ``inferlab.judging.selection``'s. This module writes the claims.json entry:
+values, enums and references only. Every text people read is rendered by
+``inferlab.presentation.claim_text``.
 """
 
 from __future__ import annotations
@@ -129,11 +109,8 @@ def not_taken(rows: pd.DataFrame, reading: str, scope: list[str]) -> list[dict]:
 
 def _judged(frame: pd.DataFrame, name: str, sel: Selection, upstream,
             column: str | None = None) -> pd.DataFrame:
-    """Rows whose judged value (column "value", from ``name``) is computed non-finite fail
-    the check; rows where it does not apply (an empty cell) are counted and left out, and
-    where an upstream row explains the empty cell (a point the stage it reads dropped),
-    that cause is recorded, as is a reading not taken (``column`` one of causes.READINGS:
-    ``not_taken``); with no row left, not measurable."""
+    """The rows with a judged value: a computed non-finite one fails the check; an empty
+    cell is left out, counted or explained (upstream, ``not_taken``)."""
     bad = frame[frame[NONFINITE]]
     if not bad.empty:
         raise NonFinite(name, bad)
@@ -317,13 +294,9 @@ def integrity_of(found: Evidence) -> dict | None:
 
 def premises_hold(check: Check, evidence: dict[str, Evidence], key: str, device: str,
                   stand_in: dict) -> None:
-    """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``:
-    premise_fails for one a measurement refuted on this machine, or one whose own check is
-    not reproduced here (its verdict, value and interval go in the cause);
-    premise_unmeasured for one without a check that no measurement decided here. A premise
-    whose own check cannot be made here leaves the claim not measurable for that check's
-    cause. A premise holds only where something shows it: a model's premise is what the
-    machine must be shown to satisfy, never assumed where it was not refuted."""
+    """Raise NotMeasurable at the first premise of ``check`` not shown to hold on ``key``
+    (a premise whose own check cannot be made here: for that check's cause). A premise
+    holds only where something shows it: never assumed where it was not refuted."""
     machine = layout.split_key(key)[0]
     for premise in check.premises:
         if machine in premise.refuted_on:
@@ -371,10 +344,8 @@ def _gpu(evidence: dict[str, Evidence], device: str, chapter_gpu: dict | None) -
 
 def evaluate(claim: Claim, evidence: dict[str, Evidence], key: str, root: Path,
              stand_in: dict | None = None, chapter_gpu: dict | None = None) -> dict:
-    """One claim's verdict on ``key``: the claims.json entry for it (values, intervals,
-    units, verdicts, causes and references; the report makes the text people read).
-    ``evidence`` maps a stage to its artifact on that key; ``stand_in`` the dtype for fp16
-    per device."""
+    """One claim's claims.json entry on ``key`` (``evidence``: stage -> its artifact there;
+    ``stand_in``: device -> the dtype for fp16)."""
     result = {"id": claim.id, "kind": claim.kind, "verdict": NOT_CHECKABLE, "value": None,
               "interval": None, "unit": None, "answer": None, "device": None,
               "judged_on": {}, "judged": [], "cause": None, "integrity": None, "rows": [],

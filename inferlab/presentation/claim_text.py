@@ -9,6 +9,7 @@ from inferlab.judging.claims import Check, Claim, Expect, Premise
 from inferlab.judging.numtext import format_value
 from inferlab.judging.rule import region
 from inferlab.judging.selection import describe
+from inferlab.judging.verdicts import SUMMARY_COLUMNS
 
 # a row's status and cause column in words (inferlab.measurement.status)
 STATUS_WORDS = {("dropped", "budget"): "dropped: the stage's time budget was spent",
@@ -224,14 +225,10 @@ def judged_on_brief(judged_on) -> str:
     return " · ".join(parts)
 
 
-ROW_NAME_COLUMNS = ("impl", "quantity", "T", "cache_len", "batch", "dtype", "causal",
-                    "block_q", "splits", "score_scale", "backend", "check")
-
-
 def row_names(rows: list[dict], limit: int = 6) -> str:
     """'impl=naive T=4096, ...': rows of claims.json by the columns that tell them apart."""
-    cols = [c for c in ROW_NAME_COLUMNS if len({str(r.get(c)) for r in rows}) > 1] or \
-        [c for c in ROW_NAME_COLUMNS if rows and c in rows[0]][:2]
+    cols = [c for c in SUMMARY_COLUMNS if len({str(r.get(c)) for r in rows}) > 1] or \
+        [c for c in SUMMARY_COLUMNS if rows and c in rows[0]][:2]
     names = [" ".join(f"{c}={describe(r.get(c))}" for c in cols) for r in rows[:limit]]
     return ", ".join(names) + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 

@@ -1,12 +1,6 @@
 """report/index.html: every results key's evidence side by side, in one page a reader can
-decide from.
-
-It opens with what was found (per machine: hardware, runs in its series, how many of the
-claims judged there hold), then the sections of the stage views that draw figures, the
-claims matrix (a row per sentence of the chapter, per machine each claim's verdict and value
-in words), the other views' sections, and a provenance block per claim and machine whose
-hashes are re-checked as the page is written. This module names no stage: a stage's content
-is its view's (``sections``). The markup is ``templates/report.html.j2`` (autoescaped: only
+decide from (its order: ``SECTIONS``). This module names no stage: a stage's content is its
+view's (``sections``). The markup is ``templates/report.html.j2`` (autoescaped: only
 matplotlib's SVG goes in as markup); an unreadable or changed artifact is said on the page.
 """
 

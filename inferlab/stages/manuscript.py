@@ -1,11 +1,9 @@
 """manuscript -> manuscript.json: the values of the chapter's four tables and every number
 it cites, with their references, from this key's artifacts.
 
-The artifact holds values, enums and references only: per table its rows as numbers (a
-length not measured: its cause), per claim its value, interval, unit, verdict, the
-chapter's figures and the artifact version and commit it comes from, and the sha256 of each
-file rendered from it (``derived_files``: tables.md, tables.tex, numbers.json, numbers.tex),
-which the runner writes into results/{key}/manuscript/ after registering the artifact.
+Values, enums and references only (schemas/manuscript.schema.json); the runner writes the
+files rendered from it (``derived_files``) into results/{key}/manuscript/ after registering
+the artifact.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from inferlab.evidence.loading import device_of
 from inferlab.evidence.register import Register
 from inferlab.judging.causes import primary
 from inferlab.judging.claims import load
+from inferlab.judging.rule import plain
 from inferlab.judging.selection import failed_statuses
 from inferlab.judging.series_view import judged
 from inferlab.presentation.manuscript import derived_files, file_hashes
@@ -48,12 +47,6 @@ def inputs(ctx) -> dict:
     data = {name: e.data for name, e in judged(ctx.evidence).items()}
     return {"traffic": data["traffic"].frame, "prefill": data["prefill"].frame,
             "decode": data["decode"].frame, "probe": data["probe"], "claims": data["claims"]}
-
-
-def _plain(x):
-    if x is None or x is pd.NA or (isinstance(x, float) and x != x):
-        return None
-    return x.item() if hasattr(x, "item") else x
 
 
 def _ok(frame: pd.DataFrame) -> pd.DataFrame:
@@ -86,7 +79,7 @@ def traffic_values(traffic: pd.DataFrame, prefill: pd.DataFrame, dtype: str, blo
                "model_ratio": float(group.iloc[0]["model_ratio"])}
         if len(here):
             m = here.iloc[0]
-            row["measured"] = {k: _plain(m[c]) for k, c in (
+            row["measured"] = {k: plain(m[c]) for k, c in (
                 ("value", "measured_ratio"), ("ci_low", "measured_ratio_ci_low"),
                 ("ci_high", "measured_ratio_ci_high"))}
         else:
@@ -103,7 +96,7 @@ def _time_memory(rows: pd.DataFrame, at: pd.DataFrame) -> dict:
         return {"missing": missing(rows if len(rows) else at)}
     best = ok.loc[ok["median_ms"].idxmin()]
     return {"impl": str(best["impl"]), "median_ms": float(best["median_ms"]),
-            "peak_extra_bytes": _plain(best["peak_extra_bytes"])}
+            "peak_extra_bytes": plain(best["peak_extra_bytes"])}
 
 
 def prefill_values(prefill: pd.DataFrame, dtype: str, block_q: int, lengths) -> list[dict]:

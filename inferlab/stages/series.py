@@ -2,29 +2,16 @@
 series, the register's runs made alike (the same code, effective config, hardware and
 threads), as the evidence the chapter's claims are judged on.
 
-One run is not the unit of evidence on a shared VM: about half the variance between runs
-is run-level, which no process inside one run samples (``measurement.pooling``). So per
-point (a stage's key columns) and quantity (median time, paired ratio, causal over full):
-
-* a ``run`` row per run that measured it: its own value and process interval, its register
-  version, whether it was made under load (``environment.load``) and whether it lies
-  outside the prediction interval the series' other runs give (``outside_pi``);
-* a ``pooled`` row: the random-effects value over the runs, its 95 % confidence interval
-  (``ci_*``: the machine's value) and the 95 % prediction interval of one more run
-  (``pi_*``), how many runs and processes it rests on, the run-level sd it carries and
-  where that comes from (``run_sd_origin``: ``series``; ``series_total`` where every run
-  has one process, whose variance is then the runs' with the processes' in it; or for a
-  first run ``prior``: the committed series of machines of the same kind, named in
-  ``prior_source``), the largest
-  difference between two runs (``*_spread``), the quantities whose runs spread beyond the stage's
-  other points (``outlying``, ``pooling.outlying``: kept in the stage's run-level sd, which
-  they widen for every point), and whether the latest run measured it
-  (``in_latest``: a point the latest run dropped is judged from the earlier runs). A point
-  no run measured keeps the latest run's status and cause.
+One run is not the unit of evidence on a shared VM (docs/series.md): about half the
+variance between runs is run-level, which no process inside one run samples
+(``measurement.pooling``). So per point and quantity (median time, paired ratio, causal
+over full) there is a ``run`` row per run that measured it and a ``pooled`` row (random
+effects over the runs); the columns are described in schemas/series.schema.json. A point
+no run measured keeps the latest run's status and cause.
 
 The runs are the register's kept versions (``evidence.history``): a version whose kept
-file was edited, or holds a value no clock measures, is left out and logged with the reason. At most
-``max_runs`` of the latest runs are pooled (the machine as it is now, as asv keeps).
+file was edited, or holds a value no clock measures, is left out and logged with the
+reason. At most ``max_runs`` of the latest runs are pooled (the machine as it is now).
 """
 
 from __future__ import annotations
@@ -143,18 +130,14 @@ class _Series:
         self.stage, self.latest = stage, latest["version"]
         self.versions = versions
         self.points: dict[tuple, list[tuple[int, dict]]] = {}
-        self.order: list[tuple] = []
         self.load = {v.entry["version"]: ((v.entry["provenance"].get("environment") or {})
                                           .get("load") or {}).get("under_load")
                      for v in versions}
         for v in versions:
             for row in v.table.frame.to_dict(orient="records"):
                 row = {k: (None if missing(x) else x) for k, x in row.items()}
-                key = _key(row, stage)
-                if key not in self.points:
-                    self.points[key] = []
-                    self.order.append(key)
-                self.points[key].append((v.entry["version"], row))
+                self.points.setdefault(_key(row, stage), []).append((v.entry["version"], row))
+        self.order = list(self.points)  # the points in the order the runs first have them
 
     def run_levels(self, prior: dict[str, RunLevel]) -> dict[str, tuple[RunLevel, float | None,
                                                                        int]]:
@@ -274,9 +257,8 @@ def _point_rows(series: _Series, key: tuple, levels: dict) -> list[dict]:
         if roofs and is_number(pooled.get(rate)):
             pooled[frac] = pooled[rate] / max(roofs)
     for r in run_rows.values():
-        flags = [r.pop(f"outside_pi_{q}", None) for q in QUANTITIES]
-        r["outside_pi"] = any(f for f in flags if f is not None) if any(
-            f is not None for f in flags) else None
+        flags = [f for q in QUANTITIES if (f := r.pop(f"outside_pi_{q}", None)) is not None]
+        r["outside_pi"] = any(flags) if flags else None
         out.append(r)
     return [pooled, *out]
 

@@ -3,25 +3,12 @@ naive/fused time ratio from the prefill series, and the query tile the measured 
 implies (the chapter's exercise 3). At the configured ``model_lengths`` prefill did not
 measure, a model-only row, so the model's predictions are checkable everywhere.
 
-The measured ratio is the paired one (naive and fused timed in the same rounds: the
-inverse of the fused row's ratio to naive, with its interval). "Fused" is a prefill row
-marked ``fused_sdpa`` (``backends.FUSED_SDPA``), named by ``fused_impl``.
-
-Each measured point has a row at the chapter's assumed tile (``tile`` "assumed":
-``block_q_model``, B_k = B_q) for each fused kernel that ran there, ``fastest_fused``
-marking the fastest (a point where none ran keeps one such row, marked too, as is a
-model-only row: ``tile: assumed, fastest_fused: true`` is one row per point). Beside them,
-a row at the tile of each kernel that ran whose tile is known (``tile`` "known"):
-PyTorch's CPU flash kernel, recognised by the op the profiler saw (``CPU_FLASH_OP``), at
-its ``qSplitSize`` x ``kvSplitSize`` read from PyTorch's source
-(``backends.cpu_flash_split_sizes``, also set beside the assumed rows), and our Triton
-kernel at the BLOCK_M and BLOCK_N it was launched with. PyTorch's CUDA kernels do not
-report their tiles: there B_q stays an assumption.
-
-Each measured row also carries naive attention's roofline: ``naive_intensity``, its FLOPs
-(every score computed, whatever the mask: 4 T^2 d a head) over the bytes the model says it
-moves, and ``machine_balance``, the probe's matmul ceiling over its copy ceiling in that
-dtype; an intensity below the balance is memory-bound.
+The measured ratio is the paired one (naive and fused timed in the same rounds). A row is
+at the chapter's assumed tile (``block_q_model``, B_k = B_q) or, where the kernel that
+ran reports it, at its known tile: PyTorch's CPU flash kernel (its split sizes, read from
+PyTorch's source) and our Triton kernel; PyTorch's CUDA kernels do not report their
+tiles, so there B_q stays an assumption. Each measured row also carries naive
+attention's roofline. The columns are described in schemas/traffic.schema.json.
 """
 
 from __future__ import annotations

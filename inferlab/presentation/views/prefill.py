@@ -1,11 +1,5 @@
-"""Prefill on the page: the chapter's own comparison (the page's first figure) and the raw
-rows of the latest run.
-
-The comparison is the chapter's table drawn per machine: naive, block-wise (tiled, blocks of
-128) and fused attention (PyTorch's SDPA kernels) at 1,024-8,192 tokens with the causal mask,
-in the dtype that stands for the chapter's fp16 there: time, time over naive's (paired) and
-peak extra memory, the series' pooled values with their 95 % intervals (what the claims are
-judged on), the chapter's printed figures as stars and its ranges of the ratios as bands.
+"""Prefill on the page: the chapter's own comparison (the page's first figure, as its
+caption describes) and the raw rows of the latest run.
 """
 
 from __future__ import annotations

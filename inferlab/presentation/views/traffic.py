@@ -1,15 +1,6 @@
 """The traffic model on the page: the model's byte ratio beside the measured time ratios,
-a roofline per machine, the raw rows.
-
-The roofline: each implementation's attained rate against its arithmetic intensity, under
-the machine's own roof. The rate is a prefill row's FLOPs over its median time
-(prefill.csv); the intensity is those FLOPs over the bytes the traffic model
-(``inferlab.algorithms.traffic``) says the implementation moves: naive attention's count, a
-fused kernel's at the tile of the kernel that ran where traffic.csv knows it, else at the
-assumed tile. The roof is ``min(matmul ceiling, copy bandwidth × intensity)`` with both
-ceilings from the machine's probe.json (Williams, Waterman and Patterson, "Roofline", CACM
-2009). Left of the ridge the byte count bounds the time, and the byte model predicts the
-speed-up; right of it the matmul ceiling does, and the byte model does not.
+a roofline per machine (its captions say how each is drawn; Williams, Waterman and
+Patterson, "Roofline", CACM 2009), the raw rows.
 """
 
 from __future__ import annotations
