@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import relative
+from inferlab.core.files import atomic_write, relative
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
 from inferlab.evidence.loading import nonfinite_cells
-from inferlab.evidence.register import Evidence, read_input
+from inferlab.evidence.register import Evidence, read_input, write_artifact
 from inferlab.measurement import machine_load
+from inferlab.measurement.environment import fingerprint, hardware, host_device
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
 
@@ -125,8 +126,6 @@ def measured_here(key: str, evidence: dict[str, Evidence], here_env: dict) -> No
     """A timing stage's timed inputs (probe's ceilings and launch floor) must have been
     measured on this hardware: under another host's id, prefill once used that host's
     probe.json without a word (issue 35, item 5)."""
-    from inferlab.measurement.environment import hardware
-
     here = {k: v for k, v in hardware(here_env).items() if k != "threads"}
     for name, found in evidence.items():
         if not stage(name).timed or found.entry is None:
@@ -160,9 +159,6 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
     """Run the stage of ``job`` and write its artifact; return its entry. Nothing is
     written before its output passed its schema: a failing stage leaves no artifact."""
     process = steady_process()  # before torch is imported
-    from inferlab.evidence.register import write_artifact
-    from inferlab.measurement.environment import fingerprint, host_device
-
     declared = stage(job.stage)
     if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
         raise ValueError(f"stage {job.stage!r} was asked to write {job.output}, but the "
@@ -211,8 +207,6 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
 
 def write_derived(root: Path, key: str, stage_name: str, module, content: bytes) -> None:
     """The files a stage declares as ``derived``, made from its artifact as registered."""
-    from inferlab.core.files import atomic_write
-
     declared = stage(stage_name)
     if not declared.derived:
         return
