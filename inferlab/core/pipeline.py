@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -210,8 +212,6 @@ CLAIMS_COMPUTED = ("id", "kind", "check")
 def content_sha256(path: Path) -> str:
     """The sha256 of what a stage computes from ``path``: its bytes, or for claims.yaml its
     computed part."""
-    import hashlib
-
     data = path.read_bytes()
     return _claims_sha256(data) if path.name == CLAIMS_FILE else hashlib.sha256(data).hexdigest()
 
@@ -220,9 +220,6 @@ def content_sha256(path: Path) -> str:
 def _claims_sha256(data: bytes) -> str:
     """Cached by the file's bytes: parsing claims.yaml takes about 0.1 s, and the report
     and adopt ask it for every stage of every key."""
-    import hashlib
-    import json
-
     import yaml
 
     parsed = yaml.safe_load(data) or {}
@@ -247,9 +244,6 @@ def upstream(name: str) -> list[str]:
     for up in stage(name).reads:
         needed |= set(upstream(up))
     return [s for s in STAGES if s in needed]
-
-
-# --------------------------------------------------------------------------- code files
 
 
 def _module_file(module: str) -> Path | None:
