@@ -65,8 +65,6 @@ class Register:
     def rel(self) -> str:
         return self.path.relative_to(self.root).as_posix()
 
-    # ---------------------------------------------------------------- reading
-
     def _data(self) -> bytes:
         return self.path.read_bytes() if self.path.is_file() else b""
 
@@ -125,8 +123,6 @@ class Register:
                              f"the register's); restore it from git (`git checkout -- {rel}`)")
         return data
 
-    # ---------------------------------------------------------------- git
-
     def committed_prefix_fault(self) -> str | None:
         """Why the working register does not extend the one committed at HEAD, or None."""
         committed = git_file(self.root, "HEAD", self.rel)
@@ -139,8 +135,6 @@ class Register:
                 f"{line} on it differs): an edited or deleted line, or another host's folder "
                 f"copied over this one. Restore it (`git checkout -- evidence/{self.key}`); "
                 "run a second host of this type under its own id (--config machine=<id>-<host>)")
-
-    # ---------------------------------------------------------------- writing
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -180,8 +174,6 @@ class Register:
         self.read_copy(entry)  # the kept file is there and is this artifact
         durable_append(self.path, canonical_json(entry) + b"\n")
         return entry
-
-    # ---------------------------------------------------------------- checking
 
     def problems(self) -> list[str]:
         """What ``inferlab verify`` finds wrong with the register, its kept files, results/
@@ -292,7 +284,8 @@ def load_evidence(root: Path | str, key: str, stage: str, latest: dict | None = 
 
 def doubt(root: Path | str, key: str, stage: str, latest: dict | None = None) -> str | None:
     """Why the artifact of ``stage`` in results/{key}/ cannot be computed from now, or
-    None: it is not what its record says, or its recorded inputs are not the files there."""
+    None: it is not what its record says, or its recorded inputs are not the files there (a
+    traffic.csv computed from prefill version 1 is no evidence about version 4)."""
     root = Path(root)
     path = layout.artifact_path(root, key, stage)
     rel = relative(path, root)

@@ -109,11 +109,8 @@ def tracked(root: Path, key: str) -> bool:
     """Whether Snakemake's metadata holds a record (a file named by the output's path in
     URL-safe base64) of one of ``key``'s artifacts: a dry run makes the folder, no record."""
     meta = root / ".snakemake" / "metadata"
-    for name in STAGES:
-        rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
-        if (meta / urlsafe_b64encode(rel.encode()).decode()).is_file():
-            return True
-    return False
+    rels = (layout.artifact_path(root, key, n).relative_to(root).as_posix() for n in STAGES)
+    return any((meta / urlsafe_b64encode(rel.encode()).decode()).is_file() for rel in rels)
 
 
 def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
