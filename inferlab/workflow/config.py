@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,6 @@ import yaml
 from inferlab.core import layout, validation
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, stage
-from inferlab.measurement.environment import _cpus_available as available_cpus
 from inferlab.measurement.environment import default_device, machine_id
 from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
 
@@ -268,6 +268,14 @@ def resolve_machine(raw: dict, device: str, machine: str | None = None) -> str:
         if machine == "auto":
             machine = machine_id(device)
     return layout.check_machine(machine)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (a container or taskset may allow fewer)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def resolve_threads(raw: dict, cores: int | None = None) -> int:
