@@ -1,9 +1,8 @@
 """Inference Lab: exact block-wise attention, its traffic model and the evidence pipeline
 behind the chapter "FlashAttention and Optimized Kernels".
 
-The public API is importable from the top level (``inferlab.tiled_attention``);
-submodules load on first use so that ``import inferlab`` (and the CLI) stay light. The
-package's layers, one subpackage each, are declared in ``inferlab.core.pipeline.LAYERS``.
+The public API loads from the top level on first use (``inferlab.tiled_attention``), so
+that ``import inferlab`` and the CLI stay light.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Bytes on disk that must survive a kill or a full disk, hashes, and what git says.
 
-A write here either completes (every byte written, fsynced) or raises and leaves the
-target as it was (``atomic_write``, ``durable_append``; ``restored_on_failure`` for writes
-that belong together). Git is the evidence's witness (docs/contracts.md): a check that
-needs git and cannot run it says why (``CannotCheck``) instead of looking like "git does
-not track it".
+A write here either completes (written, fsynced) or raises and leaves the target as it was.
+A check that needs git and cannot run it says why (``CannotCheck``) instead of looking
+like "git does not track it".
 """
 
 from __future__ import annotations
@@ -80,9 +78,6 @@ def relative(path: Path | str, root: Path | str) -> str:
         return path.as_posix()
 
 
-# --------------------------------------------------------------------------- writing
-
-
 def _write_all(fd: int, data: bytes, name: str) -> None:
     """os.write until every byte is out; a write that makes no progress is ENOSPC."""
     view, done = memoryview(data), 0
@@ -100,12 +95,8 @@ def _write_all(fd: int, data: bytes, name: str) -> None:
 
 def atomic_write(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one.
-
     The temp file sits in the same folder (os.replace is atomic only within one file
-    system) and is fsynced before the rename; the folder is fsynced after it, so the
-    rename itself survives a power cut. The temp file is this writer's alone (its pid in
-    the name); what a killed write left is ``debris``, removed under the folder's lock.
-    """
+    system); the folder is fsynced after the rename, so it survives a power cut."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.",
@@ -128,11 +119,8 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def durable_append(path: Path, line: bytes) -> None:
-    """Append ``line`` (ending in a newline) to ``path`` completely, or not at all.
-
-    On any failure (a full disk, an interrupted write) the file is truncated back to the
-    length it had, so no torn line is left behind, and the error is raised.
-    """
+    """Append ``line`` (ending in a newline) to ``path`` completely, or not at all: on
+    any failure the file is truncated back to the length it had, and the error raised."""
     if not line.endswith(b"\n"):
         raise ValueError("line must end with a newline")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -153,12 +141,10 @@ def durable_append(path: Path, line: bytes) -> None:
 def restored_on_failure(paths: list[Path]) -> Iterator[None]:
     """Files replaced inside the block keep their old content if the block raises.
 
-    Each existing file gets a hard link (a second name for the same bytes, so it needs no
-    free space: a full disk cannot stop the restore); on failure the link is renamed back
-    over the file, and a file that did not exist is removed. Links a killed process left
-    behind are removed on the next call. Where the file system has no hard links the
-    old file cannot be kept: a failed block then leaves the new one (unregistered, which
-    ``inferlab verify`` reports). Only this process's own backup names are reused.
+    Each existing file gets a hard link (it needs no free space: a full disk cannot stop
+    the restore), renamed back over the file on failure; a file that did not exist is
+    removed. Without hard links a failed block leaves the new file (unregistered, which
+    ``inferlab verify`` reports).
     """
     paths = [Path(p) for p in paths]
     new = [p for p in paths if not p.is_file()]
@@ -192,9 +178,6 @@ def restored_on_failure(paths: list[Path]) -> Iterator[None]:
         backup.unlink()
 
 
-# --------------------------------------------------------------------------- git
-
-
 # variables that point git at another repository than the one it finds from ``root`` (a
 # git hook that runs `make` sets GIT_DIR): what they name is not this checkout
 _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
@@ -202,8 +185,7 @@ _GIT_REDIRECTS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
 
 
 def _ask(root: Path | str, *args: str) -> subprocess.CompletedProcess:
-    """``git -C root ARGS`` (bytes out) in the repository found from ``root``;
-    ``CannotCheck`` when git cannot start."""
+    """``git -C root ARGS`` (bytes out); ``CannotCheck`` when git cannot start."""
     env = {k: v for k, v in os.environ.items() if k not in _GIT_REDIRECTS}
     try:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
@@ -221,13 +203,12 @@ def _said(out: subprocess.CompletedProcess) -> str:
 
 
 class CannotCheck(Exception):
-    """A check that needs git could not run it; ``str()`` says why (e.g. "git is not on
-    the PATH"). Callers that vouch for something (verify, adopt) fail on it."""
+    """A check that needs git could not run it (``str()`` says why); callers that vouch
+    for something (verify, adopt) fail on it."""
 
 
 def git_state(root: Path | str) -> dict:
-    """{"commit": HEAD or None, "dirty": uncommitted code changes or None}; never raises.
-    None means unknown: not a repository, git missing, or (commit) no commit yet."""
+    """{"commit": HEAD, "dirty": uncommitted code changes}, each None when unknown."""
     # results, evidence and the report are outputs, not code: they do not make a tree dirty
     not_code = [f":(exclude){folder}" for folder in layout.OUTPUT_DIRS]
     try:
@@ -241,8 +222,7 @@ def git_state(root: Path | str) -> dict:
 
 def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
     """The bytes of ``path`` (relative to ``root``) at ``rev``; None when git answers that
-    there is none (not a repository, no commit yet, not tracked); ``CannotCheck`` saying
-    why when git cannot answer (missing, refusing a repository of another owner)."""
+    there is none; ``CannotCheck`` when git cannot answer."""
     out = _ask(root, "show", f"{rev}:./{path}")
     if out.returncode == 0:
         return out.stdout
@@ -254,9 +234,8 @@ def git_file(root: Path | str, rev: str, path: str) -> bytes | None:
 
 
 def git_changed(root: Path | str, paths: list[str]) -> set[str]:
-    """The files under ``paths`` (relative to ``root``) that differ from HEAD: modified,
-    staged, deleted or untracked (``git status``); ``CannotCheck`` saying why when git
-    cannot answer, or ``root`` is in no repository (then nothing is committed)."""
+    """The files under ``paths`` (relative to ``root``) that differ from HEAD, untracked
+    included; ``CannotCheck`` when git cannot answer or there is no repository."""
     out = _ask(root, "status", "--porcelain", "-z", "--untracked-files=all", "--no-renames",
                "--", *paths)
     if out.returncode != 0:

@@ -1,19 +1,8 @@
-"""Where things live: the one module that builds paths.
+"""Where things live: the one module that builds paths (docs/contracts.md shows the tree).
 
-Results are keyed by machine and grid. A machine's book evidence (the default grid of
-``config.yaml``) lives under its machine id, ``results/{machine}/``; a run on any other
-grid (the smoke profile, a user's ``--configfile``) lives under ``{machine}@{grid}``, so
-it can never replace the book evidence. That folder name is the *results key*::
-
-    results/{key}/{artifact}             one artifact per stage (inferlab.core.pipeline.STAGES)
-    results/{key}/{artifact}.prov.json   its provenance sidecar
-    results/{key}/{stage}/{file}         files derived from an artifact (the manuscript's)
-    evidence/{key}/register.jsonl        the register: one line per version of a measured stage
-    evidence/{key}/{stage}/v{N}.{ext}    that version's artifact, kept (the series pools them)
-    logs/{key}/{rule}.log, benchmarks/out/{key}/{rule}.tsv
-    report/index.html                    every key side by side
-
-Nothing else in the code joins these path parts by hand.
+A machine's book evidence (the default grid of ``config.yaml``) lives under its machine
+id, ``results/{machine}/``; a run on any other grid under ``{machine}@{grid}``, so it can
+never replace the book evidence. That folder name is the *results key*.
 """
 
 from __future__ import annotations
@@ -42,7 +31,6 @@ _KEY_RE = re.compile(rf"({_MACHINE})(?:@({_GRID}))?")
 
 
 def check_machine(machine: str) -> str:
-    """Return ``machine`` if it is a valid id (a lowercase slug), else raise ValueError."""
     if not isinstance(machine, str) or not _MACHINE_RE.fullmatch(machine):
         raise ValueError(
             f"machine={machine!r} is not a valid machine id: use a lowercase slug of "
@@ -76,9 +64,6 @@ def split_key(key: str) -> tuple[str, str | None]:
     return match.group(1), match.group(2)
 
 
-# --------------------------------------------------------------------------- per key
-
-
 def results_dir(root: Path | str, key: str) -> Path:
     return Path(root) / "results" / check_key(key)
 
@@ -92,9 +77,8 @@ def artifact_path(root: Path | str, key: str, stage: str) -> Path:
 
 
 def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
-    """A file derived from ``stage``'s artifact: results/{key}/{stage}/{name}, ``name`` one
-    the stage declares (``Stage.derived``): a name read from an artifact ("../../etc/x")
-    never makes a path outside the key's folder."""
+    """results/{key}/{stage}/{name}, ``name`` one the stage declares: a name read from an
+    artifact ("../../etc/x") never makes a path outside the key's folder."""
     declared = stage_of(stage)
     if name not in declared.derived:
         raise ValueError(f"{name!r} is not a file stage {stage!r} derives; it derives "
@@ -103,8 +87,7 @@ def derived_path(root: Path | str, key: str, stage: str, name: str) -> Path:
 
 
 def tuning_path(root: Path | str, key: str) -> Path:
-    """The launch configurations ``inferlab tune`` chose on this machine's GPU, which the
-    prefill and decode stages read there (``inferlab.measurement.tuning``)."""
+    """The launch configurations ``inferlab tune`` chose, which prefill and decode read."""
     return results_dir(root, key) / "tuning.json"
 
 
@@ -118,7 +101,6 @@ def register_path(root: Path | str, key: str) -> Path:
 
 
 def version_path(root: Path | str, key: str, stage: str, version: int) -> Path:
-    """The kept artifact of version ``version`` of a measured stage."""
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"version={version!r} must be a version number, an int >= 1")
     suffix = Path(stage_of(stage).artifact).suffix
@@ -140,12 +122,10 @@ def report_path(root: Path | str) -> Path:
 
 
 def profile_path(grid: str) -> Path:
-    """``profiles/<grid>.yaml``: the profile that names the grid ``grid`` (e.g. smoke)."""
     return REPO_ROOT / "profiles" / f"{check_grid(grid)}.yaml"
 
 
 def schema_path(name: str) -> Path:
-    """``schemas/<name>`` (e.g. "prefill.schema.json")."""
     return SCHEMA_DIR / name
 
 
@@ -158,8 +138,8 @@ def keys(root: Path | str) -> list[str]:
 
 
 def evidence_keys(root: Path | str) -> list[str]:
-    """Results keys with a folder under ``root/evidence`` or ``root/results``, sorted (a
-    results folder without a register is unverifiable and must show up, not be skipped)."""
+    """Results keys with a folder under ``root/evidence`` or ``root/results`` (one without a
+    register is unverifiable and must show up), sorted."""
     base = Path(root) / "evidence"
     found = set(keys(root))
     if base.is_dir():

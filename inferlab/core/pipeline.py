@@ -1,30 +1,13 @@
-"""The pipeline's stages, declared once.
+"""The pipeline's stages, declared once (``STAGES``), and the package's layers (``LAYERS``).
 
-Everything that needs to know a stage reads ``STAGES``: the Snakefile's rules (inputs,
-outputs, params, resources), the runner, ``inferlab adopt``, the claims checks (column
-names against the artifact schema) and the report. A stage is
-
-* a name, which is also its rule's name and its module ``inferlab.stages.<name>``
-  (``Params.from_config(cfg)`` and ``run(params, ctx)``);
-* whether its artifact is a table: then it is ``results/{key}/<name>.csv``, else
-  ``<name>.json``; its schema is ``schemas/<name>.schema.json`` (claims: its result's);
-* the stages whose artifacts it reads (``EARLIER``: all declared before it);
-* whether it times anything (then it never shares the machine with another stage), and
-  whether it has a config section: its config sections
-  are its own name's and ``timing`` exactly when timed. Their values for the device
-  found, with the seed, are the stage's *effective config*
-  (``inferlab.workflow.config.effective_config``), which is the rule's rerun trigger, the
-  provenance's ``config_sha256`` and what adopt compares;
-* extra files it reads (``claims.yaml``), which count as its code;
-* for a table, the columns that name a row (its point), so two versions can be compared.
-
-The package's layers are declared here too (``LAYERS``, bottom up: the import direction),
-and which of them compute. The code files whose change reruns a stage are not listed by
-hand: they are the computing modules its module and the process settings
-(``inferlab.measurement.process``) import, transitively (``code_files``), read from the
-source with ``ast`` so this module imports neither torch nor any other stage. The
-bookkeeping the stage's run loads besides (``bookkeeping_files``: the runner, register,
-provenance, artifacts I/O ...) is hashed into every sidecar but triggers no rerun.
+Everything that needs to know a stage reads ``STAGES``: the Snakefile's rules, the runner,
+``inferlab adopt``, the claims checks and the report. A stage's name is also its rule's
+and its module's, ``inferlab.stages.<name>`` (``Params.from_config(cfg)``, ``run(params,
+ctx)``). The code files whose change reruns a stage are not listed by hand: they are the
+computing modules its module and the process settings import, transitively
+(``code_files``), read from the source with ``ast`` so this module imports neither torch
+nor any stage. The rest its run loads (``bookkeeping_files``) is hashed into every sidecar
+but triggers no rerun.
 
 This module is a leaf: it imports nothing from ``inferlab``.
 """
@@ -33,12 +16,13 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
+import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # inferlab/
 REPO_ROOT = PACKAGE_DIR.parent
-
 
 # ``reads=EARLIER``: every stage declared before this one (the claims judge them all).
 EARLIER = ("<every earlier stage>",)
@@ -46,8 +30,7 @@ EARLIER = ("<every earlier stage>",)
 
 @dataclass(frozen=True)
 class Cluster:
-    """What a stage's job asks a cluster for (``profiles/slurm``, generated): a GPU node or
-    a CPU one, its run time and memory. Sizes are the site's to edit there."""
+    """What a stage's job asks a cluster for (``profiles/slurm``, generated)."""
 
     gpu: bool = False
     runtime_min: int = 5
@@ -78,17 +61,14 @@ class Stage:
 
     @property
     def view(self) -> str:
-        """Its report view (``inferlab.presentation.views``), where it has one."""
         return f"inferlab.presentation.views.{self.name}"
 
     @property
     def artifact(self) -> str:
-        """Its file name in results/{key}/."""
         return f"{self.name}.{'csv' if self.table else 'json'}"
 
     @property
     def schema(self) -> str:
-        """Its artifact's schema, a file name in schemas/."""
         return self.schema_file or f"{self.name}.schema.json"
 
     @property
@@ -97,28 +77,24 @@ class Stage:
 
     @property
     def needs_device(self) -> bool:
-        """Whether it must run where its machine's device is: it times, or runs code on
-        the device. A stage that does neither (series, traffic, claims, manuscript) can be
-        derived for any machine's key on any host, as a reviewer re-derives another
-        machine's claims after claims.yaml changes."""
+        """Whether it must run where its machine's device is; a stage that need not can be
+        derived for any machine's key on any host (a reviewer re-deriving the claims)."""
         return self.timed or self.on_device
 
     @property
     def measured(self) -> bool:
         """Whether its versions are kept in the register: what it measured on the device
-        cannot be made again (the series pools them). A derived artifact can."""
+        cannot be made again."""
         return self.needs_device
 
     @property
     def sections(self) -> tuple[str, ...]:
-        """The config sections of its effective config: its own, those of other stages it
-        computes from, and ``timing`` exactly when it measures time."""
+        """The config sections of its effective config (``timing`` exactly when timed)."""
         return (((self.name,) if self.configured else ()) + self.also_reads_config
                 + (("timing",) if self.timed else ()))
 
 
 def _declare(*stages: Stage) -> dict[str, Stage]:
-    """{name: stage}, with ``EARLIER`` replaced by the names declared before it."""
     declared: dict[str, Stage] = {}
     for s in stages:
         if s.reads == EARLIER:
@@ -153,9 +129,8 @@ STAGES: dict[str, Stage] = _declare(
     # configured by claims.yaml (one of its code files), not by a config section
     Stage("claims", table=False, reads=EARLIER, configured=False, files=("claims.yaml",),
           schema_file="claims_result.schema.json"),
-    # The artifact holds the tables and numbers; the files the manuscript uses are derived
-    # from it (inferlab.presentation.manuscript.derived_files) and their sha256 recorded in it. Its
-    # lengths are the traffic model's (the chapter's 1,024-8,192 tokens).
+    # its lengths are the traffic model's (the chapter's 1,024-8,192 tokens); the files the
+    # manuscript uses are derived from its artifact, which records their sha256
     Stage("manuscript", table=False, reads=("probe", "series", "traffic", "claims"),
           configured=False, also_reads_config=("traffic",), files=("claims.yaml",),
           reads_register=True,  # the git commit of every version its numbers come from
@@ -169,12 +144,9 @@ REPORT_CLUSTER = Cluster(runtime_min=10, mem_mb=4000)
 
 @dataclass(frozen=True)
 class Layer:
-    """One subpackage of ``inferlab``. Layers are listed bottom up: a module imports only
-    from its own layer and the ones before it (``tests/test_structure.py`` reads the
-    folders and checks it). A computing layer's modules are the code of the stages whose
-    artifacts they compute (``code_files``: their change reruns those stages); the others
-    record, check, store, route or run, and are hashed into every sidecar as
-    bookkeeping."""
+    """One subpackage of ``inferlab``, listed bottom up: a module imports only from its own
+    layer and the ones before. A computing layer's modules are code of the stages whose
+    artifacts they compute (``code_files``); the others are bookkeeping."""
 
     package: str
     computes: bool
@@ -197,15 +169,15 @@ LAYERS: tuple[Layer, ...] = (
 
 
 def layer_of(module: str) -> Layer | None:
-    """The layer a module of ``inferlab`` belongs to, by its path; None for the package's
-    own ``__init__``/``__main__``, which only route."""
+    """The layer a module of ``inferlab`` belongs to; None for the package's own
+    ``__init__``/``__main__``, which only route."""
     parts = module.split(".")
     return next((layer for layer in LAYERS if parts[1:2] == [layer.package]), None)
 
 
 def computes(module: str) -> bool:
-    """Whether ``module`` is computing code: a module (not a package's ``__init__``,
-    which holds only its docstring) of a computing layer."""
+    """Whether ``module`` is computing code: a module (not an ``__init__``) of a computing
+    layer."""
     layer = layer_of(module)
     path = _module_file(module)
     return bool(layer and layer.computes and path is not None and path.name != "__init__.py")
@@ -218,10 +190,8 @@ PROCESS_MODULE = "inferlab.measurement.process"
 STAGE_SCRIPT = "scripts/run_stage.py"
 REPORT_SCRIPT = "scripts/report.py"
 
-# The report is a rule, not a stage: it writes no register entry. Its code is the
-# closure of inferlab.presentation.report and of every stage's view (loaded by name, not imported:
-# report_modules), the claims file, the sentences it shows (stored once, beside it) and the
-# page template.
+# The report is a rule, not a stage. Its code is the closure of its module and of every
+# stage's view (loaded by name, not imported), the claims, its sentences and template.
 REPORT_MODULE = "inferlab.presentation.report"
 REPORT_FILES = ("claims.yaml", "docs/chapter/sentences.yaml",
                 "inferlab/presentation/templates/report.html.j2")
@@ -232,20 +202,16 @@ def report_modules() -> tuple[str, ...]:
     return (REPORT_MODULE, *(s.view for s in STAGES.values() if _module_file(s.view)))
 
 
-# What of claims.yaml a stage computes from (its code, as far as a rerun goes): each claim's
-# id, kind and check, and the file's version, fp16 stand-in and chapter GPU. Its notes and
-# readings are for people (and the sentences, in docs/chapter/sentences.yaml): an edit of
-# them reruns the report (which shows them), never claims or manuscript (whose artifacts
-# hold none of them).
+# What of claims.yaml a stage computes from: each claim's id, kind and check, and the
+# file's version, fp16 stand-in and chapter GPU. Its notes and readings are for people: an
+# edit of them reruns the report (which shows them), never claims or manuscript.
 CLAIMS_FILE = "claims.yaml"
 CLAIMS_COMPUTED = ("id", "kind", "check")
 
 
 def content_sha256(path: Path) -> str:
-    """The sha256 of what a stage computes from ``path``: for claims.yaml its computed part
-    (``CLAIMS_COMPUTED``, as canonical JSON), for any other file its bytes."""
-    import hashlib
-
+    """The sha256 of what a stage computes from ``path``: its bytes, or for claims.yaml its
+    computed part."""
     data = path.read_bytes()
     return _claims_sha256(data) if path.name == CLAIMS_FILE else hashlib.sha256(data).hexdigest()
 
@@ -254,9 +220,6 @@ def content_sha256(path: Path) -> str:
 def _claims_sha256(data: bytes) -> str:
     """Cached by the file's bytes: parsing claims.yaml takes about 0.1 s, and the report
     and adopt ask it for every stage of every key."""
-    import hashlib
-    import json
-
     import yaml
 
     parsed = yaml.safe_load(data) or {}
@@ -281,9 +244,6 @@ def upstream(name: str) -> list[str]:
     for up in stage(name).reads:
         needed |= set(upstream(up))
     return [s for s in STAGES if s in needed]
-
-
-# --------------------------------------------------------------------------- code files
 
 
 def _module_file(module: str) -> Path | None:
@@ -318,9 +278,7 @@ def _imports(path: Path, module: str) -> set[str]:
 @functools.cache
 def import_closure(module: str, code_only: bool = False) -> tuple[str, ...]:
     """Files of the ``inferlab`` modules ``module`` imports, transitively, itself and the
-    packages on the way included; with ``code_only``, only computing modules
-    (``computes``), and the imports of the others are not followed. Relative to the
-    repository, sorted."""
+    packages on the way included; with ``code_only``, only (and through) computing modules."""
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
@@ -343,13 +301,9 @@ def _script_closure(script: str) -> set[str]:
 
 
 def code_files(name: str) -> list[str]:
-    """The files whose change reruns stage ``name`` (or "report"), relative to the
-    repository: the code that computes its artifact, which is the computing modules
-    (``computes``) its module and the process settings import, and its extra files; for
-    the report, the computing closure of its module and of every view, the claims file and
-    its template. Presentation a stage imports counts: its output is in the artifact. The
-    rule's glue script counts too, though it only hands over: Snakemake itself reruns a
-    rule whose script is newer than its outputs."""
+    """The files whose change reruns stage ``name`` (or "report"): the computing modules
+    its module (or the report's views) and the process settings import, its extra files,
+    and the rule's glue script (Snakemake reruns a rule whose script is newer)."""
     if name == "report":
         return sorted({*(f for m in report_modules() for f in import_closure(m, True)),
                        REPORT_SCRIPT, *REPORT_FILES})
@@ -359,8 +313,7 @@ def code_files(name: str) -> list[str]:
 
 
 def bookkeeping_files(name: str) -> list[str]:
-    """The other files a run of stage ``name`` (or "report") loads: its glue script and
-    every module of the full closure that ``code_files`` leaves out. Hashed into every
+    """The other files a run of stage ``name`` (or "report") loads: hashed into every
     sidecar, never a rerun trigger."""
     if name == "report":
         loaded = {*(f for m in report_modules() for f in import_closure(m)),

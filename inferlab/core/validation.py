@@ -1,11 +1,6 @@
-"""Schemas: loaded with their references read in, and the one place that imports
-``jsonschema``, lazily, so the library loads without it.
-
-Config, artifacts and claims are checked against their JSON schemas (``schemas/``) with
-a Draft 2020-12 validator made here. ``jsonschema`` is imported on the first check, not
-when ``inferlab`` loads: on the lent GPU machine it is not in the image and arrives as
-carried wheels installed into a folder on ``PYTHONPATH`` (``scripts/gpu-call.sh``,
-docs/gpu-run.md). Where it is missing, a check is never skipped silently: it raises an
+"""Schemas, loaded with their references read in, and the one place that imports
+``jsonschema``: lazily, since on the lent GPU machine it arrives as carried wheels
+(``scripts/gpu-call.sh``). Where it is missing a check is never skipped: it raises an
 error that says how to install it.
 """
 
@@ -47,11 +42,10 @@ def _inlined(node: Any, name: str) -> Any:
 
 
 def load(name: str) -> dict:
-    """``schemas/<name>`` with every ``$ref`` (``#/$defs/x`` in the same file, or
-    ``defs.schema.json#/$defs/x``) replaced by its target, so a property's type and
-    bounds are read where the property is. A keyword beside a ``$ref`` (a description, a
-    column's ``x-since-version``, a narrower type) replaces the target's: the schemas set
-    none that would widen it, where JSON Schema, which applies both, would disagree."""
+    """``schemas/<name>`` with every ``$ref`` replaced by its target, so a property's type
+    and bounds are read where the property is. A keyword beside a ``$ref`` replaces the
+    target's: the schemas set none that would widen it, where JSON Schema (which applies
+    both) would disagree."""
     return _inlined(_file(name), name)
 
 
@@ -74,9 +68,9 @@ def _is_finite_number(checker, instance) -> bool:
 
 
 def validator(schema: dict, strict: bool = False) -> Any:
-    """A ``jsonschema.Draft202012Validator`` for ``schema``; ``strict`` (a config) takes an
-    "integer" to be a Python int only (seed=1.0 is refused, not passed on) and a "number"
-    to be finite (``.nan`` would run a whole timing stage before its provenance refused it)."""
+    """A Draft 2020-12 validator; ``strict`` (a config) takes an "integer" to be an int
+    only (seed=1.0 is refused) and a "number" to be finite (``.nan`` would run a whole
+    timing stage before its provenance refused it)."""
     js = _jsonschema()
     if not strict:
         return js.Draft202012Validator(schema)
@@ -86,5 +80,4 @@ def validator(schema: dict, strict: bool = False) -> Any:
 
 
 def best_match(errors) -> Any:
-    """jsonschema's most relevant error among ``errors`` (an iterable), or None."""
     return _jsonschema().exceptions.best_match(errors)

@@ -1,20 +1,13 @@
 """The one reader and writer of artifacts, typed from their schemas (``schemas/``).
 
-A table artifact (CSV) is written from a list of row dicts and read back as a
-``Table``: a pandas DataFrame whose columns have the schema's types (integers as
-``Int64``, numbers as ``float64``, booleans as ``boolean``, text as ``string``; an empty
-cell is missing), with ``nonfinite`` marking every number cell that was *computed* as
-NaN or infinity. The two must not be confused: an empty cell means "does not apply to
-this row", a ``nan`` cell means a computation overflowed, and a claim judged on it must
-say so rather than drop it.
-
-Cells are written as: missing -> empty; a number -> ``repr(float)`` (round-trips
-exactly), ``nan``, ``inf`` or ``-inf``; an integer -> its digits; a boolean -> ``True``
-or ``False``. A JSON artifact (probe, claims) is a dict written as indented JSON, which
-has no NaN: a stage writes None for a value it could not measure.
-
-Every artifact is validated against its schema before it is written and when it is read,
-and errors name the row and the column.
+A table artifact (CSV) is written from row dicts and read back as a ``Table``: a DataFrame
+typed by the schema (``Int64``, ``float64``, ``boolean``, ``string``) and ``nonfinite``,
+marking each number cell *computed* as NaN or infinity. The two must not be confused: an
+empty cell means "does not apply to this row", a ``nan`` cell that a computation
+overflowed, and a claim judged on it must say so rather than drop it. A number is written
+as ``repr(float)`` (round-trips exactly). A JSON artifact (probe, claims) has no NaN: a
+stage writes None for a value it could not measure. Every artifact is validated against
+its schema when written and when read, and errors name the row and the column.
 """
 
 from __future__ import annotations
@@ -49,19 +42,17 @@ class Table:
 
 @functools.cache
 def schema(stage: str) -> dict:
-    """The JSON schema of ``stage``'s artifact, its references read in (a table's schema
-    describes one row)."""
+    """The JSON schema of ``stage``'s artifact (a table's describes one row)."""
     return validation.load(declared(stage).schema)
 
 
 def columns(stage: str) -> list[str]:
-    """A table's columns in contract order: its schema's properties, in order."""
+    """A table's columns in contract order."""
     return list(schema(stage)["properties"])
 
 
 def schema_version(stage: str) -> int:
-    """The layout version of ``stage``'s artifact (``x-schema-version``, 1 if absent): the
-    sidecar records it; a column added in version N says so (``x-since-version``)."""
+    """The layout version of ``stage``'s artifact (``x-schema-version``, 1 if absent)."""
     return int(schema(stage).get("x-schema-version", 1))
 
 
@@ -85,11 +76,7 @@ def column_type(stage: str, column: str, row_schema: dict | None = None) -> str:
     return types[0] if types else "string"
 
 
-# --------------------------------------------------------------------------- cells
-
-
 def _plain(value: Any) -> Any:
-    """numpy and pandas scalars as Python values; pandas' NA and None as None."""
     if value is None or value is pd.NA:
         return None
     return value.item() if isinstance(value, np.generic) else value
@@ -146,12 +133,8 @@ def _parse(text: str, kind: str, where: str) -> Any:
     return text
 
 
-# --------------------------------------------------------------------------- writing
-
-
 def encode(stage: str, result: list[dict] | dict) -> bytes:
-    """A stage's result as the artifact's bytes: rows as CSV in contract column order, a
-    dict as indented JSON; validated against the schema first."""
+    """A stage's result (rows, or a dict) as the artifact's bytes, validated."""
     name = declared(stage).artifact
     if declared(stage).is_table:
         if not isinstance(result, list):
@@ -176,9 +159,6 @@ def encode(stage: str, result: list[dict] | dict) -> bytes:
                          "returns a dict")
     validate(stage, content)
     return content
-
-
-# --------------------------------------------------------------------------- reading
 
 
 def _records(stage: str, content: bytes) -> list[dict]:

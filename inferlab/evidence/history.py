@@ -1,10 +1,8 @@
-"""A stage's kept versions, read back from the register: the input of the series stage,
-which pools a machine's runs.
+"""A stage's kept versions, read back from the register: the input of the series stage.
 
 A version is read when its kept file hashes to its line's sha256, decodes under the
-stage's schema and holds values a clock can measure; everything left out is said, with the
-version and why (``Versions.left_out``): a kept file edited after it was registered, a
-value that is not finite or that no clock measures.
+stage's schema and holds values a clock can measure; every other one is left out with
+the version and why (``Versions.left_out``).
 """
 
 from __future__ import annotations
@@ -50,11 +48,11 @@ class Versions:
 
 def _nonfinite(table: artifacts.Table) -> str | None:
     frame = table.frame
-    ok = frame["status"] == "ok" if "status" in frame else None
-    for column in POOLED:
-        if column not in frame or ok is None:
-            continue
-        values = frame.loc[ok.fillna(False), column].dropna().astype(float)
+    if "status" not in frame:
+        return None
+    ok = (frame["status"] == "ok").fillna(False)
+    for column in (c for c in POOLED if c in frame):
+        values = frame.loc[ok, column].dropna().astype(float)
         low, high = PLAUSIBLE[column]
         bad = values[~values.map(math.isfinite) | (values <= 0)]
         if len(bad):
@@ -63,10 +61,8 @@ def _nonfinite(table: artifacts.Table) -> str | None:
         if len(bad):
             return (f"{column}={float(bad.iloc[0])!r} in an ok row: outside [{low:g}, {high:g}], "
                     "which no clock measures")
-    for column in PROCESS_SD:
-        if column not in frame or ok is None:
-            continue
-        values = frame.loc[ok.fillna(False), column].dropna().astype(float)
+    for column in (c for c in PROCESS_SD if c in frame):
+        values = frame.loc[ok, column].dropna().astype(float)
         bad = values[~values.map(math.isfinite) | (values < 0) | (values > MAX_PROCESS_SD)]
         if len(bad):
             return (f"{column}={float(bad.iloc[0])!r} in an ok row: a processes' sd (of the "
@@ -75,8 +71,8 @@ def _nonfinite(table: artifacts.Table) -> str | None:
 
 
 def kept_versions(root: Path | str, key: str, stage: str) -> Versions:
-    """Every readable version of ``stage`` on ``key`` (see the module's docstring), oldest
-    first, and why each other one was left out."""
+    """Every readable version of ``stage`` on ``key``, oldest first, and the others'
+    reasons."""
     out = Versions(key, stage)
     register = Register(root, key)
     try:
@@ -100,9 +96,8 @@ def kept_versions(root: Path | str, key: str, stage: str) -> Versions:
 
 
 def kind_keys(root: Path | str, key: str) -> list[str]:
-    """The book keys (no ``@grid``) under ``root`` whose machines are of ``key``'s kind:
-    the same device class and number of logical CPUs, read from each key's latest
-    register entry, ``key`` itself included."""
+    """The book keys (no ``@grid``) whose latest register entry has ``key``'s device
+    class and logical CPUs, ``key`` included."""
     def kind(k: str) -> tuple | None:
         try:
             entries = Register(root, k).entries()

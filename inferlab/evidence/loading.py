@@ -1,6 +1,5 @@
-"""Reading helpers over the register (``evidence.register``): whether a stage's code changed
-since a version recorded it, the files a stage derives against its artifact, and what an
-artifact's provenance says about its device and GPU.
+"""Reading helpers over the register: whether a stage's code changed since a version
+recorded it, the files a stage derives, and the device and GPU an artifact records.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ def code_changed(root: Path | str, name: str, recorded: dict[str, str]) -> list[
 
 
 def derived_status(root: Path, key: str, stage: str, recorded: dict) -> list[dict]:
-    """Each file ``stage`` derives (its declaration: never a name the artifact makes up),
-    against ``recorded`` (name -> sha256, from the artifact's ``files``):
-    {"name", "path", "recorded", "ok", "status"}."""
+    """Each file ``stage`` declares it derives (never a name the artifact makes up), against
+    ``recorded`` (name -> sha256, from the artifact's ``files``)."""
     found = []
     for name in STAGES[stage].derived:
         path = layout.derived_path(root, key, stage, name)
@@ -40,8 +38,7 @@ def derived_status(root: Path, key: str, stage: str, recorded: dict) -> list[dic
 
 
 def derived_faults(root: Path, key: str, stage: str) -> list[str]:
-    """What is wrong with the files ``stage`` derives from its artifact (the manuscript's
-    numbers and tables: each must be the one the artifact records), with the fix."""
+    """What is wrong with the files ``stage`` derives from its artifact, with the fix."""
     if not STAGES[stage].derived:
         return []
     path = layout.artifact_path(root, key, stage)
@@ -65,9 +62,8 @@ def device_of(evidence: Evidence, key: str) -> str:
 
 
 def gpu_of(evidence: dict[str, Evidence]) -> dict | None:
-    """The GPU the measured stages ran on ({"name", "multiprocessors"}, from the first
-    artifact whose recorded environment has one), or None: a stage derived on another
-    host records that host's environment, the measured ones the GPU's."""
+    """The GPU ({"name", "multiprocessors"}) of the first artifact whose environment has
+    one, or None: a stage derived on another host records that host's environment."""
     for found in evidence.values():
         cuda = ((found.provenance.get("environment") or {}).get("cuda") or {}) \
             if found is not None else {}

@@ -1,41 +1,23 @@
-"""The evidence register of one results key: every version of a measured stage, kept, with
-the one check made before a stage computes from an artifact and the one writer of artifacts.
+"""The evidence register of one results key, the one check made before a stage computes
+from an artifact (``doubt``) and the one writer of artifacts (``write_artifact``).
 
-What a stage measured on the device (probe, correctness, prefill, decode, model: a
-``pipeline.Stage.measured`` stage) cannot be made again, so each version is kept:
+What a measured stage (``pipeline.Stage.measured``) found on the device cannot be made
+again, so each version is kept: a line of ``evidence/{key}/register.jsonl`` (stage,
+version, sha256, provenance) and its artifact, ``evidence/{key}/{stage}/v{N}.csv`` (the
+series pools them). A derived artifact is a function of those, code and config: git holds
+its history.
 
-    evidence/{key}/register.jsonl      one line per version: stage, version, sha256, provenance
-    evidence/{key}/{stage}/v{N}.csv    the version's artifact (the series pools them)
-
-A derived artifact (series, traffic, claims, manuscript) is a function of measured
-versions, code and config: it is never copied here, and git holds its history.
-
-Git is the register's witness. The register is append-only: the one committed at HEAD must
-be a prefix of the working one (``committed_prefix_fault``), so a hand edit of a line, a
-deleted tail or another host's folder copied over this one is named, with the fix, and
-nothing is appended to such a register. The threats are an honest author's (a stale file,
-a hand edit, a copy over another machine's folder, an interrupted write, a full disk); an
+Git is the register's witness: the register committed at HEAD must be a prefix of the
+working one (``committed_prefix_fault``), so a hand edit, a deleted tail or another host's
+folder copied over this one is named, and nothing is appended to it. The threats are an
+honest author's (a stale file, a hand edit, an interrupted write, a full disk); an
 adversary with commit rights is out of scope, so no hash chain pretends to stop one.
 
-Reading (``read_input``): an artifact is read after one check, ``doubt``: the file is what
-its record says (its sidecar's sha256; for a measured stage, the register's latest version)
-and the inputs it recorded are the files there now (a traffic.csv computed from prefill
-version 1 is no evidence about version 4).
-
-Writing (``write_artifact``, the only function that writes into ``results/``): the stage has
-computed everything in memory first; then, for a measured stage under the register's lock
-(``Register.locked``):
-
-1. keep the artifact as its version's file, ``evidence/{key}/{stage}/v{N}.csv``;
-2. write the artifact, then its sidecar, into ``results/{key}/``, each atomically (a temp
-   file in the same folder, fsynced, then ``os.replace``);
-3. append the register line, last.
-
-A kill at any point leaves complete files only, and at worst a kept file no line names yet,
-which the next write of that stage replaces; a results file no line names is what ``doubt``
-and ``inferlab verify`` name. A write that *fails* (a full disk) raises and leaves the
-register as it was and results/ holding the files it held before (``restored_on_failure``).
-A derived stage writes step 2 only.
+A write, under the register's lock, keeps the version's file, writes the artifact and
+then its sidecar into ``results/{key}/`` (each atomically), and appends the register line
+last: a kill leaves complete files only, at worst a kept file no line names yet (the next
+write replaces it). A write that fails (a full disk) leaves the register and results/ as
+they were (``restored_on_failure``). A derived stage writes results/ only.
 """
 
 from __future__ import annotations
@@ -63,6 +45,7 @@ from inferlab.core.files import (
     utc_now_iso,
 )
 from inferlab.core.pipeline import STAGES, content_sha256
+from inferlab.core.pipeline import stage as declared
 from inferlab.evidence import artifacts
 from inferlab.evidence.artifacts import Table
 
@@ -82,17 +65,12 @@ class Register:
     def rel(self) -> str:
         return self.path.relative_to(self.root).as_posix()
 
-    # ---------------------------------------------------------------- reading
-
     def _data(self) -> bytes:
         return self.path.read_bytes() if self.path.is_file() else b""
 
     def entries(self) -> list[dict]:
-        """Every version, in the order written. A line that is not an entry is a ValueError
-        naming it and the fix; a final line without its newline (a write killed mid-line)
-        is no entry yet and is left out."""
-        data = self._data()
-        lines = data.split(b"\n")[:-1]  # the text after the last newline is a torn tail
+        """Every version, in the order written; a line that is not an entry is a ValueError."""
+        lines = self._data().split(b"\n")[:-1]  # the text after the last newline is a torn tail
         return [self._parse(line, n) for n, line in enumerate(lines, start=1)]
 
     def _parse(self, line: bytes, lineno: int) -> dict:
@@ -111,8 +89,7 @@ class Register:
         """Entries of one stage (all stages when None), oldest first."""
         if stage is None:
             return self.entries()
-        if stage not in STAGES:
-            raise ValueError(f"stage={stage!r} is not a stage; expected one of {list(STAGES)}")
+        declared(stage)  # an unknown stage is a ValueError listing them
         return [e for e in self.entries() if e["stage"] == stage]
 
     def latest(self, stage: str) -> dict | None:
@@ -132,8 +109,7 @@ class Register:
         return layout.version_path(self.root, self.key, entry["stage"], entry["version"])
 
     def read_copy(self, entry: dict) -> bytes:
-        """The kept artifact of ``entry``, its sha256 checked; a ValueError naming the
-        version, the file and the fix when it is missing or no longer that file."""
+        """The kept artifact of ``entry``, its sha256 checked; else a ValueError."""
         path = self.version_path(entry)
         rel = path.relative_to(self.root).as_posix()
         what = f"{entry['stage']} version {entry['version']} of {self.key} ({rel})"
@@ -147,11 +123,8 @@ class Register:
                              f"the register's); restore it from git (`git checkout -- {rel}`)")
         return data
 
-    # ---------------------------------------------------------------- git
-
     def committed_prefix_fault(self) -> str | None:
-        """Why the working register does not extend the one committed at HEAD, or None
-        (also when nothing is committed yet). ``CannotCheck`` when git cannot answer."""
+        """Why the working register does not extend the one committed at HEAD, or None."""
         committed = git_file(self.root, "HEAD", self.rel)
         if committed is None or self._data().startswith(committed):
             return None
@@ -163,13 +136,10 @@ class Register:
                 f"copied over this one. Restore it (`git checkout -- evidence/{self.key}`); "
                 "run a second host of this type under its own id (--config machine=<id>-<host>)")
 
-    # ---------------------------------------------------------------- writing
-
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the register's lock for a whole write (kept file, results files, line), so
-        two runs on one key cannot interleave. Refuses a register that does not extend the
-        committed one; a torn final line (a write killed mid-line) is cut first."""
+        """The register's lock for a whole write, so two runs on one key cannot interleave;
+        a register that does not extend the committed one is refused, a torn line cut."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "a") as lock:  # git-ignored
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -183,8 +153,7 @@ class Register:
             yield
 
     def cut_torn_tail(self) -> int:
-        """Cut a final line without its newline (an append killed mid-line); every complete
-        line is left as it is. Returns how many bytes went."""
+        """Cut a final line without its newline (an append killed mid-line); the bytes cut."""
         data = self._data()
         if not data or data.endswith(b"\n"):
             return 0
@@ -206,12 +175,9 @@ class Register:
         durable_append(self.path, canonical_json(entry) + b"\n")
         return entry
 
-    # ---------------------------------------------------------------- checking
-
     def problems(self) -> list[str]:
-        """What ``inferlab verify`` finds wrong here: unreadable lines, versions out of
-        order, a kept file missing or changed, results/ not holding each measured stage's
-        latest version, and the register against git."""
+        """What ``inferlab verify`` finds wrong with the register, its kept files, results/
+        and the register against git."""
         try:
             entries = self.entries()
         except ValueError as exc:
@@ -242,8 +208,7 @@ class Register:
 
 
 def record_fault(root: Path | str, key: str, stage: str, entry: dict | None) -> str | None:
-    """Why results/{key}/ does not hold ``entry`` (a measured stage's latest version) as
-    its artifact and sidecar, or None."""
+    """Why results/{key}/ does not hold ``entry`` (a measured stage's latest version)."""
     artifact = layout.artifact_path(root, key, stage)
     sidecar = layout.sidecar_path(artifact)
     rel = Path(artifact).relative_to(root).as_posix()
@@ -259,9 +224,6 @@ def record_fault(root: Path | str, key: str, stage: str, entry: dict | None) -> 
     if (sidecar_record(artifact) or {}).get("provenance") != entry["provenance"]:
         return f"{rel}.prov.json is not the sidecar of register version {entry['version']}; {fix}"
     return None
-
-
-# --------------------------------------------------------------------------- reading
 
 
 @dataclass
@@ -291,8 +253,7 @@ class Evidence:
 
 
 def sidecar_record(path: Path) -> dict | None:
-    """The sidecar beside ``path`` as an entry ({stage, version None, sha256, provenance}),
-    or None when it is missing or no sidecar."""
+    """The sidecar beside ``path`` as an entry (version None), or None when there is none."""
     try:
         sidecar = json.loads(layout.sidecar_path(path).read_bytes())
     except (OSError, ValueError):
@@ -303,11 +264,15 @@ def sidecar_record(path: Path) -> dict | None:
             "sha256": sidecar.get("sha256"), "provenance": sidecar["provenance"]}
 
 
-def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
-    """Read one stage's artifact (typed) with its record."""
+def _latest(root: Path | str, key: str, stage: str) -> dict | None:
+    return Register(root, key).latest(stage) if STAGES[stage].measured else None
+
+
+def load_evidence(root: Path | str, key: str, stage: str, latest: dict | None = None) -> Evidence:
+    """Read one stage's artifact (typed) with its record (``latest``: the register's, when
+    the caller has read it)."""
     path = layout.artifact_path(root, key, stage)
-    entry = Register(root, key).latest(stage) if STAGES[stage].measured else None
-    entry = entry or sidecar_record(path)
+    entry = latest or _latest(root, key, stage) or sidecar_record(path)
     if not path.is_file():
         return Evidence(stage, path, None, entry, None)
     sha = sha256_file(path)
@@ -317,14 +282,15 @@ def load_evidence(root: Path | str, key: str, stage: str) -> Evidence:
         return Evidence(stage, path, None, entry, sha, error=str(exc))
 
 
-def doubt(root: Path | str, key: str, stage: str) -> str | None:
+def doubt(root: Path | str, key: str, stage: str, latest: dict | None = None) -> str | None:
     """Why the artifact of ``stage`` in results/{key}/ cannot be computed from now, or
-    None: it is not what its record says, or its recorded inputs are not the files there."""
+    None: it is not what its record says, or its recorded inputs are not the files there (a
+    traffic.csv computed from prefill version 1 is no evidence about version 4)."""
     root = Path(root)
     path = layout.artifact_path(root, key, stage)
     rel = relative(path, root)
     if STAGES[stage].measured:
-        fault = record_fault(root, key, stage, Register(root, key).latest(stage))
+        fault = record_fault(root, key, stage, latest or _latest(root, key, stage))
         if fault:
             return fault
     record = sidecar_record(path)
@@ -338,8 +304,7 @@ def doubt(root: Path | str, key: str, stage: str) -> str | None:
 
 def stale_inputs(root: Path | str, entry: dict) -> str | None:
     """Why the inputs ``entry`` recorded ({path: sha256}) are not the files there now, or
-    None: 'it was computed from another version of results/k/prefill.csv than the one
-    there now (from prefill version 1; there now: prefill version 4)'."""
+    None."""
     root = Path(root)
     inputs = (entry.get("provenance") or {}).get("inputs")
     if not isinstance(inputs, dict):
@@ -379,11 +344,12 @@ def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
     if not path.is_file():
         raise ValueError(f"stage input {relative(path, root)} does not exist: run the {name!r} "
                          f"stage for {key!r} first")
-    why = doubt(root, key, name)
+    latest = _latest(root, key, name)  # the register, read once
+    why = doubt(root, key, name, latest)
     if why is not None:
         raise ValueError(f"stage input {relative(path, root)} cannot be used: {why}. Refusing "
                          "to compute from it (`inferlab verify` shows every such file)")
-    evidence = load_evidence(root, key, name)
+    evidence = load_evidence(root, key, name, latest)
     if evidence.error is not None:  # recorded, yet not what its schema describes
         version = (evidence.entry or {}).get("version")
         which = "" if version is None else f" (register version {version})"
@@ -391,9 +357,6 @@ def read_input(root: Path, key: str, name: str, path: Path) -> Evidence:
                          f"artifact: {evidence.error}. Rerun the {name!r} stage (e.g. "
                          f"snakemake --forcerun {name})")
     return evidence
-
-
-# --------------------------------------------------------------------------- writing
 
 
 def config_hash(config: dict) -> str:
@@ -425,9 +388,8 @@ def _hash_of_file_hashes(hashes: dict[str, str]) -> str:
 
 def build_provenance(root, key, stage, *, config, code_files, inputs, seed, command,
                      environment, bookkeeping_files=None) -> dict:
-    """The sidecar's provenance dict (docs/contracts.md). ``code_files`` computed the
-    artifact (they decide whether it is current); ``bookkeeping_files``, when given, are
-    the rest of what ran (recorded, no rerun trigger)."""
+    """The sidecar's provenance dict (docs/contracts.md); ``bookkeeping_files`` are
+    recorded, no rerun trigger."""
     git = git_state(root)
     code = file_hashes(code_files, root)
     machine, grid = layout.split_key(key)
@@ -483,16 +445,9 @@ def write_artifact(root: Path | str, key: str, stage: str, content: bytes, *,
                    config: dict, code_files: list, inputs: list[Path], seed: int,
                    command: str, environment: dict,
                    bookkeeping_files: list | None = None) -> dict:
-    """Write one stage artifact with its sidecar (and for a measured stage its kept version
-    and register line); return the entry (``version`` None for a derived stage). See the
-    module docstring for why the steps come in this order.
-
-    Args:
-        content: the artifact's bytes (CSV or JSON text), computed in memory by the stage.
-        config: the effective stage config; code_files: library and script files that ran;
-        inputs: artifacts this one was computed from; environment: environment.fingerprint;
-        bookkeeping_files: the other files that ran (runner, register ...), recorded only.
-    """
+    """Write one stage artifact (``content``, computed in memory) with its sidecar, and for
+    a measured stage its kept version and register line (the module docstring says why in
+    this order); return the entry (``version`` None for a derived stage)."""
     _check_write_args(content, seed, command, environment)
     artifact = layout.artifact_path(root, key, stage)
     provenance = build_provenance(root, key, stage, config=config, code_files=code_files,

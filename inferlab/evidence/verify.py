@@ -1,17 +1,15 @@
 """``inferlab verify`` and ``inferlab history``: the evidence, checked and listed for people.
 
-``verify`` checks every results key (or one): its register (``Register.problems``: each
-line an entry, versions in order, each kept file hashing to its line, results/ holding
-each measured stage's latest version, the committed register a prefix of the working
-one), then every derived artifact (``register.doubt``: the file its sidecar describes,
-computed from the inputs there now) and the files derived from them. A check that cannot
-run (git missing, or refusing the repository) fails: "could not check", never a pass.
+``verify`` checks each results key's register (``Register.problems``), then every derived
+artifact (``register.doubt``) and the files derived from them. A check that cannot run
+(git missing, or refusing the repository) fails: "could not check", never a pass.
 ``--repair`` first removes what a killed write can leave: a torn final register line and
 hidden temp and backup files. Exit status: 0 clean, 1 a problem or nothing to verify.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from inferlab.core import layout
@@ -22,8 +20,7 @@ from inferlab.evidence.register import Register, doubt
 
 
 def _debris(root: Path, key: str) -> list[Path]:
-    """The temp and backup files killed writes left in the key's folders
-    (``.<name>.<pid>.*.tmp``, ``.<name>.<pid>.bak``)."""
+    """The temp and backup files killed writes left in the key's folders."""
     folders = [layout.results_dir(root, key), layout.evidence_dir(root, key)]
     return sorted(p for folder in folders if folder.is_dir() for p in folder.rglob(".*")
                   if p.is_file() and p.name.endswith((TMP_SUFFIX, BACKUP_SUFFIX)))
@@ -82,9 +79,7 @@ def cli_verify(root: Path | str, key: str | None = None, fix: bool = False) -> i
         for p in found:
             print(f"FAIL {name}: {p}")
         if not found:
-            counts = {}
-            for e in Register(root, name).entries():
-                counts[e["stage"]] = counts.get(e["stage"], 0) + 1
+            counts = Counter(e["stage"] for e in Register(root, name).entries())
             print(f"OK {name}: " + (", ".join(f"{s} {n}" for s, n in counts.items())
                                     + " versions kept" if counts else "no measured versions"))
     return 0 if clean else 1

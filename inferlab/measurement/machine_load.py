@@ -1,11 +1,9 @@
 """How busy the machine was while a stage ran, from the kernel's counters, recorded in the
-stage's provenance (``environment.load``) so that a run made beside a busy process is
-visible (the report flags it).
+provenance (``environment.load``) so that the report flags a run made beside a busy process.
 
-``others_busy_cores``: the CPU time every other process used during the stage over its
-wall time: the machine's busy time (/proc/stat) less this process's and its waited
-children's (the timing workers). One busy process beside the stage reads about 1.0, a
-quiet machine 0.0-0.2. ``steal_fraction``: the CPU time the hypervisor gave other guests.
+``others_busy_cores``: the CPU time every other process used over the stage's wall time
+(one busy process reads about 1.0, a quiet machine 0.0-0.2). ``steal_fraction``: the CPU
+time the hypervisor gave other guests.
 """
 
 from __future__ import annotations
@@ -43,9 +41,8 @@ def snapshot() -> dict:
 
 
 def during(before: dict) -> dict:
-    """What else the machine did since ``before``: {"others_busy_cores", "steal_fraction",
-    "loadavg": [1, 5, 15 min], "under_load"}; the counters' fields None where the kernel
-    does not show them."""
+    """What else the machine did since ``before``; a field is None where the kernel does
+    not show it."""
     wall = time.monotonic() - before["wall"]
     now, then = _stat(), before["stat"]
     others = steal = None

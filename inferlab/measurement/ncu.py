@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from inferlab.algorithms.traffic import decode_cache_bytes, naive_hbm_elements, tiled_hbm_elements
 from inferlab.measurement import sandbox
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
@@ -72,12 +73,6 @@ def model_bytes(stage: str, case: str, T: int, itemsize: int = 2) -> int | None:
     """The traffic model's bytes for ``case`` at T (batch 1): for prefill (full attention)
     naive's score passes or our kernel's tile, for decode the cache read once (K and V,
     every head and key) by any case; None for a prefill SDPA case (its tile is not known)."""
-    from inferlab.algorithms.traffic import (
-        decode_cache_bytes,
-        naive_hbm_elements,
-        tiled_hbm_elements,
-    )
-
     if stage == "decode":
         return decode_cache_bytes(1, HEADS, T, D, itemsize)
     if case == "naive":

@@ -1,26 +1,18 @@
 """``inferlab adopt``: let Snakemake treat committed, still-valid results as up to date.
 
 A fresh clone has no ``.snakemake/`` metadata and checkout mtimes in no useful order, so
-Snakemake would either redo everything or trust whatever happens to look newer. Adopt
-decides instead, stage by stage in DAG order. A stage is *current* when
+Snakemake would redo everything or trust whatever looks newer. Adopt decides instead,
+stage by stage in DAG order. A stage is *current* when its artifact passes ``doubt`` and
+its derived files are the recorded ones; git vouches for it (its files and register line
+committed, unmodified: a run made here since the last commit is rerun); its computing
+code and effective config equal today's; and it was measured on this hardware with the
+threads the run would give it, not merely under this machine id.
 
-* its artifact is what its record says and was computed from the inputs there now
-  (``register.doubt``), and the files derived from it are the ones it recorded;
-* git vouches for it: its artifact and sidecar (and for a measured stage its kept version
-  and its register line) are committed and unmodified (``git status``, the register as
-  committed at HEAD); a run made here since the last commit is rerun;
-* the code that computes it (``pipeline.code_files``, not the bookkeeping around it) and
-  the effective config it was made with equal today's (the same effective config the
-  Snakefile hands the rule);
-* it was measured on this hardware (CPU model and ISA level, or GPU) with the threads
-  the run would give it (``threads``, or every CPU up to ``--cores``, as Snakemake gives
-  them), not merely under this machine id.
-
-A current stage's outputs get mtimes newer than every code file its rule reads and than
-its upstream outputs, yet in the past (Snakemake stops a run whose outputs look older
-than their inputs, and fails the report on a file from the future); every other stage,
-and all downstream of it, an old one, so that it reruns. Then Snakemake records the
-current ones (``record``): without a record it never compares their params.
+A current stage's outputs get mtimes newer than its code and upstream outputs, yet in the
+past (Snakemake stops a run whose outputs look older than their inputs, and fails the
+report on a file from the future); every other stage, and all downstream of it, an old
+one, so that it reruns. Then Snakemake records the current ones (``record``): without a
+record it never compares their params.
 """
 
 from __future__ import annotations
@@ -53,9 +45,8 @@ def outputs(root: Path, key: str, name: str) -> list[Path]:
 
 
 def not_committed(root: Path, key: str, name: str) -> str | None:
-    """Why git does not vouch for the artifact of stage ``name``, or None: its files (the
-    artifact, sidecar, derived files, kept version) differ from HEAD, or its register line
-    is not in the register committed at HEAD."""
+    """Why git does not vouch for the artifact of stage ``name`` (its files or register
+    line are not HEAD's), or None."""
     files = outputs(root, key, name)
     register = Register(root, key)
     entry = register.latest(name) if STAGES[name].measured else None
@@ -78,9 +69,8 @@ def not_committed(root: Path, key: str, name: str) -> str | None:
 
 
 def why_stale(root: Path, config: Config, name: str, here: dict) -> str | None:
-    """None if the committed artifact of stage ``name`` is current, else why it must rerun.
-    ``here`` is this machine's ``environment.hardware``: results measured on other
-    hardware under the same id are not this machine's."""
+    """None if the committed artifact of stage ``name`` is current, else why it must rerun
+    (``here``: this machine's ``environment.hardware``)."""
     why = doubt(root, config.key, name)
     if why is not None:
         return why
@@ -116,21 +106,17 @@ def stamps(root: Path, n: int) -> list[float]:
 
 
 def tracked(root: Path, key: str) -> bool:
-    """Whether Snakemake's metadata holds a record of one of ``key``'s artifacts (a record
-    is a file named by the output's path in URL-safe base64). A dry run (``snakemake -n``)
-    or another key's run makes the folder, with no record of these: they are not tracked."""
+    """Whether Snakemake's metadata holds a record (a file named by the output's path in
+    URL-safe base64) of one of ``key``'s artifacts: a dry run makes the folder, no record."""
     meta = root / ".snakemake" / "metadata"
-    for name in STAGES:
-        rel = layout.artifact_path(root, key, name).relative_to(root).as_posix()
-        if (meta / urlsafe_b64encode(rel.encode()).decode()).is_file():
-            return True
-    return False
+    rels = (layout.artifact_path(root, key, n).relative_to(root).as_posix() for n in STAGES)
+    return any((meta / urlsafe_b64encode(rel.encode()).decode()).is_file() for rel in rels)
 
 
 def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
               cores: int = 1) -> int:
-    """``inferlab adopt [--cores N]``: ``cores`` is what the snakemake run after it gets
-    (``--cores``), which caps the threads of every stage."""
+    """``inferlab adopt [--cores N]``: the snakemake run after it gets ``--cores``, which
+    caps the threads of every stage."""
     root = Path(root)
     config = resolve(load_config(configfiles, base=root / "config.yaml"), machine=machine)
     if tracked(root, config.key):
@@ -160,11 +146,9 @@ def cli_adopt(root: Path | str, machine: str | None = None, configfiles=(),
 
 
 def record(root: Path, artifacts: list[Path], machine: str | None, configfiles) -> None:
-    """Have Snakemake record the adopted stages as if it had run them (``--touch`` writes its
-    metadata: code, params, inputs), so that what it compares by record, not by mtime (a
-    stage's config, a claim's check: ``params``), reruns an adopted stage when it changes.
-    Without a record Snakemake compares mtimes only. The adopted stages are closed upstream
-    (a stage with a stale input is stale), so forcing their DAG touches only them."""
+    """Have Snakemake record the adopted stages as if it had run them (``--touch``), so that
+    a change it compares by record (``params``) reruns one. The adopted stages are closed
+    upstream (a stage with a stale input is stale), so forcing their DAG touches only them."""
     command = [sys.executable, "-m", "snakemake", "--touch", "--forceall", "--cores", "1",
                "--quiet", "all",
                *(arg for path in configfiles for arg in ("--configfile", str(path))),

@@ -1,10 +1,7 @@
 """Command line: ``python -m inferlab <command>`` (also installed as ``inferlab``).
 
-The CLI only parses arguments and hands them to the module that owns the work. Every
-command that works on one results key finds it as the Snakefile does: ``--machine``,
-else ``machine:`` in the config (config.yaml, then each ``--configfile``, then each
-``--set``), else the id detected from the hardware; a config that changes the grid
-gives ``machine@grid``. ``--root`` may stand before or after the command.
+It only parses arguments and hands them to the module that owns the work, finding a
+results key as the Snakefile does (``--machine``, else the config's, else detected).
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ def _one_key_or_all(args: argparse.Namespace) -> str | None:
 
 
 def _positive(text: str) -> int:
-    """An argparse type: an int >= 1 (--heads -1 would be a torch traceback, --tokens 0 a
-    table of backends "running" on nothing)."""
+    """An int >= 1 (--heads -1 would be a torch traceback, --tokens 0 a table of backends
+    "running" on nothing)."""
     try:
         value = int(text)
     except ValueError:

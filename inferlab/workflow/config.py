@@ -1,21 +1,16 @@
 """Configuration: config.yaml (+ config files, + KEY=VALUE overrides) -> validated dict ->
 one effective config per stage.
 
-Configuration flows one way. The Snakefile (rules/common.smk) and the command line both
-validate the merged config and resolve its "auto" values with ``resolve``, so
-``snakemake`` and ``python -m inferlab stage ...`` accept and refuse exactly the same
-configs: the schema (``schemas/config.schema.json``), then what the schema cannot relate;
-then the device (cuda when torch sees one, else cpu), the machine id and the grid. A
-section's ``cpu:`` or ``cuda:`` block, for the device found, is merged over its shared keys.
+The Snakefile (rules/common.smk) and the command line both validate the merged config and
+resolve its "auto" values with ``resolve``, so ``snakemake`` and ``python -m inferlab stage``
+accept and refuse exactly the same configs. A section's ``cpu:`` or ``cuda:`` block, for
+the device found, is merged over its shared keys.
 
-A stage's *effective config* is the seed, the device and its sections
-(``pipeline.Stage.sections``) resolved for the device. It is the one description of
-what a stage computes: the Snakemake rule's params (its rerun trigger), the provenance's
-``config_sha256`` and what ``inferlab adopt`` compares. Each stage module builds its
-typed parameters from it (``Params.from_config``).
-
-The *grid* names what was computed (``resolve_grid``): results of any grid but the book's
-go to ``results/{machine}@{grid}/`` (``inferlab.core.layout``), never over the book's.
+A stage's *effective config* (the seed, the device and its sections, resolved for the
+device) is the one description of what a stage computes: the rule's params (its rerun
+trigger), the provenance's ``config_sha256`` and what ``inferlab adopt`` compares. The
+*grid* names what was computed (``resolve_grid``): results of any grid but the book's go
+to ``results/{machine}@{grid}/``, never over the book's.
 """
 
 from __future__ import annotations
@@ -33,6 +28,7 @@ import yaml
 from inferlab.core import layout, validation
 from inferlab.core.files import sha256_bytes
 from inferlab.core.pipeline import STAGES, stage
+from inferlab.measurement.environment import default_device, machine_id
 from inferlab.workflow.cpu_guard import refuse_capability_beyond_cpu
 
 if TYPE_CHECKING:
@@ -44,9 +40,6 @@ MAX_ERRORS, MAX_ERROR_CHARS = 20, 300  # an error names at most 20 keys, each li
 MAX_VALUES = 100_000  # values in one config file, aliases expanded
 DEVICE_BLOCKS = ("cpu", "cuda")
 _Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster where installed
-
-
-# --------------------------------------------------------------------------- loading
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -136,11 +129,8 @@ def _yaml(text: str, where: str) -> Any:
 
 
 def parse_override(text: str) -> dict:
-    """``"correctness.cpu.lengths=[512, 1024]"`` ->
-    ``{"correctness": {"cpu": {"lengths": [512, 1024]}}}``.
-
-    The value is parsed as YAML, like Snakemake's ``--config KEY=VALUE``.
-    """
+    """``"correctness.cpu.lengths=[512, 1024]"`` -> ``{"correctness": {"cpu": {"lengths":
+    [512, 1024]}}}``, the value parsed as YAML, like Snakemake's ``--config KEY=VALUE``."""
     _check_size(text, f"override {_short(text, 60)!r}")
     key, sep, value = text.partition("=")
     parts = key.strip().split(".")
@@ -202,9 +192,8 @@ def _error_lines(error: jsonschema.ValidationError) -> list[str]:
 
 
 def validate_config(raw: dict) -> dict:
-    """Return ``raw`` if it matches the schema (an integer is an int, not 1.0; a number is
-    finite) and the keys that bound one another agree; else a ValueError naming each key
-    and value (at most MAX_ERRORS lines, each cut short)."""
+    """``raw`` if it matches the schema (strictly: ``validation.validator``) and the keys
+    that bound one another agree; else a ValueError naming each key and value."""
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     errors = sorted(validation.validator(schema, strict=True).iter_errors(raw),
                     key=lambda e: list(map(str, e.absolute_path)))
@@ -255,18 +244,12 @@ def _check_sizes(raw: dict) -> None:
                 seen[point] = i
 
 
-# --------------------------------------------------------------------------- resolving
-
-
 def resolve_device(raw: dict, check: bool = True) -> str:
     """The config's device, "auto" resolved to the one here. ``check=False``: a stage that
-    runs nothing on the device (``Stage.needs_device``) takes a named device as it is, so
-    another machine's evidence (a GPU's, merged here) can be derived on this host.
-    An ``ATEN_CPU_CAPABILITY`` this CPU cannot execute is a ValueError (``cpu_guard``)."""
+    runs nothing on the device takes a named device as it is, so another machine's
+    evidence (a GPU's, merged here) can be derived on this host."""
     refuse_capability_beyond_cpu()
     if raw["device"] == "auto":
-        from inferlab.measurement.environment import default_device
-
         return default_device()
     if raw["device"] == "cuda" and check:
         import torch
@@ -283,8 +266,6 @@ def resolve_machine(raw: dict, device: str, machine: str | None = None) -> str:
     if machine is None:
         machine = raw["machine"]
         if machine == "auto":
-            from inferlab.measurement.environment import machine_id
-
             machine = machine_id(device)
     return layout.check_machine(machine)
 
@@ -312,10 +293,7 @@ def device_block(section: dict, device: str) -> dict:
 
 
 def effective_config(raw: dict, stage_name: str, device: str) -> dict:
-    """What stage ``stage_name`` computes from: seed, device and its sections for the device.
-
-    The same dict is the rule's params, the provenance's config and what adopt compares.
-    """
+    """What stage ``stage_name`` computes from: seed, device and its sections for the device."""
     declared = stage(stage_name)
     return json.loads(json.dumps(
         {"device": device, "seed": raw["seed"],
@@ -330,10 +308,9 @@ def grid_hash(raw: dict, device: str) -> str:
 
 def resolve_grid(raw: dict, device: str, default: dict | None = None) -> str | None:
     """None when ``raw`` computes the book grid (``default``: config.yaml alone), else a
-    name that only this grid has: the config's ``grid`` name when it computes exactly
-    what that name's profile does (``profiles/<grid>.yaml``), else that name or ``custom``
-    with ``-<first 8 hex of the grid hash>``, so that three configs naming one grid never
-    share its results key. ``raw`` is a validated config."""
+    name only this grid has: its ``grid`` name when it computes what that name's profile
+    does, else that name or ``custom`` with ``-<8 hex of the grid hash>``, so that three
+    configs naming one grid never share its results key."""
     default = load_config() if default is None else default
     here = grid_hash(raw, device)
     if here == grid_hash(default, device):

@@ -1,10 +1,7 @@
-"""Refuse an ``ATEN_CPU_CAPABILITY`` above this CPU's before anything runs.
-
-torch takes the setting on trust: on an AVX2 CPU, torch under ``ATEN_CPU_CAPABILITY=avx512``
-reports ``AVX512`` as in use and its first AVX512 kernel dies of an illegal instruction. A
-run that would crash is refused with the setting and the flags the CPU lacks; ``python -m
-inferlab.workflow.cpu_guard`` prints the capabilities this CPU can run, lowest first (what
-``make test-isa`` loops over). A guard, not computing code: it changes no number.
+"""Refuse an ``ATEN_CPU_CAPABILITY`` above this CPU's before anything runs: torch takes the
+setting on trust, and its first AVX512 kernel on an AVX2 CPU dies of an illegal
+instruction. ``python -m inferlab.workflow.cpu_guard`` prints the capabilities this CPU can
+run, lowest first (what ``make test-isa`` loops over). A guard: it changes no number.
 """
 
 from __future__ import annotations
@@ -26,9 +23,8 @@ def aten_capabilities(flags: set[str]) -> list[str]:
 
 
 def capability_beyond_cpu(env: dict | None = None, flags: set[str] | None = None) -> str | None:
-    """Why ``ATEN_CPU_CAPABILITY`` (in ``env``, os.environ) cannot run on a CPU with
-    ``flags`` (this one's), or None. A value that is no x86 level torch ignores with a
-    warning, and so does this; so does a host whose flags cannot be read (not Linux)."""
+    """Why ``ATEN_CPU_CAPABILITY`` cannot run on a CPU with ``flags`` (this one's), or
+    None; also for a value that is no x86 level (torch ignores it) or unknown flags."""
     env = os.environ if env is None else env
     flags = cpu_flags() if flags is None else flags
     setting = env.get("ATEN_CPU_CAPABILITY", "").strip()
@@ -42,7 +38,6 @@ def capability_beyond_cpu(env: dict | None = None, flags: set[str] | None = None
 
 
 def refuse_capability_beyond_cpu() -> None:
-    """A ValueError naming the setting when ``capability_beyond_cpu`` finds one."""
     problem = capability_beyond_cpu()
     if problem is not None:
         raise ValueError(problem)

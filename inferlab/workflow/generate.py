@@ -1,9 +1,7 @@
-"""``inferlab generate [--check]``: the files that restate a declaration (the stages and
-layers of ``core.pipeline``, the row status of ``measurement.status``, the implementations
-of ``algorithms.implementations``), written from it, so that a new stage or kernel is
-declared once and appears everywhere (``targets``: the schemas' enums, the Slurm profile,
-docs/contracts.md's tables, the report's captions). With ``--check`` nothing is written:
-it says which file is not what the declaration makes (the test suite runs it).
+"""``inferlab generate [--check]``: the files that restate a declaration (stages, layers,
+row status, implementations), written from it (``targets``), so that a new stage or kernel
+is declared once and appears everywhere. ``--check`` writes nothing and names each file
+that is not current (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -27,8 +25,8 @@ CONTRACTS = Path("docs") / "contracts.md"
 
 
 def json_text(value, room: int = 100, indent: str = "") -> str:
-    """``value`` as JSON: a list or an object on one line where it fits in ``room``
-    columns, else one item a line, indented by two spaces a level (every schema's layout)."""
+    """``value`` as JSON, a list or object on one line where it fits in ``room`` columns,
+    else one item a line (every schema's layout)."""
     flat = json.dumps(value, ensure_ascii=False)
     if not isinstance(value, list | dict) or len(flat) <= room:
         return flat
@@ -195,8 +193,8 @@ def _contracts(root: Path) -> Callable[[str], str]:
 
 
 def _caption(root: Path, name: str) -> Callable[[str], str]:
-    """captions/<stage>.rst, the caption Snakemake's report gives the stage's artifact: the
-    first paragraph of the stage module's docstring, after its "name -> artifact:" head."""
+    """captions/<stage>.rst: the first paragraph of the stage module's docstring, after
+    its "name -> artifact:" head."""
     def make(_: str) -> str:
         module = root / (STAGES[name].module.replace(".", "/") + ".py")
         first = _first_paragraph(module)
@@ -218,8 +216,7 @@ def targets(root: Path) -> dict[Path, Callable[[str], str]]:
 
 
 def generate(root: Path | str, check: bool = False) -> list[str]:
-    """Write (or with ``check`` only compare) every generated file; the ones that were
-    not what the declaration makes."""
+    """Write (with ``check``, only compare) every generated file; return the stale ones."""
     root = Path(root)
     stale = []
     for rel, make in targets(root).items():

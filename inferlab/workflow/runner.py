@@ -1,13 +1,10 @@
-"""Runs one stage end to end: the process settled (``process``) -> its inputs read and
-checked (``register.read_input``) -> ``Params.from_config`` -> ``run(params, ctx)`` -> the
-artifact's bytes (``artifacts``) -> ``register.write_artifact`` (results/, and for a
-measured stage its kept version and register line), the log to stderr and the rule's log
-file (``logs``).
+"""Runs one stage end to end: the process settled, its inputs read and checked
+(``register.read_input``), ``run(Params.from_config(config), ctx)``, the artifact encoded
+and written (``register.write_artifact``), the log to stderr and the rule's log file.
 
 Two entry points take the same path, so an artifact does not depend on which ran it:
-``from_snakemake`` (``scripts/run_stage.py``), which uses the paths, threads and params
-the rule hands it, and ``cli_stage`` (``python -m inferlab stage NAME``), which builds
-them from the config the way the Snakefile does.
+``from_snakemake`` (``scripts/run_stage.py``, the rule's paths, threads and params) and
+``cli_stage`` (``python -m inferlab stage NAME``, built from the config as the Snakefile does).
 """
 
 from __future__ import annotations
@@ -24,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inferlab.core import layout
-from inferlab.core.files import relative
+from inferlab.core.files import atomic_write, relative
 from inferlab.core.pipeline import bookkeeping_files, code_files, stage
 from inferlab.evidence import artifacts
 from inferlab.evidence.loading import nonfinite_cells
-from inferlab.evidence.register import Evidence, read_input
+from inferlab.evidence.register import Evidence, read_input, write_artifact
 from inferlab.measurement import machine_load
+from inferlab.measurement.environment import fingerprint, hardware, host_device
 from inferlab.measurement.process import seed_and_threads, steady_process
 from inferlab.workflow.config import load_config, resolve, resolve_threads
 
@@ -38,10 +36,8 @@ __all__ = ["Job", "StageContext", "cli_stage", "from_snakemake", "read_input", "
 
 
 class Log:
-    """A stage's log: each line to stderr and to the rule's log file, there after the
-    seconds since it opened (a log brought back from another machine says where a stage's
-    time went). A log file that cannot be written stops being written: it never hides the
-    stage's own error."""
+    """Each line to stderr and to the rule's log file, there after the seconds since it
+    opened (a log brought back from another machine says where a stage's time went)."""
 
     def __init__(self, path: Path | None):
         self._file, self._opened = None, time.monotonic()
@@ -69,10 +65,10 @@ class Log:
 
 
 def hold_before_write(stage: str, environ: dict | None = None) -> None:
-    """A defined point at which the tests of interruption stop a stage: with
-    ``INFERLAB_HOLD=<stage>:<file>`` set, stage ``<stage>`` creates ``<file>`` once it has
-    computed its artifact, before anything is written, and sleeps until a signal ends it (a
-    signal sent at a random moment raced the stage's end). Unset, it does nothing."""
+    """With ``INFERLAB_HOLD=<stage>:<file>``, stage ``<stage>`` creates ``<file>`` once it
+    has computed its artifact, before anything is written, and sleeps until a signal ends
+    it: the tests of interruption's defined point (a signal sent at a random moment raced
+    the stage's end)."""
     value = (os.environ if environ is None else environ).get("INFERLAB_HOLD", "")
     name, sep, marker = value.partition(":")
     if not sep or name != stage:
@@ -87,7 +83,7 @@ def hold_before_write(stage: str, environ: dict | None = None) -> None:
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage may know beyond its params: where it runs and what it reads."""
+    """What a stage may know beyond its params."""
 
     stage: str
     root: Path
@@ -127,12 +123,9 @@ class Job:
 
 
 def measured_here(key: str, evidence: dict[str, Evidence], here_env: dict) -> None:
-    """A timing stage computes with its timed inputs' numbers (probe's ceilings and launch
-    floor): they must have been measured on this hardware. Run under another host's id
-    (``--config machine=...``), prefill once used that host's probe.json without a word
-    (issue 35, item 5). Threads are left to the config, which reruns both."""
-    from inferlab.measurement.environment import hardware
-
+    """A timing stage's timed inputs (probe's ceilings and launch floor) must have been
+    measured on this hardware: under another host's id, prefill once used that host's
+    probe.json without a word (issue 35, item 5)."""
     here = {k: v for k, v in hardware(here_env).items() if k != "threads"}
     for name, found in evidence.items():
         if not stage(name).timed or found.entry is None:
@@ -149,9 +142,9 @@ def measured_here(key: str, evidence: dict[str, Evidence], here_env: dict) -> No
 
 
 def same_device(key: str, device: str, evidence: dict[str, Evidence]) -> None:
-    """A stage computes for the device its inputs were computed for. Derived on a CPU host
-    for a GPU's key without the GPU's config (``--configfile profiles/book.yaml``), the
-    series and the claims once took the CPU's blocks and fp16's CPU stand-in, silently."""
+    """A stage computes for the device its inputs were computed for: derived on a CPU host
+    for a GPU's key without the GPU's config, the series and the claims once took the
+    CPU's blocks and fp16's CPU stand-in, silently."""
     for found in evidence.values():
         there = ((found.entry or {}).get("provenance", {}).get("config") or {}).get("device")
         if there is not None and there != device:
@@ -163,15 +156,9 @@ def same_device(key: str, device: str, evidence: dict[str, Evidence]) -> None:
 
 
 def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
-    """Run the stage of ``job`` and write its artifact; return its entry.
-
-    Nothing is written before the stage has finished and its output passed its schema,
-    so an interrupted or failing stage leaves no artifact and no register line.
-    """
+    """Run the stage of ``job`` and write its artifact; return its entry. Nothing is
+    written before its output passed its schema: a failing stage leaves no artifact."""
     process = steady_process()  # before torch is imported
-    from inferlab.evidence.register import write_artifact
-    from inferlab.measurement.environment import fingerprint, host_device
-
     declared = stage(job.stage)
     if job.output.resolve() != layout.artifact_path(job.root, job.key, job.stage).resolve():
         raise ValueError(f"stage {job.stage!r} was asked to write {job.output}, but the "
@@ -219,10 +206,7 @@ def run_job(job: Job, log: Callable[[str], None] = print) -> dict:
 
 
 def write_derived(root: Path, key: str, stage_name: str, module, content: bytes) -> None:
-    """The files a stage declares as ``derived`` (results/{key}/{stage}/), made from its
-    artifact as registered; a pure function of it (``module.derived_files``)."""
-    from inferlab.core.files import atomic_write
-
+    """The files a stage declares as ``derived``, made from its artifact as registered."""
     declared = stage(stage_name)
     if not declared.derived:
         return
@@ -249,8 +233,8 @@ def run_logged(job: Job) -> dict:
 
 
 def from_snakemake(smk) -> dict:
-    """Entry point of scripts/run_stage.py: the rule name is the stage name, and every
-    path, the threads and the effective config come from the rule."""
+    """Entry point of scripts/run_stage.py: the rule is the stage, and gives the paths,
+    threads and effective config."""
     job = Job(stage=smk.rule, root=Path.cwd(), key=smk.params.key, config=dict(smk.params.config),
               inputs={name: Path(smk.input[name]) for name in stage(smk.rule).reads},
               output=Path(smk.output.artifact), threads=int(smk.threads),
