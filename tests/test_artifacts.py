@@ -108,5 +108,6 @@ def test_probe_availability_is_a_typed_table():
            "backend": "flash", "can_run": True, "ran": True, "reason": None,
            "reason_source": "pytorch", "limit_kind": None, "op": "aten::x", "error": None}
     frame = artifacts.probe_availability({"availability": [row]}).frame
-    assert frame.loc[0, "ran"] is True or bool(frame.loc[0, "ran"]) is True
+    assert str(frame["ran"].dtype) == "boolean" and str(frame["T"].dtype) == "Int64"
+    assert frame.loc[0, "ran"].item() is True
     assert pd.isna(frame.loc[0, "reason"])

@@ -15,7 +15,7 @@ import yaml
 from inferlab.core import layout
 from inferlab.judging.claims import load
 from inferlab.presentation.chapter_text import numbers_in, sentences
-from inferlab.presentation.claims_review import REVIEW_FILE, review_markdown
+from inferlab.presentation.claims_review import REVIEW_FILE, review_markdown, write_generated
 from inferlab.presentation.coverage import (
     COVERAGE_FILE,
     NOT_CLAIMS_FILE,
@@ -58,6 +58,20 @@ def test_each_generated_file_is_its_generators_output(flag, generated, capsys):
     assert cli_main(["--root", str(ROOT), "claims", flag, "--check"]) == 0, \
         f"run: python -m inferlab claims {flag}"
     assert capsys.readouterr().out == f"{generated}: current\n"
+
+
+def test_a_stale_generated_file_fails_the_check_and_is_left_as_it_was(tmp_path, capsys):
+    """--check on a file that is not the generator's output: exit 1, the command that
+    mends it, nothing written; without --check it is written, and then it is current."""
+    doc = Path("docs") / "generated.md"
+    (tmp_path / "docs").mkdir()
+    (tmp_path / doc).write_text("an edit by hand\n", encoding="utf-8")
+    assert write_generated(tmp_path, doc, "generated\n", True, "make-it") == 1
+    assert capsys.readouterr().out == f"{doc}: NOT current: run make-it\n"
+    assert (tmp_path / doc).read_text(encoding="utf-8") == "an edit by hand\n"
+    assert write_generated(tmp_path, doc, "generated\n", False, "make-it") == 0
+    assert write_generated(tmp_path, doc, "generated\n", True, "make-it") == 0
+    assert capsys.readouterr().out == f"wrote {doc}\n{doc}: current\n"
 
 
 def test_every_claim_states_its_reading_and_the_table_shows_scope_and_region():
