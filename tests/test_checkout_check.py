@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.conftest import checkout_status, left_behind
-from tests.pipeline_repo import copy_repo, git
+from tests.pipeline_repo import commit, copy_repo
 
 
 def test_only_the_venv_and_caches_may_be_left_behind():
@@ -19,9 +19,7 @@ def test_status_is_read_at_the_top_of_a_checkout_only(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     (repo / "tests").mkdir(exist_ok=True)
     assert checkout_status(repo) is None  # not a git checkout
-    git(repo, "init", "-q")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "code")
+    commit(repo, "code")
     assert checkout_status(repo) == set()
     (repo / ".snakemake").mkdir()
     (repo / ".snakemake" / "log").write_text("x")

@@ -184,8 +184,10 @@ class Register:
             return [str(exc)]
         found: list[str] = []
         counts: dict[str, int] = {}
+        last: dict[str, dict] = {}  # each stage's latest entry, from this one read
         for e in entries:
             counts[e["stage"]] = counts.get(e["stage"], 0) + 1
+            last[e["stage"]] = e
             if e["stage"] not in STAGES or e["version"] != counts[e["stage"]]:
                 found.append(f"{self.rel}: {e['stage']} version {e['version']} is out of "
                              f"order (expected version {counts[e['stage']]}); restore it from "
@@ -195,9 +197,9 @@ class Register:
                 self.read_copy(e)
             except ValueError as exc:
                 found.append(str(exc))
-        for stage in counts:
+        for stage, entry in last.items():
             if stage in STAGES:
-                fault = record_fault(self.root, self.key, stage, self.latest(stage))
+                fault = record_fault(self.root, self.key, stage, entry)
                 if fault:
                     found.append(fault)
         try:
